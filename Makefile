@@ -1,0 +1,34 @@
+# The two set-up commands of the README. Each installs what it needs into .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint bench proto clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	# torch first, pinned: on these machines 2.13.0 is a local CPU build (any other pulls GBs).
+	$(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/diag demo --out runs/demo
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check diag tests bench scripts
+	$(VENV)/bin/ruff format --check diag tests bench scripts
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) bench/overhead.py
+
+proto: $(STAMP)
+	$(PY) scripts/gen_proto.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,141 @@
+"""Typed, frozen configuration for each component, and the one way to load it.
+
+Precedence (later wins): the dataclass defaults, then a TOML file (``[hook]``, ``[daemon]``,
+``[analyzer]`` tables), then ``DIAG_<SECTION>_<FIELD>`` environment variables (for example
+``DIAG_DAEMON_GPU_BACKEND=fake``), then explicit overrides (CLI flags). Unknown keys in any layer
+are a :class:`ConfigError`, never silently ignored.
+
+``diag run`` configures the hook in every worker through that same layer
+(``DIAG_HOOK_DAEMON_SOCK``, ``DIAG_HOOK_JOB_ID``); ``DIAG_HOST`` overrides the host name that the
+hook and the daemon report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from diag.errors import ConfigError
+
+
+def default_host() -> str:
+    """This node's name as diag reports it: ``DIAG_HOST`` if set, else the host name."""
+    return os.environ.get("DIAG_HOST") or socket.gethostname()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookConfig:
+    """The in-job hook. Sizes bound its memory; intervals bound its background work."""
+
+    daemon_sock: str = ""  # Unix socket of the node daemon; "" = keep events, count them dropped
+    job_id: str = ""
+    host: str = ""  # "" = default_host()
+    queue_max_events: int = 20_000  # bounded buffer; beyond it events are dropped and counted
+    flush_interval_s: float = 0.2  # hook thread: send what is queued this often
+    fr_poll_interval_s: float = 1.0  # harvest the Flight Recorder this often
+    health_interval_s: float = 5.0
+    reconnect_interval_s: float = 1.0
+    capture_collectives: bool = True
+    capture_checkpoints: bool = True
+    capture_dataloader: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DaemonConfig:
+    """The per-node daemon: where it listens, where it sends, how it batches and spools."""
+
+    listen_sock: str = ""  # Unix socket the local hooks connect to
+    analyzer: str = ""  # host:port of the analyzer
+    spool_dir: str = ""  # "" = <tmp>/diag-spool-<pid>
+    job_id: str = ""
+    host: str = ""
+    batch_max_events: int = 5_000
+    flush_interval_s: float = 0.5
+    gpu_backend: str = "nvml"  # "nvml", "fake" or "none"
+    fake_gpus: int = 0  # devices of the fake backend
+    gpu_interval_s: float = 1.0
+    host_interval_s: float = 1.0
+    clock_sync_interval_s: float = 10.0
+    spool_max_bytes: int = 1024 * 1024 * 1024
+    rpc_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnalyzerConfig:
+    """The analyzer service: its address and its run directory (the store)."""
+
+    bind: str = "127.0.0.1:0"
+    run_dir: str = ""
+    flush_interval_s: float = 1.0
+    max_message_bytes: int = 64 * 1024 * 1024
+
+
+_SECTIONS: dict[str, type] = {"hook": HookConfig, "daemon": DaemonConfig, "analyzer": AnalyzerConfig}
+T = TypeVar("T")
+
+
+def _coerce(cls: type, key: str, raw: Any) -> Any:
+    field = {f.name: f for f in dataclasses.fields(cls)}[key]
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    try:
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{cls.__name__}.{key}: {raw!r} is not a valid {kind}") from None
+
+
+def _apply(cls: type[T], values: dict[str, Any], layer: Mapping[str, Any], where: str) -> None:
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key, raw in layer.items():
+        if key not in names:
+            raise ConfigError(f"unknown setting {key!r} in {where} (known: {', '.join(sorted(names))})")
+        values[key] = _coerce(cls, key, raw)
+
+
+def load_config(
+    section: str,
+    *,
+    file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Any:
+    """Build the frozen config of ``section`` ("hook", "daemon" or "analyzer") from all layers."""
+    if section not in _SECTIONS:
+        raise ConfigError(f"unknown config section {section!r}")
+    cls = _SECTIONS[section]
+    values: dict[str, Any] = {}
+    if file is not None:
+        import tomllib
+
+        try:
+            data = tomllib.loads(Path(file).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {file}: {exc}") from None
+        unknown = set(data) - set(_SECTIONS)
+        if unknown:
+            raise ConfigError(f"unknown section(s) {sorted(unknown)} in {file}")
+        _apply(cls, values, data.get(section, {}), f"[{section}] of {file}")
+    env = os.environ if env is None else env
+    prefix = f"DIAG_{section.upper()}_"
+    env_layer = {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)}
+    _apply(cls, values, env_layer, f"{prefix}* environment variables")
+    if overrides:
+        _apply(cls, values, {k: v for k, v in overrides.items() if v is not None}, "overrides")
+    return cls(**values)

@@ -1,0 +1,373 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Envelope(_message.Message):
+    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step")
+    TS_NS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ts_ns: int
+    host: str
+    rank: int
+    local_rank: int
+    job_id: str
+    source: str
+    seq: int
+    step: int
+    def __init__(self, ts_ns: _Optional[int] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., job_id: _Optional[str] = ..., source: _Optional[str] = ..., seq: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+
+class StepEvent(_message.Message):
+    __slots__ = ("start_ns", "end_ns", "duration_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns", "checkpoint_ns", "other_ns", "compute_ns", "collective_wait_ns", "loss", "num_backward", "num_collectives")
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_NS_FIELD_NUMBER: _ClassVar[int]
+    DATA_WAIT_NS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_NS_FIELD_NUMBER: _ClassVar[int]
+    BACKWARD_NS_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_NS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_NS_FIELD_NUMBER: _ClassVar[int]
+    OTHER_NS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVE_WAIT_NS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    NUM_BACKWARD_FIELD_NUMBER: _ClassVar[int]
+    NUM_COLLECTIVES_FIELD_NUMBER: _ClassVar[int]
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    data_wait_ns: int
+    forward_ns: int
+    backward_ns: int
+    optimizer_ns: int
+    checkpoint_ns: int
+    other_ns: int
+    compute_ns: int
+    collective_wait_ns: int
+    loss: float
+    num_backward: int
+    num_collectives: int
+    def __init__(self, start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., data_wait_ns: _Optional[int] = ..., forward_ns: _Optional[int] = ..., backward_ns: _Optional[int] = ..., optimizer_ns: _Optional[int] = ..., checkpoint_ns: _Optional[int] = ..., other_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., collective_wait_ns: _Optional[int] = ..., loss: _Optional[float] = ..., num_backward: _Optional[int] = ..., num_collectives: _Optional[int] = ...) -> None: ...
+
+class CollectiveEvent(_message.Message):
+    __slots__ = ("op", "pg_name", "pg_desc", "pg_size", "seq_id", "p2p_seq_id", "is_p2p", "num_bytes", "dtype", "enqueue_ns", "start_ns", "end_ns", "duration_ns", "state", "origin")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    PG_NAME_FIELD_NUMBER: _ClassVar[int]
+    PG_DESC_FIELD_NUMBER: _ClassVar[int]
+    PG_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_ID_FIELD_NUMBER: _ClassVar[int]
+    P2P_SEQ_ID_FIELD_NUMBER: _ClassVar[int]
+    IS_P2P_FIELD_NUMBER: _ClassVar[int]
+    NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_NS_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_NS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    pg_name: str
+    pg_desc: str
+    pg_size: int
+    seq_id: int
+    p2p_seq_id: int
+    is_p2p: bool
+    num_bytes: int
+    dtype: str
+    enqueue_ns: int
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    state: str
+    origin: str
+    def __init__(self, op: _Optional[str] = ..., pg_name: _Optional[str] = ..., pg_desc: _Optional[str] = ..., pg_size: _Optional[int] = ..., seq_id: _Optional[int] = ..., p2p_seq_id: _Optional[int] = ..., is_p2p: _Optional[bool] = ..., num_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., enqueue_ns: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., state: _Optional[str] = ..., origin: _Optional[str] = ...) -> None: ...
+
+class CheckpointEvent(_message.Message):
+    __slots__ = ("op", "api", "path", "num_bytes", "start_ns", "duration_ns", "ok")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    API_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_NS_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    api: str
+    path: str
+    num_bytes: int
+    start_ns: int
+    duration_ns: int
+    ok: bool
+    def __init__(self, op: _Optional[str] = ..., api: _Optional[str] = ..., path: _Optional[str] = ..., num_bytes: _Optional[int] = ..., start_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., ok: _Optional[bool] = ...) -> None: ...
+
+class GpuSample(_message.Message):
+    __slots__ = ("gpu_index", "uuid", "name", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "temp_c", "power_w", "power_limit_w", "throttle_reasons_mask", "throttle_reasons", "ecc_sbe_volatile", "ecc_dbe_volatile", "pcie_tx_kbps", "pcie_rx_kbps", "pcie_replay_count", "nvlink_tx_bytes", "nvlink_rx_bytes")
+    GPU_INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UTIL_PCT_FIELD_NUMBER: _ClassVar[int]
+    MEM_UTIL_PCT_FIELD_NUMBER: _ClassVar[int]
+    MEM_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEM_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SM_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    MEM_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    SM_CLOCK_MAX_MHZ_FIELD_NUMBER: _ClassVar[int]
+    TEMP_C_FIELD_NUMBER: _ClassVar[int]
+    POWER_W_FIELD_NUMBER: _ClassVar[int]
+    POWER_LIMIT_W_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_REASONS_MASK_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_REASONS_FIELD_NUMBER: _ClassVar[int]
+    ECC_SBE_VOLATILE_FIELD_NUMBER: _ClassVar[int]
+    ECC_DBE_VOLATILE_FIELD_NUMBER: _ClassVar[int]
+    PCIE_TX_KBPS_FIELD_NUMBER: _ClassVar[int]
+    PCIE_RX_KBPS_FIELD_NUMBER: _ClassVar[int]
+    PCIE_REPLAY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_TX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_RX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    gpu_index: int
+    uuid: str
+    name: str
+    util_pct: float
+    mem_util_pct: float
+    mem_used_bytes: int
+    mem_total_bytes: int
+    sm_clock_mhz: int
+    mem_clock_mhz: int
+    sm_clock_max_mhz: int
+    temp_c: float
+    power_w: float
+    power_limit_w: float
+    throttle_reasons_mask: int
+    throttle_reasons: str
+    ecc_sbe_volatile: int
+    ecc_dbe_volatile: int
+    pcie_tx_kbps: int
+    pcie_rx_kbps: int
+    pcie_replay_count: int
+    nvlink_tx_bytes: int
+    nvlink_rx_bytes: int
+    def __init__(self, gpu_index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., util_pct: _Optional[float] = ..., mem_util_pct: _Optional[float] = ..., mem_used_bytes: _Optional[int] = ..., mem_total_bytes: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., mem_clock_mhz: _Optional[int] = ..., sm_clock_max_mhz: _Optional[int] = ..., temp_c: _Optional[float] = ..., power_w: _Optional[float] = ..., power_limit_w: _Optional[float] = ..., throttle_reasons_mask: _Optional[int] = ..., throttle_reasons: _Optional[str] = ..., ecc_sbe_volatile: _Optional[int] = ..., ecc_dbe_volatile: _Optional[int] = ..., pcie_tx_kbps: _Optional[int] = ..., pcie_rx_kbps: _Optional[int] = ..., pcie_replay_count: _Optional[int] = ..., nvlink_tx_bytes: _Optional[int] = ..., nvlink_rx_bytes: _Optional[int] = ...) -> None: ...
+
+class XidEvent(_message.Message):
+    __slots__ = ("gpu_index", "xid", "message")
+    GPU_INDEX_FIELD_NUMBER: _ClassVar[int]
+    XID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    gpu_index: int
+    xid: int
+    message: str
+    def __init__(self, gpu_index: _Optional[int] = ..., xid: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class HostSample(_message.Message):
+    __slots__ = ("interval_ns", "num_cpus", "cpu_busy_pct", "cpu_iowait_pct", "load_1m", "mem_total_bytes", "mem_available_bytes", "disk_read_bytes_per_s", "disk_write_bytes_per_s", "net_rx_bytes_per_s", "net_tx_bytes_per_s", "num_procs_running")
+    INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CPUS_FIELD_NUMBER: _ClassVar[int]
+    CPU_BUSY_PCT_FIELD_NUMBER: _ClassVar[int]
+    CPU_IOWAIT_PCT_FIELD_NUMBER: _ClassVar[int]
+    LOAD_1M_FIELD_NUMBER: _ClassVar[int]
+    MEM_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEM_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_READ_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    DISK_WRITE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NET_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NET_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NUM_PROCS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    interval_ns: int
+    num_cpus: int
+    cpu_busy_pct: float
+    cpu_iowait_pct: float
+    load_1m: float
+    mem_total_bytes: int
+    mem_available_bytes: int
+    disk_read_bytes_per_s: float
+    disk_write_bytes_per_s: float
+    net_rx_bytes_per_s: float
+    net_tx_bytes_per_s: float
+    num_procs_running: int
+    def __init__(self, interval_ns: _Optional[int] = ..., num_cpus: _Optional[int] = ..., cpu_busy_pct: _Optional[float] = ..., cpu_iowait_pct: _Optional[float] = ..., load_1m: _Optional[float] = ..., mem_total_bytes: _Optional[int] = ..., mem_available_bytes: _Optional[int] = ..., disk_read_bytes_per_s: _Optional[float] = ..., disk_write_bytes_per_s: _Optional[float] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ..., num_procs_running: _Optional[int] = ...) -> None: ...
+
+class ProcSample(_message.Message):
+    __slots__ = ("pid", "interval_ns", "cpu_pct", "rss_bytes", "num_threads", "read_bytes_per_s", "write_bytes_per_s", "num_ctx_switches_involuntary")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
+    CPU_PCT_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_THREADS_FIELD_NUMBER: _ClassVar[int]
+    READ_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    WRITE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NUM_CTX_SWITCHES_INVOLUNTARY_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    interval_ns: int
+    cpu_pct: float
+    rss_bytes: int
+    num_threads: int
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    num_ctx_switches_involuntary: int
+    def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., num_threads: _Optional[int] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., num_ctx_switches_involuntary: _Optional[int] = ...) -> None: ...
+
+class HookHealth(_message.Message):
+    __slots__ = ("pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    NUM_EMITTED_FIELD_NUMBER: _ClassVar[int]
+    NUM_SENT_FIELD_NUMBER: _ClassVar[int]
+    NUM_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    NUM_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    num_emitted: int
+    num_sent: int
+    num_dropped: int
+    num_errors: int
+    last_error: str
+    queue_depth: int
+    final: bool
+    def __init__(self, pid: _Optional[int] = ..., num_emitted: _Optional[int] = ..., num_sent: _Optional[int] = ..., num_dropped: _Optional[int] = ..., num_errors: _Optional[int] = ..., last_error: _Optional[str] = ..., queue_depth: _Optional[int] = ..., final: _Optional[bool] = ...) -> None: ...
+
+class CollectorError(_message.Message):
+    __slots__ = ("collector", "message", "unavailable")
+    COLLECTOR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    collector: str
+    message: str
+    unavailable: bool
+    def __init__(self, collector: _Optional[str] = ..., message: _Optional[str] = ..., unavailable: _Optional[bool] = ...) -> None: ...
+
+class ClockSync(_message.Message):
+    __slots__ = ("offset_ns", "rtt_ns")
+    OFFSET_NS_FIELD_NUMBER: _ClassVar[int]
+    RTT_NS_FIELD_NUMBER: _ClassVar[int]
+    offset_ns: int
+    rtt_ns: int
+    def __init__(self, offset_ns: _Optional[int] = ..., rtt_ns: _Optional[int] = ...) -> None: ...
+
+class RankInfo(_message.Message):
+    __slots__ = ("pid", "world_size", "local_world_size", "node_rank", "run_id", "argv", "torch_version", "backend", "device")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    TORCH_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    run_id: str
+    argv: str
+    torch_version: str
+    backend: str
+    device: str
+    def __init__(self, pid: _Optional[int] = ..., world_size: _Optional[int] = ..., local_world_size: _Optional[int] = ..., node_rank: _Optional[int] = ..., run_id: _Optional[str] = ..., argv: _Optional[str] = ..., torch_version: _Optional[str] = ..., backend: _Optional[str] = ..., device: _Optional[str] = ...) -> None: ...
+
+class RunEvent(_message.Message):
+    __slots__ = ("phase", "run_id", "command", "nnodes", "nproc_per_node", "exit_code", "duration_ns")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    NNODES_FIELD_NUMBER: _ClassVar[int]
+    NPROC_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_NS_FIELD_NUMBER: _ClassVar[int]
+    phase: str
+    run_id: str
+    command: str
+    nnodes: int
+    nproc_per_node: int
+    exit_code: int
+    duration_ns: int
+    def __init__(self, phase: _Optional[str] = ..., run_id: _Optional[str] = ..., command: _Optional[str] = ..., nnodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., exit_code: _Optional[int] = ..., duration_ns: _Optional[int] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run")
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    XID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PROC_FIELD_NUMBER: _ClassVar[int]
+    HOOK_HEALTH_FIELD_NUMBER: _ClassVar[int]
+    COLLECTOR_ERROR_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_FIELD_NUMBER: _ClassVar[int]
+    RANK_INFO_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    env: Envelope
+    step: StepEvent
+    collective: CollectiveEvent
+    checkpoint: CheckpointEvent
+    gpu: GpuSample
+    xid: XidEvent
+    host: HostSample
+    proc: ProcSample
+    hook_health: HookHealth
+    collector_error: CollectorError
+    clock: ClockSync
+    rank_info: RankInfo
+    run: RunEvent
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ...) -> None: ...
+
+class EventBatch(_message.Message):
+    __slots__ = ("schema_version", "sender", "sent_ns", "events")
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    SENT_NS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    schema_version: str
+    sender: str
+    sent_ns: int
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, schema_version: _Optional[str] = ..., sender: _Optional[str] = ..., sent_ns: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
+class IngestReply(_message.Message):
+    __slots__ = ("num_accepted", "num_duplicates", "analyzer_time_ns", "schema_version")
+    NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    NUM_DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    ANALYZER_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    num_accepted: int
+    num_duplicates: int
+    analyzer_time_ns: int
+    schema_version: str
+    def __init__(self, num_accepted: _Optional[int] = ..., num_duplicates: _Optional[int] = ..., analyzer_time_ns: _Optional[int] = ..., schema_version: _Optional[str] = ...) -> None: ...
+
+class TimeRequest(_message.Message):
+    __slots__ = ("client_send_ns",)
+    CLIENT_SEND_NS_FIELD_NUMBER: _ClassVar[int]
+    client_send_ns: int
+    def __init__(self, client_send_ns: _Optional[int] = ...) -> None: ...
+
+class TimeReply(_message.Message):
+    __slots__ = ("analyzer_time_ns",)
+    ANALYZER_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    analyzer_time_ns: int
+    def __init__(self, analyzer_time_ns: _Optional[int] = ...) -> None: ...
+
+class SummaryRequest(_message.Message):
+    __slots__ = ("run_dir",)
+    RUN_DIR_FIELD_NUMBER: _ClassVar[int]
+    run_dir: str
+    def __init__(self, run_dir: _Optional[str] = ...) -> None: ...
+
+class SummaryReply(_message.Message):
+    __slots__ = ("json",)
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    json: str
+    def __init__(self, json: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,331 @@
+"""The event schema: the one contract between the hook, the daemon, the analyzer and the CLI.
+
+Every event is a frozen dataclass carrying the common envelope (:class:`Event`) and a typed payload.
+The same field names appear in the dataclass, in the proto message (``diag/proto/diag.proto``) and
+in the DataFrame columns built by :func:`diag.analysis.frames.events_to_frame`.
+
+Units live in field names: ``*_ns`` nanoseconds, ``*_bytes`` bytes, ``*_mhz``, ``*_c`` (Celsius),
+``*_w`` (watts), ``*_pct`` (0-100). Counters start with ``num_``. Timestamps ``*_ns`` that are points
+in time (``ts_ns``, ``start_ns``, ``end_ns``, ``enqueue_ns``) are wall-clock nanoseconds since the
+Unix epoch on the emitting host; the daemon measures each host's offset to the analyzer's clock
+(:class:`ClockSync`) so the analysis can align hosts. Durations are measured with a monotonic clock.
+
+Optional fields are ``None`` when the source cannot give them (for example gloo records no
+collective durations); the proto carries them as proto3 ``optional`` fields so ``None`` survives.
+Float fields keep NaN and Inf as such (a NaN loss is a finding, not a parse error).
+
+Versioning: adding a defaulted field bumps the minor version; a rename or removal bumps the major.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_MAJOR = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """The envelope every event carries.
+
+    ``source`` names the emitter (``"<host>/rank<r>/<pid>"`` for a hook, ``"<host>/daemon"`` for a
+    daemon) and ``seq`` counts its events from 0 without reuse, so ``(source, seq)`` identifies an
+    event exactly once; the analyzer drops repeats of it (replays after an outage).
+    ``rank``/``local_rank`` are -1 for node-level events; ``step`` is -1 when not tied to a step.
+    """
+
+    kind: ClassVar[str] = "event"
+
+    ts_ns: int
+    host: str
+    rank: int = -1
+    local_rank: int = -1
+    job_id: str = ""
+    source: str
+    seq: int
+    step: int = -1
+
+
+ENVELOPE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Event))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepEvent(Event):
+    """One optimizer step on one rank.
+
+    The step runs from the end of the previous optimizer step (or the first activity of the process)
+    to the end of this one. Phases partition it: ``data_wait_ns + forward_ns + backward_ns +
+    optimizer_ns + checkpoint_ns + other_ns == duration_ns`` (up to rounding). ``backward_ns``
+    includes the wait for gradient collectives that finish inside ``backward()``.
+
+    The split that names a slow rank: ``collective_wait_ns`` is time blocked on collectives (DDP's
+    gradient all-reduce after local gradients were done, blocking ``torch.distributed`` calls);
+    ``compute_ns = duration_ns - collective_wait_ns - data_wait_ns - checkpoint_ns``. In synchronous
+    training every rank's ``duration_ns`` is about the same; the slow rank has the largest compute
+    and the smallest wait.
+    """
+
+    kind: ClassVar[str] = "step"
+
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    data_wait_ns: int = 0
+    forward_ns: int = 0
+    backward_ns: int = 0
+    optimizer_ns: int = 0
+    checkpoint_ns: int = 0
+    other_ns: int = 0
+    compute_ns: int = 0
+    collective_wait_ns: int = 0
+    loss: float | None = None
+    num_backward: int = 0
+    num_collectives: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveEvent(Event):
+    """One collective or point-to-point operation on one rank.
+
+    ``seq_id`` is the process group's collective sequence number (p2p ops use ``p2p_seq_id``), equal
+    on every rank for the same operation, so ranks can be matched. ``enqueue_ns`` is when the rank
+    issued it; a rank that enqueues late made the others wait. ``start_ns``/``end_ns`` are given
+    when the backend records them (NCCL with timing), or for blocking Python-level calls the hook
+    times itself (``origin == "python"``). ``origin`` is ``"fr"`` for Flight Recorder entries.
+    """
+
+    kind: ClassVar[str] = "collective"
+
+    op: str
+    pg_name: str = ""
+    pg_desc: str = ""
+    pg_size: int = 0
+    seq_id: int = -1
+    p2p_seq_id: int = -1
+    is_p2p: bool = False
+    num_bytes: int = 0
+    dtype: str = ""
+    enqueue_ns: int = 0
+    start_ns: int | None = None
+    end_ns: int | None = None
+    duration_ns: int | None = None
+    state: str = ""
+    origin: str = "fr"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointEvent(Event):
+    """A checkpoint save or load (``torch.save``/``torch.load``/``torch.distributed.checkpoint``).
+
+    ``num_bytes`` is the file size after a save (0 when unknown, e.g. a stream or a DCP directory
+    still being written); ``api`` names the function that was called.
+    """
+
+    kind: ClassVar[str] = "checkpoint"
+
+    op: str  # "save" or "load"
+    api: str
+    path: str = ""
+    num_bytes: int = 0
+    start_ns: int
+    duration_ns: int
+    ok: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSample(Event):
+    """One telemetry sample of one GPU (from NVML through a :class:`GpuBackend`).
+
+    ``throttle_reasons_mask`` is NVML's clocks-event-reasons bit mask; ``throttle_reasons`` the
+    comma-separated names of the set bits that mean a slowdown (idle is not one). ECC counts are
+    volatile (since driver load). PCIe throughput is KB/s as NVML reports it; NVLink counters are
+    cumulative bytes summed over links. ``None`` where the device does not report the field.
+    """
+
+    kind: ClassVar[str] = "gpu"
+
+    gpu_index: int
+    uuid: str = ""
+    name: str = ""
+    util_pct: float | None = None
+    mem_util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    throttle_reasons_mask: int = 0
+    throttle_reasons: str = ""
+    ecc_sbe_volatile: int | None = None
+    ecc_dbe_volatile: int | None = None
+    pcie_tx_kbps: int | None = None
+    pcie_rx_kbps: int | None = None
+    pcie_replay_count: int | None = None
+    nvlink_tx_bytes: int | None = None
+    nvlink_rx_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class XidEvent(Event):
+    """An XID error reported by the driver for one GPU."""
+
+    kind: ClassVar[str] = "xid"
+
+    gpu_index: int
+    xid: int
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostSample(Event):
+    """One sample of a node's CPU, memory, disk and network, from ``/proc``.
+
+    Rates are averaged over the interval since the previous sample (``interval_ns``).
+    ``cpu_busy_pct`` is 0-100 over all cores; ``load_1m`` is the kernel's load average.
+    """
+
+    kind: ClassVar[str] = "host"
+
+    interval_ns: int = 0
+    num_cpus: int = 0
+    cpu_busy_pct: float = 0.0
+    cpu_iowait_pct: float = 0.0
+    load_1m: float = 0.0
+    mem_total_bytes: int = 0
+    mem_available_bytes: int = 0
+    disk_read_bytes_per_s: float = 0.0
+    disk_write_bytes_per_s: float = 0.0
+    net_rx_bytes_per_s: float = 0.0
+    net_tx_bytes_per_s: float = 0.0
+    num_procs_running: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcSample(Event):
+    """One sample of one rank's process (``/proc/<pid>``): CPU, memory and I/O.
+
+    ``cpu_pct`` is 100 per fully used core; ``rank`` is the rank the process runs.
+    """
+
+    kind: ClassVar[str] = "proc"
+
+    pid: int
+    interval_ns: int = 0
+    cpu_pct: float = 0.0
+    rss_bytes: int = 0
+    num_threads: int = 0
+    read_bytes_per_s: float = 0.0
+    write_bytes_per_s: float = 0.0
+    num_ctx_switches_involuntary: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookHealth(Event):
+    """The hook's own health, sent periodically and at exit: what it dropped and why.
+
+    ``num_dropped`` events were lost because the bounded queue was full or the daemon unreachable;
+    ``num_errors`` counts exceptions caught inside the hook (the training loop never sees them);
+    ``last_error`` is the most recent one, one line.
+    """
+
+    kind: ClassVar[str] = "hook_health"
+
+    pid: int
+    num_emitted: int = 0
+    num_sent: int = 0
+    num_dropped: int = 0
+    num_errors: int = 0
+    last_error: str = ""
+    queue_depth: int = 0
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectorError(Event):
+    """A daemon collector failed a cycle (or is unavailable, e.g. no NVML): logged once, skipped."""
+
+    kind: ClassVar[str] = "collector_error"
+
+    collector: str
+    message: str
+    unavailable: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClockSync(Event):
+    """The emitting host's clock offset to the analyzer: ``analyzer_time = host_time + offset_ns``.
+
+    Measured NTP-style over one gRPC round trip; ``rtt_ns`` bounds the error (+- rtt/2).
+    """
+
+    kind: ClassVar[str] = "clock"
+
+    offset_ns: int
+    rtt_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankInfo(Event):
+    """A rank's process announcing itself when its hook starts (and the launcher's view)."""
+
+    kind: ClassVar[str] = "rank_info"
+
+    pid: int
+    world_size: int = 0
+    local_world_size: int = 0
+    node_rank: int = -1
+    run_id: str = ""
+    argv: str = ""
+    torch_version: str = ""
+    backend: str = ""
+    device: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEvent(Event):
+    """The launcher's record of the run (sent by ``diag run``): ``phase`` is "start" or "end".
+
+    At start: the command and the expected shape; at end: the job's exit code and wall time.
+    ``exit_code`` is -1 until the end event.
+    """
+
+    kind: ClassVar[str] = "run"
+
+    phase: str
+    run_id: str = ""
+    command: str = ""
+    nnodes: int = 0
+    nproc_per_node: int = 0
+    exit_code: int = -1
+    duration_ns: int = 0
+
+
+#: Every event kind, by its ``kind`` name. Order is stable (it is the proto oneof order).
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        StepEvent,
+        CollectiveEvent,
+        CheckpointEvent,
+        GpuSample,
+        XidEvent,
+        HostSample,
+        ProcSample,
+        HookHealth,
+        CollectorError,
+        ClockSync,
+        RankInfo,
+        RunEvent,
+    )
+}
+
+
+def payload_fields(cls: type[Event]) -> tuple[str, ...]:
+    """The fields of an event kind beyond the envelope, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ENVELOPE_FIELDS)

@@ -1,0 +1,1 @@
+"""Moving events between processes: the proto codec, frame format and the gRPC client."""

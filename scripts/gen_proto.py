@@ -1,0 +1,128 @@
+"""Regenerate ``diag/proto/diag.proto`` from ``diag/schema.py`` and compile it.
+
+The schema dataclasses are the source of truth; the proto mirrors them field for field (the test
+``tests/unit/test_codec.py`` checks the committed files are current). Run after changing the schema:
+
+    python scripts/gen_proto.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from diag import schema  # noqa: E402
+
+PROTO_PATH = ROOT / "diag" / "proto" / "diag.proto"
+
+_SCALARS = {int: "int64", float: "double", str: "string", bool: "bool"}
+
+_TAIL = """
+// A batch of events: the unit of transport from hook to daemon and daemon to analyzer.
+message EventBatch {
+  string schema_version = 1;
+  string sender = 2;
+  int64 sent_ns = 3;
+  repeated Event events = 4;
+}
+
+// The analyzer's answer to one batch: one reply per batch, never one per event.
+message IngestReply {
+  int64 num_accepted = 1;
+  int64 num_duplicates = 2;
+  int64 analyzer_time_ns = 3;
+  string schema_version = 4;
+}
+
+message TimeRequest {
+  int64 client_send_ns = 1;
+}
+
+message TimeReply {
+  int64 analyzer_time_ns = 1;
+}
+
+message SummaryRequest {
+  string run_dir = 1;
+}
+
+// The run summary (the object `diag report --json` prints), as JSON text.
+message SummaryReply {
+  string json = 1;
+}
+
+service Analyzer {
+  rpc Ingest(EventBatch) returns (IngestReply);
+  rpc Time(TimeRequest) returns (TimeReply);
+  rpc Summary(SummaryRequest) returns (SummaryReply);
+}
+"""
+
+
+def _proto_type(tp: object) -> tuple[str, bool]:
+    """(proto scalar type, optional?) for a dataclass field annotation."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        assert len(args) == 1, tp
+        return _SCALARS[args[0]], True
+    assert isinstance(tp, type) and tp in _SCALARS, tp
+    return _SCALARS[tp], False
+
+
+def render() -> str:
+    lines = [
+        "// Generated from diag/schema.py by scripts/gen_proto.py. Do not edit by hand.",
+        f"// Schema version {schema.SCHEMA_VERSION}.",
+        'syntax = "proto3";',
+        "",
+        "package diag.v1;",
+        "",
+        "message Envelope {",
+    ]
+    hints = typing.get_type_hints(schema.Event)
+    for i, name in enumerate(schema.ENVELOPE_FIELDS, start=1):
+        ptype, opt = _proto_type(hints[name])
+        lines.append(f"  {'optional ' if opt else ''}{ptype} {name} = {i};")
+    lines.append("}")
+    for cls in schema.EVENT_TYPES.values():
+        hints = typing.get_type_hints(cls)
+        lines += ["", f"message {cls.__name__} {{"]
+        for i, name in enumerate(schema.payload_fields(cls), start=1):
+            ptype, opt = _proto_type(hints[name])
+            lines.append(f"  {'optional ' if opt else ''}{ptype} {name} = {i};")
+        lines.append("}")
+    lines += ["", "message Event {", "  Envelope env = 1;", "  oneof payload {"]
+    for i, (kind, cls) in enumerate(schema.EVENT_TYPES.items(), start=10):
+        lines.append(f"    {cls.__name__} {kind} = {i};")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n" + _TAIL
+
+
+def main() -> None:
+    PROTO_PATH.write_text(render())
+    from grpc_tools import protoc  # dev-only dependency
+
+    rc = protoc.main(
+        [
+            "protoc",
+            f"-I{ROOT}",
+            f"--python_out={ROOT}",
+            f"--pyi_out={ROOT}",
+            f"--grpc_python_out={ROOT}",
+            str(PROTO_PATH.relative_to(ROOT)),
+        ]
+    )
+    if rc != 0:
+        raise SystemExit(f"protoc failed with {rc}")
+    print(f"wrote {PROTO_PATH.relative_to(ROOT)} and its generated modules")
+
+
+if __name__ == "__main__":
+    _ = dataclasses  # keep import for readers: fields come from dataclasses.fields via schema
+    main()
