@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/diag demo --out runs/demo
+	$(VENV)/bin/diag demo
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q

@@ -1,0 +1,70 @@
+"""``diag``: the command table and the one place errors become a single line.
+
+Each command is a module with ``HELP: str``, ``configure(parser)`` and ``run(args) -> int``; the
+table below is the explicit registry. Command modules are imported only when chosen, so ``diag
+report`` does not pay for grpc and ``diag daemon`` does not pay for pandas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from diag.errors import DiagError
+
+#: command name -> module implementing it (``HELP``, ``configure``, ``run``).
+COMMANDS: dict[str, str] = {
+    "run": "diag.cli.run_cmd",
+    "demo": "diag.cli.demo_cmd",
+    "report": "diag.cli.report_cmd",
+    "daemon": "diag.cli.daemon_cmd",
+    "analyzer": "diag.cli.analyzer_cmd",
+}
+
+_HELP: dict[str, str] = {
+    "run": "run a torchrun job under diag: hook every rank, watch it live, store the run",
+    "demo": "run the built-in demo: a 4-rank CPU DDP job with one slow rank, diagnosed",
+    "report": "per-rank summary of a run directory",
+    "daemon": "the per-node daemon: collect from local ranks and GPUs, ship to the analyzer",
+    "analyzer": "the analyzer service: ingest events over gRPC into a run directory",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="diag", description="Diagnose distributed training.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    sub = parser.add_subparsers(dest="diag_command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        sub.add_parser(name, help=_HELP[name], description=_HELP[name])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Only the chosen command's module is imported and allowed to add its arguments.
+    name = next((a for a in argv if not a.startswith("-")), None)
+    if name in COMMANDS:
+        module = importlib.import_module(COMMANDS[name])
+        sub_action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        module.configure(sub_action.choices[name])
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s: %(message)s",
+    )
+    module = importlib.import_module(COMMANDS[args.diag_command])
+    try:
+        return int(module.run(args))
+    except DiagError as exc:
+        print(f"diag {args.diag_command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

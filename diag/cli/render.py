@@ -1,0 +1,146 @@
+"""Pure functions from a run summary (the ``diag report --json`` object) to rich renderables.
+
+Nothing here prints or reads files: the commands pass the summary in and print what comes back,
+and tests render into a ``Console(file=io.StringIO())`` to check what a user sees.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+#: A rank whose median compute time is this far above the typical rank's is highlighted.
+SLOW_RATIO = 1.10
+
+
+def _ms(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{float(value):.1f}"
+
+
+def _loss(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    return f"{float(value):.4g}"
+
+
+def slowest_rank(ranks: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The rank whose compute stands out (``compute_vs_peers >= SLOW_RATIO``), if one does."""
+    scored = [r for r in ranks if isinstance(r.get("compute_vs_peers"), (int, float))]
+    if len(scored) < 2:
+        return None
+    top = max(scored, key=lambda r: float(r["compute_vs_peers"]))
+    return top if float(top["compute_vs_peers"]) >= SLOW_RATIO else None
+
+
+def ranks_table(summary: Mapping[str, Any], *, title: str | None = None) -> Table:
+    """Per-rank medians: step, compute, collective wait, data wait; the slow rank in bold red."""
+    ranks = list(summary.get("ranks", []))
+    slow = slowest_rank(ranks)
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("rank", justify="right")
+    table.add_column("host")
+    table.add_column("steps", justify="right")
+    table.add_column("step ms", justify="right")
+    table.add_column("compute ms", justify="right")
+    table.add_column("wait ms", justify="right")
+    table.add_column("data ms", justify="right")
+    table.add_column("ckpt ms", justify="right")
+    table.add_column("compute/peers", justify="right")
+    table.add_column("loss", justify="right")
+    for r in ranks:
+        ratio = r.get("compute_vs_peers")
+        is_slow = slow is not None and r.get("rank") == slow.get("rank")
+        table.add_row(
+            str(r.get("rank")),
+            str(r.get("host", "")),
+            str(r.get("steps", 0)),
+            _ms(r.get("step_ms_median")),
+            _ms(r.get("compute_ms_median")),
+            _ms(r.get("wait_ms_median")),
+            _ms(r.get("data_ms_median")),
+            _ms(r.get("checkpoint_ms_total")),
+            "-" if ratio is None else f"{float(ratio):.2f}x",
+            _loss(r.get("loss_last")),
+            style="bold red" if is_slow else None,
+        )
+    return table
+
+
+def gpu_table(summary: Mapping[str, Any]) -> Table | None:
+    """Latest sample per GPU, when the run has GPU telemetry."""
+    hosts = summary.get("gpus") or {}
+    rows = [(host, g) for host, gpus in hosts.items() for g in gpus]
+    if not rows:
+        return None
+    table = Table(title="GPUs (latest sample)", title_justify="left", header_style="bold")
+    for col in ("host", "gpu", "name", "util %", "SM MHz", "temp C", "power W", "throttle"):
+        table.add_column(col, justify="left" if col in ("host", "name", "throttle") else "right")
+    for host, g in rows:
+        table.add_row(
+            str(host),
+            str(g.get("gpu_index")),
+            str(g.get("name", "")),
+            _ms(g.get("util_pct")),
+            str(g.get("sm_clock_mhz") if g.get("sm_clock_mhz") is not None else "-"),
+            _ms(g.get("temp_c")),
+            _ms(g.get("power_w")),
+            str(g.get("throttle_reasons") or "-"),
+        )
+    return table
+
+
+def headline(summary: Mapping[str, Any]) -> Text:
+    """One line: run id, world size, steps, exit code, and the slow rank if one stands out."""
+    run = summary.get("run", {})
+    parts = [
+        f"run {run.get('id') or '?'}",
+        f"world size {run.get('world_size', '?')}",
+        f"steps {run.get('steps', 0)}",
+    ]
+    if run.get("exit_code") is not None and run.get("exit_code", -1) >= 0:
+        parts.append(f"exit code {run['exit_code']}")
+    if run.get("num_dropped"):
+        parts.append(f"hook dropped {run['num_dropped']} events")
+    text = Text(" | ".join(parts))
+    slow = slowest_rank(list(summary.get("ranks", [])))
+    if slow is not None:
+        text.append(
+            f"\nrank {slow.get('rank')} on {slow.get('host')} computes "
+            f"{float(slow['compute_vs_peers']):.2f}x the typical rank "
+            f"({_ms(slow.get('compute_ms_median'))} ms per step); the others wait for it.",
+            style="bold red",
+        )
+    return text
+
+
+def report(summary: Mapping[str, Any]) -> Group:
+    """The whole ``diag report`` view."""
+    parts: list[Any] = [headline(summary), ranks_table(summary)]
+    gpus = gpu_table(summary)
+    if gpus is not None:
+        parts.append(gpus)
+    return Group(*parts)
+
+
+def live(
+    summary: Mapping[str, Any] | None, *, elapsed_s: float, steps_per_s: float | None
+) -> Group:
+    """The live view of ``diag run``: progress line, per-rank table, GPU table."""
+    rate = "-" if steps_per_s is None else f"{steps_per_s:.2f}"
+    line = Text(f"diag: {elapsed_s:.0f}s elapsed | {rate} steps/s", style="bold")
+    if summary is None:
+        return Group(line, Text("waiting for the first events..."))
+    parts: list[Any] = [line, ranks_table(summary)]
+    gpus = gpu_table(summary)
+    if gpus is not None:
+        parts.append(gpus)
+    return Group(*parts)

@@ -1,0 +1,148 @@
+"""``diag run [--out DIR] [--analyzer HOST:PORT] -- torchrun ... script.py args``.
+
+Composition root of a diagnosed run on one node: an analyzer (embedded unless one is given), a node
+daemon (a subprocess, so that its failure cannot take the job down), the hook injected into every
+torchrun worker through ``sitecustomize``, a live view, and the run directory. Exits with the job's
+exit code. diag's own failures are reported and the job runs on without diagnostics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from diag.cli import runtime
+from diag.config import default_host
+from diag.errors import ConfigError
+
+HELP = "run a torchrun job under diag: hook every rank, watch it live, store the run"
+log = logging.getLogger(__name__)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- torchrun ... script.py args")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``diag run`` and ``diag demo``."""
+    parser.add_argument("--out", type=Path, help="run directory (default runs/<run id>)")
+    parser.add_argument(
+        "--analyzer", metavar="HOST:PORT", help="ship to this analyzer instead of an embedded one"
+    )
+    parser.add_argument(
+        "--gpu-backend",
+        choices=("nvml", "fake", "none"),
+        default="nvml",
+        help="GPU telemetry source of the node daemon (default nvml; 'fake' simulates GPUs)",
+    )
+    parser.add_argument("--fake-gpus", type=int, default=0, help="devices of the fake backend")
+    parser.add_argument(
+        "--live",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="live view while the job runs (auto: only on a terminal)",
+    )
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ConfigError(
+            "nothing to run: give the job after --, e.g. diag run -- torchrun ... x.py"
+        )
+    return run_job(command, args)
+
+
+def run_job(command: list[str], args: argparse.Namespace) -> int:
+    """Run ``command`` under diag with the options of :func:`add_run_arguments`."""
+    if shutil.which(command[0]) is None:
+        raise ConfigError(f"cannot start {command[0]!r}: no such command")
+    run_id = new_run_id()
+    out: Path = args.out or Path("runs") / run_id
+    if (out / "store").exists() and args.analyzer is None:
+        raise ConfigError(f"{out} already holds a run; choose another --out")
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    host = default_host()
+    runtime.write_run_json(out, run_id=run_id, command=command, host=host)
+    sock_dir = Path(tempfile.mkdtemp(prefix="diag-"))
+    sock_path = str(sock_dir / "daemon.sock")
+    launcher = runtime.Launcher(host=host, job_id=run_id)
+    analyzer: runtime.EmbeddedAnalyzer | None = None
+    daemon = None
+    target = args.analyzer
+    exit_code = 1
+    try:
+        if target is None:
+            try:
+                analyzer = runtime.EmbeddedAnalyzer.start(out)
+                target = analyzer.target
+            except Exception as exc:  # diag failing must not stop the job
+                print(f"diag run: analyzer failed ({exc}); running without it", file=sys.stderr)
+        daemon = runtime.start_daemon(
+            listen_sock=sock_path,
+            analyzer=target or "127.0.0.1:1",
+            spool_dir=out / "spool",
+            log_path=out / "logs" / "daemon.log",
+            job_id=run_id,
+            gpu_backend=args.gpu_backend,
+            fake_gpus=args.fake_gpus,
+        )
+        if daemon is not None:
+            runtime.write_run_json(out, daemon_pid=daemon.pid, analyzer=target)
+            launcher.send(sock_path, runtime.run_event(launcher, "start", command=command))
+        exit_code, duration_ns = _run_and_watch(command, args, out, sock_path, run_id, analyzer)
+        if daemon is not None:
+            launcher.send(
+                sock_path,
+                runtime.run_event(
+                    launcher, "end", command=command, exit_code=exit_code, duration_ns=duration_ns
+                ),
+            )
+        runtime.write_run_json(out, exit_code=exit_code, duration_ns=duration_ns)
+    finally:
+        if daemon is not None:
+            runtime.stop_daemon(daemon)
+        summary = analyzer.stop() if analyzer is not None else None
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    if summary is None and target is not None:
+        summary = runtime.SummarySource(None, target).get()
+    runtime.print_final(summary, out=out, exit_code=exit_code)
+    return exit_code
+
+
+def _run_and_watch(
+    command: list[str],
+    args: argparse.Namespace,
+    out: Path,
+    sock_path: str,
+    run_id: str,
+    analyzer: runtime.EmbeddedAnalyzer | None,
+) -> tuple[int, int]:
+    """Start the job with the hook injected, show it until it ends: (exit code, wall time ns)."""
+    env = runtime.worker_env(os.environ, daemon_sock=sock_path, job_id=run_id)
+    live = args.live == "on" or (args.live == "auto" and sys.stdout.isatty())
+    start = time.monotonic()
+    job = runtime.Job.start(command, env=env, log_path=out / "logs" / "job.log")
+    previous = {s: signal.signal(s, job.forward_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        source = runtime.SummarySource(analyzer, args.analyzer)
+        exit_code = runtime.watch(job, source, live=live)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return exit_code, int((time.monotonic() - start) * 1e9)

@@ -1,0 +1,352 @@
+"""The moving parts of ``diag run``: embedded analyzer, daemon subprocess, the job, the live view.
+
+Every part that belongs to diag fails soft: if the analyzer or the daemon cannot start, the user
+gets one line and the job runs without diagnostics. The job's own output passes through unchanged
+(and is kept in ``logs/job.log``); the job's exit code is diag run's exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import diag
+from diag.errors import TransportError
+from diag.schema import RunEvent
+from diag.transport import local
+
+log = logging.getLogger(__name__)
+
+INJECT_DIR = Path(__file__).resolve().parent.parent / "agent" / "inject"
+PACKAGE_ROOT = Path(diag.__file__).resolve().parent.parent
+
+
+@dataclass(slots=True)
+class Launcher:
+    """``diag run`` as an event source: ``<host>/launcher/<pid>``, numbering its events from 0."""
+
+    host: str
+    job_id: str
+    pid: int = field(default_factory=os.getpid)
+    seq: int = 0
+
+    @property
+    def source(self) -> str:
+        return f"{self.host}/launcher/{self.pid}"
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq - 1
+
+    def send(self, sock_path: str, event: RunEvent) -> None:
+        try:
+            local.send_events(sock_path, [event], sender=self.source)
+        except TransportError as exc:
+            print(f"diag run: {exc}", file=sys.stderr)
+
+
+def _flag(command: list[str], *names: str) -> int:
+    for i, arg in enumerate(command):
+        for name in names:
+            value = None
+            if arg == name and i + 1 < len(command):
+                value = command[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+            if value is not None:
+                m = re.match(r"(\d+)", value)  # "--nnodes 1:2" counts the minimum
+                return int(m.group(1)) if m else 0
+    return 0
+
+
+def run_event(
+    launcher: Launcher,
+    phase: str,
+    *,
+    command: list[str],
+    exit_code: int = -1,
+    duration_ns: int = 0,
+) -> RunEvent:
+    """The launcher's record of the run's start or end (torchrun's shape read from its flags)."""
+    return RunEvent(
+        ts_ns=time.time_ns(),
+        host=launcher.host,
+        job_id=launcher.job_id,
+        source=launcher.source,
+        seq=launcher.next_seq(),
+        phase=phase,
+        run_id=launcher.job_id,
+        command=" ".join(command),
+        nnodes=_flag(command, "--nnodes") or 1,
+        nproc_per_node=_flag(command, "--nproc_per_node", "--nproc-per-node"),
+        exit_code=exit_code,
+        duration_ns=duration_ns,
+    )
+
+
+def write_run_json(out: Path, **fields: Any) -> None:
+    """Merge ``fields`` into ``out/run.json`` (atomic replace)."""
+    path = out / "run.json"
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+    data.update(fields)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def worker_env(base: Mapping[str, str], *, daemon_sock: str, job_id: str) -> dict[str, str]:
+    """The job's environment: the hook's ``sitecustomize`` first on ``PYTHONPATH``, its config."""
+    env = dict(base)
+    paths = [str(INJECT_DIR), str(PACKAGE_ROOT)]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["DIAG_HOOK"] = "1"
+    env["DIAG_HOOK_DAEMON_SOCK"] = daemon_sock
+    env["DIAG_HOOK_JOB_ID"] = job_id
+    return env
+
+
+class EmbeddedAnalyzer:
+    """An analyzer served from this process on 127.0.0.1 (port chosen by the OS)."""
+
+    def __init__(self, server: Any, port: int, core: Any) -> None:
+        self._server = server
+        self.port = port
+        self._core = core
+
+    @classmethod
+    def start(cls, run_dir: Path) -> EmbeddedAnalyzer:
+        from diag.analysis.service import serve
+        from diag.config import AnalyzerConfig
+
+        server, port, core = serve(AnalyzerConfig(bind="127.0.0.1:0", run_dir=str(run_dir)))
+        return cls(server, port, core)
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def summary(self) -> dict[str, Any] | None:
+        try:
+            return dict(self._core.summary_json())
+        except Exception as exc:  # a half-written store must not break the live view
+            log.debug("summary unavailable: %s", exc)
+            return None
+
+    def stop(self) -> dict[str, Any] | None:
+        self._server.stop(grace=2.0).wait(5.0)
+        self._core.close()
+        return self.summary()
+
+
+class SummarySource:
+    """Where the live view and the final table get the run summary from."""
+
+    def __init__(self, embedded: EmbeddedAnalyzer | None, target: str | None) -> None:
+        self._embedded = embedded
+        self._target = target
+
+    def get(self) -> dict[str, Any] | None:
+        if self._embedded is not None:
+            return self._embedded.summary()
+        if not self._target:
+            return None
+        try:
+            import grpc
+
+            from diag.proto import diag_pb2, diag_pb2_grpc
+
+            with grpc.insecure_channel(self._target) as channel:
+                reply = diag_pb2_grpc.AnalyzerStub(channel).Summary(
+                    diag_pb2.SummaryRequest(), timeout=3.0
+                )
+            return dict(json.loads(reply.json))
+        except Exception as exc:
+            log.debug("summary from %s unavailable: %s", self._target, exc)
+            return None
+
+
+def start_daemon(
+    *,
+    listen_sock: str,
+    analyzer: str,
+    spool_dir: Path,
+    log_path: Path,
+    job_id: str,
+    gpu_backend: str,
+    fake_gpus: int,
+    wait_s: float = 20.0,
+) -> subprocess.Popen[bytes] | None:
+    """Start ``diag daemon`` as a subprocess, wait for its socket; None (one line) if it fails."""
+    cmd = [
+        sys.executable, "-m", "diag.cli.main", "daemon",
+        "--listen", listen_sock,
+        "--analyzer", analyzer,
+        "--spool", str(spool_dir),
+        "--job-id", job_id,
+        "--gpu-backend", gpu_backend,
+        "--fake-gpus", str(fake_gpus),
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    logf = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+    proc = subprocess.Popen(
+        cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    logf.close()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if os.path.exists(listen_sock):
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    print(
+        f"diag run: the node daemon did not start (see {log_path}); running without diagnostics",
+        file=sys.stderr,
+    )
+    if proc.poll() is None:
+        proc.kill()
+    return None
+
+
+def stop_daemon(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    """Ask the daemon to flush and exit; kill it if it does not within ``timeout_s``."""
+    if proc.poll() is not None:
+        if proc.returncode not in (0, -signal.SIGTERM):
+            print(f"diag run: the node daemon had exited with {proc.returncode}", file=sys.stderr)
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        print("diag run: the node daemon did not stop in time; killed it", file=sys.stderr)
+        proc.kill()
+        proc.wait()
+
+
+LineSink = Callable[[str, bool], None]
+
+
+class Job:
+    """The user's command: its output passed through (and kept in a log), its exit code returned."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log_file: IO[bytes]) -> None:
+        self.proc = proc
+        self._log = log_file
+        self._lock = threading.Lock()
+        self.sink: LineSink = _plain_sink
+        self._threads = [
+            threading.Thread(target=self._pump, args=(proc.stdout, False), daemon=True),
+            threading.Thread(target=self._pump, args=(proc.stderr, True), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    @classmethod
+    def start(cls, command: list[str], *, env: Mapping[str, str], log_path: Path) -> Job:
+        try:
+            proc = subprocess.Popen(
+                command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        except OSError as exc:
+            from diag.errors import ConfigError
+
+            raise ConfigError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
+        return cls(proc, open(log_path, "ab"))
+
+    def _pump(self, stream: IO[bytes] | None, is_err: bool) -> None:
+        if stream is None:
+            return
+        for raw in iter(stream.readline, b""):
+            with self._lock:
+                self._log.write(raw)
+            # The display must never stall the job's pipes.
+            with contextlib.suppress(Exception):
+                self.sink(raw.decode(errors="replace").rstrip("\n"), is_err)
+
+    def forward_signal(self, signum: int, _frame: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self) -> int:
+        code = self.proc.wait()
+        for t in self._threads:
+            t.join(timeout=5.0)
+        self._log.close()
+        return 128 - code if code < 0 else code  # killed by signal N -> 128 + N, as shells do
+
+
+def _plain_sink(line: str, is_err: bool) -> None:
+    stream = sys.stderr if is_err else sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
+
+
+def watch(job: Job, source: SummarySource, *, live: bool, refresh_s: float = 1.0) -> int:
+    """Wait for the job; on a terminal show the live view above which the job's output scrolls."""
+    if not live:
+        try:
+            return job.wait()
+        except KeyboardInterrupt:
+            return job.wait()
+    from rich.console import Console
+    from rich.live import Live
+
+    from diag.cli import render
+
+    console = Console()
+    job.sink = lambda line, is_err: console.print(line, markup=False, highlight=False)
+    start = time.monotonic()
+    history: list[tuple[float, int]] = []
+    with Live(render.live(None, elapsed_s=0, steps_per_s=None), console=console) as view:
+        while job.poll() is None:
+            try:
+                time.sleep(refresh_s)
+            except KeyboardInterrupt:
+                break
+            summary = source.get()
+            now = time.monotonic()
+            steps = int((summary or {}).get("run", {}).get("steps", 0) or 0)
+            history = [*history[-10:], (now, steps)]
+            rate = None
+            if len(history) >= 2 and history[-1][0] > history[0][0]:
+                rate = (history[-1][1] - history[0][1]) / (history[-1][0] - history[0][0])
+            view.update(render.live(summary, elapsed_s=now - start, steps_per_s=rate))
+    return job.wait()
+
+
+def print_final(summary: Mapping[str, Any] | None, *, out: Path, exit_code: int) -> None:
+    from rich.console import Console
+
+    from diag.cli import render
+
+    console = Console(stderr=False)
+    if summary:
+        console.print(render.report(summary))
+    else:
+        console.print("diag: no summary available (the analyzer was not reachable)")
+    console.print(f"run directory: {out}   (diag report {out})   job exit code: {exit_code}")

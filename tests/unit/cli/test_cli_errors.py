@@ -1,0 +1,44 @@
+"""Bad input to the CLI: one clear line on stderr and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _diag(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diag.cli.main", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "file"])
+def test_report_on_something_that_is_not_a_run(tmp_path: Path, make: str) -> None:
+    target = tmp_path / "x"
+    if make == "empty":
+        target.mkdir()
+    elif make == "file":
+        target.write_text("hello")
+    res = _diag("report", str(target))
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr
+    assert lines[0].startswith("diag report: error:") and str(target) in lines[0]
+
+
+def test_run_without_a_command() -> None:
+    res = _diag("run", "--live", "off")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "diag run: error: nothing to run: give the job after --, e.g. diag run -- torchrun ... x.py"
+    ]
+
+
+def test_run_with_a_command_that_does_not_exist(tmp_path: Path) -> None:
+    res = _diag("run", "--out", str(tmp_path / "r"), "--live", "off", "--", "no-such-binary-x")
+    assert res.returncode == 2
+    assert "cannot start 'no-such-binary-x'" in res.stderr
+    assert "Traceback" not in res.stderr
