@@ -1,0 +1,130 @@
+"""Events -> pandas DataFrames: the only place that builds frames from events.
+
+A frame of kind ``k`` has exactly the dataclass fields of ``schema.EVENT_TYPES[k]`` as columns, in
+declaration order, with one stable dtype per schema type, so an empty frame, a frame built from
+events and a frame read back from Parquet look the same:
+
+=================  ===========  ==============================================================
+schema type        dtype        notes
+=================  ===========  ==============================================================
+``int``            ``int64``
+``int | None``     ``Int64``    nullable: ``<NA>`` where the source could not give the value
+``float``          ``float64``
+``float | None``   ``Float64``  nullable; ``<NA>`` is "not given", NaN/Inf stay NaN/Inf values
+``str``            ``str``
+``bool``           ``bool``
+=================  ===========  ==============================================================
+
+Keeping NaN distinct from "missing" matters: a NaN loss is a finding, a missing loss is not. pandas
+turns NaN into ``<NA>`` when it builds a ``Float64`` column from Arrow, so :func:`table_to_frame`
+converts those columns itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Sequence
+from functools import cache
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from diag import schema
+
+_DTYPES = {int: "int64", float: "float64", str: "str", bool: "bool"}
+_NULLABLE = {int: "Int64", float: "Float64"}
+
+
+@cache
+def dtypes(kind: str) -> dict[str, str]:
+    """Column name -> pandas dtype for the frames of ``kind`` (in dataclass field order)."""
+    cls = schema.EVENT_TYPES[kind]
+    out: dict[str, str] = {}
+    for name, tp in typing.get_type_hints(cls).items():
+        if typing.get_origin(tp) is typing.ClassVar:
+            continue
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        out[name] = _NULLABLE[args[0]] if args else _DTYPES[tp]
+    order = [f.name for f in dataclasses.fields(cls)]
+    return {name: out[name] for name in order}
+
+
+@cache
+def _defaults(kind: str) -> dict[str, object]:
+    """Field defaults (``None`` for optional fields): fill for a column an older part lacks."""
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(schema.EVENT_TYPES[kind])
+        if f.default is not dataclasses.MISSING
+    }
+
+
+def _column(dtype: str, values: list[object]) -> pd.api.extensions.ExtensionArray | np.ndarray:
+    if dtype == "Float64":
+        mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+        data = np.fromiter(
+            (np.nan if v is None else v for v in values), dtype=np.float64, count=len(values)
+        )
+        return pd.arrays.FloatingArray(data, mask)
+    if dtype == "Int64":
+        return pd.array(values, dtype="Int64")
+    if dtype == "str":
+        return pd.array(values, dtype="str")
+    return np.asarray(values, dtype=dtype)
+
+
+def events_to_frame(kind: str, events: Sequence[schema.Event]) -> pd.DataFrame:
+    """One frame of ``kind`` from events of that kind (one row per event, input order).
+
+    Raises ``TypeError`` if an event is of another kind: mixing kinds is a caller bug.
+    """
+    cls = schema.EVENT_TYPES[kind]
+    for ev in events:
+        if type(ev) is not cls:
+            raise TypeError(f"events_to_frame({kind!r}) got a {type(ev).__name__}")
+    cols = {
+        name: _column(dtype, [getattr(ev, name) for ev in events])
+        for name, dtype in dtypes(kind).items()
+    }
+    return pd.DataFrame(cols)
+
+
+def empty_frame(kind: str) -> pd.DataFrame:
+    """A frame of ``kind`` with no rows and every column."""
+    return events_to_frame(kind, [])
+
+
+def conform(kind: str, df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with exactly the columns and dtypes of ``kind``.
+
+    A column an older part lacks (a field added since, a minor schema bump) is filled with the
+    field's default; a column the schema no longer has is dropped.
+    """
+    out = {}
+    for name, dtype in dtypes(kind).items():
+        if name in df.columns:
+            col = df[name]
+            out[name] = col if str(col.dtype) == dtype else col.astype(dtype)
+        else:
+            default = _defaults(kind).get(name)
+            out[name] = _column(dtype, [default] * len(df))
+    return pd.DataFrame(out, index=df.index)
+
+
+def table_to_frame(kind: str, table: pa.Table) -> pd.DataFrame:
+    """A frame of ``kind`` from an Arrow table (a Parquet part), keeping NaN apart from null."""
+    df = table.to_pandas()
+    for name, dtype in dtypes(kind).items():
+        if dtype == "Float64" and name in table.column_names:
+            col = table.column(name)
+            mask = col.is_null().to_numpy(zero_copy_only=False)
+            data = col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+            df[name] = pd.arrays.FloatingArray(np.asarray(data, dtype=np.float64), mask)
+    return conform(kind, df)
+
+
+def frame_to_table(kind: str, df: pd.DataFrame) -> pa.Table:
+    """The Arrow table written to a Parquet part for a frame of ``kind``."""
+    return pa.Table.from_pandas(conform(kind, df), preserve_index=False)

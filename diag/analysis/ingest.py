@@ -1,0 +1,243 @@
+"""The ingest core: validate a batch, drop events already stored, log it durably, then store it.
+
+No gRPC here (``diag.analysis.service`` is the thin adapter); every public method is thread-safe
+behind one lock.
+
+The exactly-once guarantee, for a daemon that resends every batch it has not seen acknowledged:
+
+- an event is accepted iff ``seq > high_water[source]`` (each source numbers its events 0, 1, ...
+  and sends them in order, gaps allowed);
+- accepted events are appended to the write-ahead log and fsynced *before* the reply, so an
+  acknowledged event survives a SIGKILL;
+- at start-up the high-water marks are rebuilt from the Parquet parts and the WAL. WAL events
+  are matched against the parts by exact ``(source, seq)``, not by high-water mark, because a crash
+  in the middle of a flush can leave one kind's part written and another's not.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from google.protobuf.message import DecodeError
+
+from diag import schema
+from diag.analysis import wal as wal_mod
+from diag.analysis.store import RunStore
+from diag.analysis.summary import RunSummary, summarize
+from diag.errors import InputError, SchemaError, TransportError
+from diag.proto import diag_pb2 as pb
+from diag.transport import codec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """The answer to one batch: events newly stored, and events dropped as already stored."""
+
+    num_accepted: int
+    num_duplicates: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What start-up found: WAL events replayed into the store (``num_replayed``), WAL events
+    already in Parquet parts (``num_already_stored``, a crash between a flush and the WAL delete),
+    WAL files with a torn tail, and corrupt parts moved aside (their new ``*.corrupt`` paths)."""
+
+    num_wal_files: int
+    num_replayed: int
+    num_already_stored: int
+    num_torn_wal_files: int
+    corrupt_parts: tuple[Path, ...]
+
+
+def _lock_run_dir(store: RunStore) -> IO[str]:
+    """Refuse a second analyzer process on the same run directory (two WAL writers would each
+    replay and fold the other's files). A POSIX record lock: per process, released by the kernel
+    when the process dies, even by SIGKILL."""
+    fh = open(store.store_dir / "analyzer.lock", "a+")  # noqa: SIM115 - held while serving
+    try:
+        fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "?"
+        fh.close()
+        raise InputError(f"{store.run_dir} is in use by another analyzer (pid {holder})") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+class IngestCore:
+    """Deduplicating, write-ahead-logged ingest into a :class:`RunStore`.
+
+    Construction recovers the run directory (moves corrupt parts aside, replays leftover WAL files,
+    folds them into parts) and rebuilds the high-water marks; :attr:`recovery` says what it found.
+    ``clock`` gives the analyzer's wall time in nanoseconds (the ``analyzer_time_ns`` of replies).
+    """
+
+    def __init__(self, store: RunStore, clock: Callable[[], int] = time.time_ns) -> None:
+        self.store = store
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._high_water: dict[str, int] = {}
+        self._closed = False
+        store.wal_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock_run_dir(store)
+        self.recovery = self._recover()
+        self._wal = wal_mod.WalWriter(store.wal_dir)
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def _recover(self) -> RecoveryReport:
+        corrupt = self.store.quarantine_corrupt_parts()
+        for kind in self.store.kinds():
+            self._raise_marks(self.store.frame(kind).groupby("source")["seq"].max().items())
+        paths = wal_mod.wal_paths(self.store.wal_dir)
+        events: list[schema.Event] = []
+        torn = 0
+        for path in paths:
+            contents = wal_mod.read_wal(path)
+            if contents.num_trailing_bytes:
+                torn += 1
+                log.warning(
+                    "WAL %s ends in a torn frame (%d bytes, a crash mid-write); kept its %d whole "
+                    "frames",
+                    path,
+                    contents.num_trailing_bytes,
+                    len(contents.payloads),
+                )
+            for i, payload in enumerate(contents.payloads):
+                try:
+                    events += codec.events_from_batch(pb.EventBatch.FromString(payload))
+                except (DecodeError, SchemaError) as exc:
+                    log.warning("WAL %s frame %d is unreadable, skipped: %s", path, i, exc)
+        replay, num_stored = self._not_in_parts(events)
+        self.store.append(replay)
+        self._raise_marks((ev.source, ev.seq) for ev in replay)
+        if paths:
+            try:
+                self.store.flush()
+                wal_mod.WalWriter(self.store.wal_dir).delete_closed()
+            except OSError as exc:
+                log.warning("cannot fold the WAL into parts yet (kept it): %s", exc)
+            log.info(
+                "recovered %d events from %d WAL files (%d were already stored)",
+                len(replay),
+                len(paths),
+                num_stored,
+            )
+        return RecoveryReport(len(paths), len(replay), num_stored, torn, tuple(corrupt))
+
+    def _not_in_parts(self, events: list[schema.Event]) -> tuple[list[schema.Event], int]:
+        """WAL events that no part holds yet (by exact key), each once, in WAL order."""
+        seen: set[tuple[str, int]] = set()
+        by_kind: dict[str, set[str]] = {}
+        for ev in events:
+            by_kind.setdefault(type(ev).kind, set()).add(ev.source)
+        for kind, sources in by_kind.items():
+            df = self.store.frame(kind)
+            df = df[df["source"].isin(list(sources))]
+            seen.update(zip(df["source"].tolist(), df["seq"].tolist(), strict=True))
+        out = []
+        for ev in events:
+            key = (ev.source, ev.seq)
+            if key not in seen:
+                seen.add(key)
+                out.append(ev)
+        return out, len(events) - len(out)
+
+    def _raise_marks(self, pairs: Iterable[tuple[str, int]]) -> None:
+        hw = self._high_water
+        for source, seq in pairs:
+            if seq > hw.get(source, -1):
+                hw[source] = int(seq)
+
+    # -- ingest -------------------------------------------------------------------------------
+
+    def ingest(self, batch: pb.EventBatch) -> IngestResult:
+        """Store the new events of ``batch``; durable (WAL, fsynced) when this returns.
+
+        Raises :class:`SchemaError` (one line) if any event is invalid: then nothing is stored.
+        Raises ``OSError`` if the WAL cannot be written: then nothing is stored or acknowledged.
+        """
+        events = codec.events_from_batch(batch)
+        with self._lock:
+            if self._closed:
+                raise TransportError("the analyzer is shutting down")
+            marks: dict[str, int] = {}
+            keep: list[int] = []
+            for i, ev in enumerate(events):
+                if ev.seq > marks.get(ev.source, self._high_water.get(ev.source, -1)):
+                    marks[ev.source] = ev.seq
+                    keep.append(i)
+            if keep:
+                if len(keep) == len(events):
+                    payload = batch.SerializeToString()
+                else:
+                    out = pb.EventBatch(
+                        schema_version=batch.schema_version,
+                        sender=batch.sender,
+                        sent_ns=batch.sent_ns,
+                    )
+                    out.events.extend(batch.events[i] for i in keep)
+                    payload = out.SerializeToString()
+                self._wal.append(payload)
+                self._high_water.update(marks)
+                self.store.append(events[i] for i in keep)
+            return IngestResult(len(keep), len(events) - len(keep))
+
+    def flush(self) -> int:
+        """Fold buffered events into Parquet parts and delete the WAL files they came from.
+
+        Returns the number of parts written. On an ``OSError`` the unwritten rows stay buffered and
+        the WAL is kept; the next flush retries.
+        """
+        with self._lock:
+            if self._closed or not self.store.num_buffered:
+                return 0
+            self._wal.rotate()
+            parts = self.store.flush()
+            self._wal.delete_closed()
+            return len(parts)
+
+    def close(self) -> None:
+        """Final flush; later ingests are refused. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self.flush()
+            finally:
+                self._wal.close()
+                self._closed = True
+                self._lock_file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def high_water(self) -> dict[str, int]:
+        """A copy of the per-source high-water marks (the largest ``seq`` stored per source)."""
+        with self._lock:
+            return dict(self._high_water)
+
+    def summarize(self) -> RunSummary:
+        """:func:`diag.analysis.summary.summarize` of the store, taken under the lock."""
+        with self._lock:
+            return summarize(self.store)
+
+    def summary_json(self) -> dict[str, Any]:
+        """``summarize().to_json()``: the ``diag report --json`` object (works after close too)."""
+        return self.summarize().to_json()

@@ -1,0 +1,140 @@
+"""The analyzer's gRPC service: a thin adapter over :class:`~diag.analysis.ingest.IngestCore`.
+
+``Ingest`` takes the raw request bytes (no deserializer in front of it) so that garbage is answered
+like any other malformed batch: ``INVALID_ARGUMENT`` with one line, nothing stored. ``Time`` answers
+the analyzer's wall clock for the daemons' NTP-style offset; ``Summary`` the ``diag report --json``
+object of the run so far. :func:`serve` is the composition: store, core, server, flush thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent import futures
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from diag import schema
+from diag.analysis.ingest import IngestCore
+from diag.analysis.store import RunStore
+from diag.config import AnalyzerConfig
+from diag.errors import SchemaError, TransportError
+from diag.proto import diag_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "diag.v1.Analyzer"
+
+
+def parse_batch(data: bytes | pb.EventBatch) -> pb.EventBatch:
+    """An ``EventBatch`` from request bytes; :class:`SchemaError` (one line) if they are not one."""
+    if isinstance(data, pb.EventBatch):
+        return data
+    batch = pb.EventBatch()
+    try:
+        batch.ParseFromString(data)
+    except (DecodeError, RuntimeError) as exc:
+        raise SchemaError(f"malformed event batch ({len(data)} bytes): {exc}") from None
+    return batch
+
+
+class AnalyzerServicer:
+    """The ``diag.v1.Analyzer`` methods; ``Ingest`` takes a proto message or raw bytes."""
+
+    def __init__(self, core: IngestCore) -> None:
+        self.core = core
+
+    def Ingest(
+        self, request: bytes | pb.EventBatch, context: grpc.ServicerContext
+    ) -> pb.IngestReply:
+        try:
+            batch = parse_batch(request)
+            result = self.core.ingest(batch)
+        except SchemaError as exc:
+            message = " ".join(str(exc).split())
+            log.warning("rejected a batch from %s: %s", context.peer(), message)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        except (OSError, TransportError) as exc:
+            message = " ".join(str(exc).split())
+            log.error("cannot store a batch (not acknowledged): %s", message)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"analyzer cannot store events: {message}")
+        return pb.IngestReply(
+            num_accepted=result.num_accepted,
+            num_duplicates=result.num_duplicates,
+            analyzer_time_ns=self.core.clock(),
+            schema_version=schema.SCHEMA_VERSION,
+        )
+
+    def Time(self, request: pb.TimeRequest, context: grpc.ServicerContext) -> pb.TimeReply:
+        return pb.TimeReply(analyzer_time_ns=time.time_ns())
+
+    def Summary(self, request: pb.SummaryRequest, context: grpc.ServicerContext) -> pb.SummaryReply:
+        return pb.SummaryReply(json=json.dumps(self.core.summary_json()))
+
+
+def add_to_server(servicer: AnalyzerServicer, server: grpc.Server) -> None:
+    """Register the servicer; ``Ingest`` gets raw bytes (see the module docstring)."""
+    handlers: dict[str, grpc.RpcMethodHandler] = {
+        "Ingest": grpc.unary_unary_rpc_method_handler(
+            servicer.Ingest,
+            request_deserializer=None,
+            response_serializer=pb.IngestReply.SerializeToString,
+        ),
+        "Time": grpc.unary_unary_rpc_method_handler(
+            servicer.Time,
+            request_deserializer=pb.TimeRequest.FromString,
+            response_serializer=pb.TimeReply.SerializeToString,
+        ),
+        "Summary": grpc.unary_unary_rpc_method_handler(
+            servicer.Summary,
+            request_deserializer=pb.SummaryRequest.FromString,
+            response_serializer=pb.SummaryReply.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+
+
+def _flush_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> None:
+    while not stop.wait(interval_s) and not core.closed:
+        try:
+            core.flush()
+        except Exception:  # keep ingesting: the WAL still holds everything not yet in parts
+            log.exception("periodic flush failed; will retry")
+
+
+def serve(cfg: AnalyzerConfig) -> tuple[grpc.Server, int, IngestCore]:
+    """Open (recovering) the store at ``cfg.run_dir``, start the server on ``cfg.bind`` and the
+    flush thread. Returns the started server, the bound port and the core.
+
+    To stop: ``server.stop(grace).wait()`` then ``core.close()`` (final flush; ends the thread).
+    """
+    if not cfg.run_dir:
+        raise TransportError("the analyzer needs a run directory")
+    core = IngestCore(RunStore.create(cfg.run_dir))
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", cfg.max_message_bytes),
+        ("grpc.max_send_message_length", cfg.max_message_bytes),
+        # One analyzer per port: without this, grpc lets a second process bind the same port.
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
+    add_to_server(AnalyzerServicer(core), server)
+    try:
+        port = server.add_insecure_port(cfg.bind)
+    except RuntimeError as exc:
+        core.close()
+        raise TransportError(f"cannot bind {cfg.bind}: {exc}") from None
+    if port == 0:
+        core.close()
+        raise TransportError(f"cannot bind {cfg.bind}")
+    server.start()
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=_flush_loop, args=(core, cfg.flush_interval_s, stop), name="diag-flush", daemon=True
+    )
+    thread.start()
+    return server, port, core

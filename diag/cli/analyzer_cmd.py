@@ -1,0 +1,113 @@
+"""``diag analyzer``: serve the analyzer over gRPC into a run directory until SIGTERM/SIGINT.
+
+Prints ``analyzer listening on HOST:PORT`` on stdout once it accepts connections (and writes the
+port to ``--port-file``, atomically, for scripts that bound port 0). On SIGTERM or SIGINT it stops
+taking requests, folds everything into Parquet parts and exits 0. Logs go to stderr (warnings) and
+``RUN_DIR/logs/analyzer.log`` (info).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from diag.config import AnalyzerConfig, load_config
+from diag.errors import InputError
+
+HELP = "the analyzer service: ingest events over gRPC into a run directory"
+
+log = logging.getLogger(__name__)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run-dir", required=True, help="run directory (created if missing)")
+    parser.add_argument("--bind", default=None, help="HOST:PORT to listen on (127.0.0.1:0)")
+    parser.add_argument("--port-file", default=None, help="write the bound port to this file")
+    parser.add_argument("--config", default=None, help="TOML config file ([analyzer] table)")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (as in a bind address) is reachable only from this machine."""
+    name = host.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def write_port_file(path: str | Path, port: int) -> None:
+    """Write ``port`` to ``path`` atomically (a reader never sees a partial file)."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, target)
+
+
+def _log_to_file(run_dir: Path) -> logging.Handler:
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(logs / "analyzer.log")
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+    diag_logger = logging.getLogger("diag")
+    diag_logger.addHandler(handler)
+    if diag_logger.getEffectiveLevel() > logging.INFO:
+        # Record INFO for the file, while the console handlers keep the level they had.
+        root_level = logging.getLogger().getEffectiveLevel()
+        for h in logging.getLogger().handlers:
+            if h.level < root_level:
+                h.setLevel(root_level)
+        diag_logger.setLevel(logging.INFO)
+    return handler
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg: AnalyzerConfig = load_config(
+        "analyzer", file=args.config, overrides={"run_dir": args.run_dir, "bind": args.bind}
+    )
+    run_dir = Path(cfg.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError(f"{run_dir} is not a directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handler = _log_to_file(run_dir)
+    from diag.analysis.service import serve  # grpc and pandas only for this command
+
+    host = cfg.bind.rsplit(":", 1)[0]
+    if not is_loopback(host):
+        log.warning(
+            "binding %s: the analyzer accepts unauthenticated events from other machines", cfg.bind
+        )
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    try:
+        server, port, core = serve(cfg)
+        previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            if core.recovery.num_wal_files or core.recovery.corrupt_parts:
+                log.info("start-up recovery: %s", core.recovery)
+            if args.port_file:
+                write_port_file(args.port_file, port)
+            print(f"analyzer listening on {host}:{port}", flush=True)
+            log.info("analyzer listening on %s:%d, run dir %s", host, port, run_dir)
+            stop.wait()
+            log.info("stopping")
+        finally:
+            server.stop(grace=2.0).wait()
+            core.close()
+            for s, h in previous.items():
+                signal.signal(s, h)
+    finally:
+        logging.getLogger("diag").removeHandler(handler)
+        handler.close()
+    return 0
