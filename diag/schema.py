@@ -4,9 +4,9 @@ Every event is a frozen dataclass carrying the common envelope (:class:`Event`) 
 The same field names appear in the dataclass, in the proto message (``diag/proto/diag.proto``) and
 in the DataFrame columns built by :func:`diag.analysis.frames.events_to_frame`.
 
-Units live in field names: ``*_ns`` nanoseconds, ``*_bytes`` bytes, ``*_mhz``, ``*_c`` (Celsius),
-``*_w`` (watts), ``*_pct`` (0-100). Counters start with ``num_``. Timestamps ``*_ns`` that are points
-in time (``ts_ns``, ``start_ns``, ``end_ns``, ``enqueue_ns``) are wall-clock nanoseconds since the
+Units live in field names: ``*_ns`` nanoseconds, ``*_bytes`` bytes, ``*_mhz``, ``*_c``
+(Celsius), ``*_w`` (watts), ``*_pct`` (0-100). Counters start with ``num_``. Timestamps that are
+points in time (``ts_ns``, ``start_ns``, ``end_ns``, ``enqueue_ns``) are wall-clock nanoseconds since the
 Unix epoch on the emitting host; the daemon measures each host's offset to the analyzer's clock
 (:class:`ClockSync`) so the analysis can align hosts. Durations are measured with a monotonic clock.
 
@@ -31,9 +31,10 @@ SCHEMA_MAJOR = 1
 class Event:
     """The envelope every event carries.
 
-    ``source`` names the emitter (``"<host>/rank<r>/<pid>"`` for a hook, ``"<host>/daemon/<pid>"`` for a
-    daemon) and ``seq`` counts its events from 0 without reuse, so ``(source, seq)`` identifies an
-    event exactly once; the analyzer drops repeats of it (replays after an outage).
+    ``source`` names the emitter (``"<host>/rank<r>/<pid>"`` for a hook, ``"<host>/daemon/<pid>"``
+    for a daemon, ``"<host>/launcher/<pid>"`` for ``diag run``) and ``seq`` counts its events from 0
+    without reuse, so ``(source, seq)`` identifies an event exactly once; the analyzer drops repeats
+    of it (replays after an outage).
     ``rank``/``local_rank`` are -1 for node-level events; ``step`` is -1 when not tied to a step.
     """
 
