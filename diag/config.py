@@ -75,7 +75,11 @@ class AnalyzerConfig:
     max_message_bytes: int = 64 * 1024 * 1024
 
 
-_SECTIONS: dict[str, type] = {"hook": HookConfig, "daemon": DaemonConfig, "analyzer": AnalyzerConfig}
+_SECTIONS: dict[str, type] = {
+    "hook": HookConfig,
+    "daemon": DaemonConfig,
+    "analyzer": AnalyzerConfig,
+}
 T = TypeVar("T")
 
 
@@ -105,7 +109,9 @@ def _apply(cls: type[T], values: dict[str, Any], layer: Mapping[str, Any], where
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for key, raw in layer.items():
         if key not in names:
-            raise ConfigError(f"unknown setting {key!r} in {where} (known: {', '.join(sorted(names))})")
+            raise ConfigError(
+                f"unknown setting {key!r} in {where} (known: {', '.join(sorted(names))})"
+            )
         values[key] = _coerce(cls, key, raw)
 
 

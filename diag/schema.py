@@ -6,9 +6,10 @@ in the DataFrame columns built by :func:`diag.analysis.frames.events_to_frame`.
 
 Units live in field names: ``*_ns`` nanoseconds, ``*_bytes`` bytes, ``*_mhz``, ``*_c``
 (Celsius), ``*_w`` (watts), ``*_pct`` (0-100). Counters start with ``num_``. Timestamps that are
-points in time (``ts_ns``, ``start_ns``, ``end_ns``, ``enqueue_ns``) are wall-clock nanoseconds since the
-Unix epoch on the emitting host; the daemon measures each host's offset to the analyzer's clock
-(:class:`ClockSync`) so the analysis can align hosts. Durations are measured with a monotonic clock.
+points in time (``ts_ns``, ``start_ns``, ``end_ns``, ``enqueue_ns``) are wall-clock nanoseconds
+since the Unix epoch on the emitting host; the daemon measures each host's offset to the
+analyzer's clock (:class:`ClockSync`) so the analysis can align hosts. Durations are measured
+with a monotonic clock.
 
 Optional fields are ``None`` when the source cannot give them (for example gloo records no
 collective durations); the proto carries them as proto3 ``optional`` fields so ``None`` survives.
