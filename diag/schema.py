@@ -32,10 +32,10 @@ SCHEMA_MAJOR = 1
 class Event:
     """The envelope every event carries.
 
-    ``source`` names the emitter (``"<host>/rank<r>/<pid>"`` for a hook, ``"<host>/daemon/<pid>"``
-    for a daemon, ``"<host>/launcher/<pid>"`` for ``diag run``) and ``seq`` counts its events from 0
-    without reuse, so ``(source, seq)`` identifies an event exactly once; the analyzer drops repeats
-    of it (replays after an outage).
+    ``source`` names the emitter (``"<host>/rank<r>/<pid>"`` for a hook,
+    ``"<host>/daemon/<pid>.<start ms>"`` for a daemon, ``"<host>/launcher/<pid>"`` for
+    ``diag run``) and ``seq`` counts its events from 0 without reuse, so ``(source, seq)``
+    identifies an event exactly once; the analyzer drops repeats of it (replays after an outage).
     ``rank``/``local_rank`` are -1 for node-level events; ``step`` is -1 when not tied to a step.
     """
 

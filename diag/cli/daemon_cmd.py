@@ -1,0 +1,58 @@
+"""``diag daemon``: run the per-node daemon until SIGTERM or SIGINT, then flush and exit 0.
+
+``diag run`` starts it as ``diag daemon --listen SOCK --analyzer HOST:PORT --spool DIR ...`` and
+waits for ``SOCK`` to exist: the daemon creates it atomically, already listening. Logs go to
+stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from types import FrameType
+
+HELP = "the per-node daemon: collect from local ranks and GPUs, ship to the analyzer"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", metavar="SOCK", help="Unix socket the local hooks connect to")
+    parser.add_argument("--analyzer", metavar="HOST:PORT", help="the analyzer's gRPC address")
+    parser.add_argument("--spool", metavar="DIR", help="spool directory (kept across restarts)")
+    parser.add_argument("--gpu-backend", choices=("nvml", "fake", "none"), help="GPU telemetry")
+    parser.add_argument("--fake-gpus", type=int, metavar="N", help="devices of the fake backend")
+    parser.add_argument("--job-id", metavar="ID", help="job id stamped on the daemon's events")
+    parser.add_argument("--host", metavar="NAME", help="host name to report (default: DIAG_HOST)")
+    parser.add_argument("--config", metavar="FILE", help="TOML file with a [daemon] table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from diag.agent.daemon import Daemon
+    from diag.config import load_config
+
+    cfg = load_config(
+        "daemon",
+        file=args.config,
+        overrides={
+            "listen_sock": args.listen,
+            "analyzer": args.analyzer,
+            "spool_dir": args.spool,
+            "gpu_backend": args.gpu_backend,
+            "fake_gpus": args.fake_gpus,
+            "job_id": args.job_id,
+            "host": args.host,
+        },
+    )
+    if not getattr(args, "verbose", False):
+        logging.getLogger("diag").setLevel(logging.INFO)
+    daemon = Daemon.from_config(cfg)
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        # Not inline: the main thread may hold the lock request_stop() takes when the signal lands.
+        threading.Thread(target=daemon.request_stop, name="diag-stop", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    daemon.run()
+    return 0

@@ -1,0 +1,115 @@
+"""The daemon's gRPC client for the analyzer's ``Analyzer`` service.
+
+Every gRPC failure becomes a one-line :class:`~diag.errors.TransportError`; a batch the analyzer
+refuses as malformed (``INVALID_ARGUMENT``) is a :class:`BatchRejected`, which retrying cannot fix.
+Calls fail fast while the analyzer is down (no ``wait_for_ready``); the channel retries connecting
+every 0.2-2 s so a restarted analyzer is found again quickly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import grpc
+
+from diag.errors import TransportError
+from diag.proto import diag_pb2 as pb
+from diag.proto import diag_pb2_grpc
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_INGEST_METHOD = "/diag.v1.Analyzer/Ingest"
+
+
+class BatchRejected(TransportError):
+    """The analyzer refused a batch as malformed (``INVALID_ARGUMENT``): do not resend it."""
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class AnalyzerClient:
+    """A connection to the analyzer at ``target`` (``host:port``); ``timeout_s`` bounds a call."""
+
+    def __init__(
+        self,
+        target: str,
+        timeout_s: float = 5.0,
+        *,
+        wall_clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self._wall_clock = wall_clock
+        self._channel = grpc.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.initial_reconnect_backoff_ms", 200),
+                ("grpc.min_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 2000),
+                ("grpc.enable_retries", 0),
+            ],
+        )
+        self._stub = diag_pb2_grpc.AnalyzerStub(self._channel)
+        # Already-serialized batches (from the spool) go out as they are, without a parse.
+        self._ingest_raw = self._channel.unary_unary(
+            _INGEST_METHOD,
+            request_serializer=_identity,
+            response_deserializer=pb.IngestReply.FromString,
+        )
+
+    def _error(self, call: str, exc: grpc.RpcError) -> TransportError:
+        code = exc.code() if isinstance(exc, grpc.Call) else None
+        details = (exc.details() if isinstance(exc, grpc.Call) else str(exc)) or ""
+        name = code.name if code is not None else "ERROR"
+        first = details.splitlines()[0] if details else ""
+        line = f"analyzer {self.target}: {call} failed: {name}: {first}"
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return BatchRejected(line)
+        return TransportError(line)
+
+    def ingest(self, batch: bytes | pb.EventBatch) -> pb.IngestReply:
+        """Send one batch (serialized ``EventBatch`` bytes or the message); the analyzer's reply."""
+        try:
+            if isinstance(batch, bytes):
+                reply: pb.IngestReply = self._ingest_raw(batch, timeout=self.timeout_s)
+            else:
+                reply = self._stub.Ingest(batch, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("Ingest", exc) from None
+        return reply
+
+    def time_sync(self) -> tuple[int, int]:
+        """``(offset_ns, rtt_ns)`` to the analyzer's clock: ``analyzer_time = local + offset_ns``.
+
+        NTP-style over one round trip: the analyzer's time is taken to be read at the midpoint, so
+        the error is at most ``rtt_ns / 2``.
+        """
+        t0 = self._wall_clock()
+        try:
+            reply = self._stub.Time(pb.TimeRequest(client_send_ns=t0), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("Time", exc) from None
+        t1 = self._wall_clock()
+        return reply.analyzer_time_ns - (t0 + t1) // 2, t1 - t0
+
+    def summary(self, run_dir: str = "") -> str:
+        """The analyzer's live run summary as JSON text."""
+        try:
+            reply = self._stub.Summary(pb.SummaryRequest(run_dir=run_dir), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("Summary", exc) from None
+        return str(reply.json)
+
+    def close(self) -> None:
+        """Close the channel; calls in flight fail with ``CANCELLED``."""
+        self._channel.close()
+
+    def __enter__(self) -> AnalyzerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
