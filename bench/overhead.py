@@ -1,0 +1,159 @@
+"""Step-time overhead of the always-on hook, A/B interleaved in one process.
+
+A world-size-1 gloo job (FileStore) trains a small DDP MLP whose forward also does calibrated real
+compute, so a step takes about 50 ms (and, in a second series, about 5 ms). Every step runs DDP's
+gradient all-reduce (C++) and one Python-level ``dist.all_reduce``. Blocks of steps alternate
+between hook installed and uninstalled (ABBA order); the hook sends to a real Unix socket read by
+a frame sink thread here, so encoding and sending are paid too.
+
+Prints, per step size, the median step time with and without the hook, the median overhead
+(relative to the no-hook median, and the median of per-block-pair overheads), and the worst case
+(p99 and max). Measured numbers only, no asserts.
+
+    .venv/bin/python bench/overhead.py [--reps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from diag.agent import hook
+from diag.config import HookConfig
+from diag.transport import codec, frames
+
+
+class FrameSink(threading.Thread):
+    """Accepts hook connections on a Unix socket and decodes every frame (counts events)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(daemon=True)
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(path)
+        self.server.listen()
+        self.num_events = 0
+
+    def run(self) -> None:
+        while True:
+            conn, _ = self.server.accept()
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        decoder = frames.FrameDecoder()
+        while data := conn.recv(1 << 16):
+            for frame in decoder.feed(data):
+                self.num_events += len(codec.decode_batch(frame)[1])
+
+
+def percentile(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=8, help="ABBA repetitions per step size")
+    args = p.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="diag-bench-")
+    sink = FrameSink(os.path.join(tmp, "daemon.sock"))
+    sink.start()
+    cfg = HookConfig(daemon_sock=os.path.join(tmp, "daemon.sock"))
+    hook.install(cfg)  # before the process group, so the Flight Recorder is sized
+    hook.uninstall()
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(os.path.join(tmp, "store"), 1),
+                            rank=0, world_size=1)  # fmt: skip
+    burn_a = torch.randn(128, 128)
+    iters = [0]
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            z = burn_a
+            for _ in range(iters[0]):
+                z = torch.tanh(z @ burn_a)
+            return self.net(x)
+
+    model = DistributedDataParallel(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = TensorDataset(torch.randn(4096, 64), torch.randn(4096, 1))
+    loader = iter(DataLoader(data, batch_size=32, shuffle=True))
+    token = torch.zeros(1)
+
+    def step() -> int:
+        nonlocal loader
+        t0 = time.perf_counter_ns()
+        try:
+            x, y = next(loader)
+        except StopIteration:
+            loader = iter(DataLoader(data, batch_size=32, shuffle=True))
+            x, y = next(loader)
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        dist.all_reduce(token)
+        opt.step()
+        return time.perf_counter_ns() - t0
+
+    def calibrate(target_ms: float) -> None:
+        iters[0] = 0
+        base = statistics.median(step() for _ in range(20))
+        iters[0] = 50
+        per_iter = (statistics.median(step() for _ in range(10)) - base) / 50
+        iters[0] = max(0, round((target_ms * 1e6 - base) / max(per_iter, 1.0)))
+
+    for target_ms, steps_per_block in ((50.0, 20), (5.0, 100)):
+        calibrate(target_ms)
+        times: dict[bool, list[int]] = {True: [], False: []}
+        pairs: list[float] = []
+        for rep in range(args.reps):
+            order = (True, False) if rep % 2 == 0 else (False, True)
+            block_median: dict[bool, float] = {}
+            for on in order:
+                if on:
+                    hook.install(cfg)
+                for _ in range(3):  # settle after (un)installing
+                    step()
+                block = [step() for _ in range(steps_per_block)]
+                if on:
+                    hook.uninstall()
+                times[on].extend(block)
+                block_median[on] = statistics.median(block)
+            pairs.append(block_median[True] / block_median[False] - 1)
+        on_t, off_t = times[True], times[False]
+        med_on, med_off = statistics.median(on_t), statistics.median(off_t)
+        p99_on, p99_off = percentile(on_t, 0.99), percentile(off_t, 0.99)
+        print(f"step ~{target_ms:.0f} ms ({len(on_t)} steps per arm, {args.reps} ABBA reps)")
+        print(f"  median  off {med_off / 1e6:8.3f} ms  on {med_on / 1e6:8.3f} ms  "
+              f"overhead {100 * (med_on / med_off - 1):+.3f} %  "
+              f"(median of block pairs {100 * statistics.median(pairs):+.3f} %, "
+              f"{(med_on - med_off) / 1e3:+.1f} us)")  # fmt: skip
+        print(f"  p99     off {p99_off / 1e6:8.3f} ms  on {p99_on / 1e6:8.3f} ms  "
+              f"overhead {100 * (p99_on / p99_off - 1):+.3f} %")  # fmt: skip
+        print(f"  max     off {max(off_t) / 1e6:8.3f} ms  on {max(on_t) / 1e6:8.3f} ms")
+    print(f"events received by the sink: {sink.num_events}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

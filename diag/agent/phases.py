@@ -1,0 +1,164 @@
+"""Per-step phase accounting on the training thread: cheap, allocation-light, never raises.
+
+A step runs from the end of the previous step (or the first observed activity: a DataLoader fetch,
+a backward, an optimizer step) to the end of the primary optimizer's ``step()``. Timed regions
+(data wait, backward, optimizer, checkpoint) may nest; each phase gets its *exclusive* time (an
+inner region's time is taken out of the outer one), so the phases partition the step:
+
+    data_wait_ns + forward_ns + backward_ns + optimizer_ns + checkpoint_ns + other_ns == duration_ns
+
+``forward_ns`` is an approximation: the time outside any region between the end of the last data
+fetch before the step's first backward (or the step start) and that backward's start. Everything
+else outside regions is ``other_ns``.
+
+``collective_wait_ns`` adds two kinds of blocking: (a) gradient synchronization inside backward,
+measured as the time from "local gradients done" (an autograd engine callback queued first) to the
+return of ``backward()`` (DDP/FSDP finalize and wait for their all-reduces there), minus any
+Python-level collective time already counted inside that tail; (b) time inside synchronous
+Python-level ``torch.distributed`` collectives. It overlaps the phases; ``compute_ns`` is
+``duration_ns - collective_wait_ns - data_wait_ns - checkpoint_ns``.
+
+The tracker emits plain tuples (see :data:`STEP_FIELDS`); the hook thread builds the events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+DATA, BACKWARD, OPTIMIZER, CHECKPOINT = 0, 1, 2, 3
+
+#: Layout of the ``("step", ...)`` record the tracker emits (after the tag).
+STEP_FIELDS = (
+    "step",
+    "start_perf_ns",
+    "end_perf_ns",
+    "data_wait_ns",
+    "forward_ns",
+    "backward_ns",
+    "optimizer_ns",
+    "checkpoint_ns",
+    "other_ns",
+    "collective_wait_ns",
+    "loss",
+    "num_backward",
+    "num_collectives",
+)
+
+
+class StepTracker:
+    """Accumulates one step's phases from region enter/exit calls made by the hook's wrappers.
+
+    ``emit`` receives ``("start", perf_ns)`` once at the first activity and one
+    ``("step", *STEP_FIELDS)`` tuple per finished step. ``clock`` is a monotonic ns clock.
+    """
+
+    def __init__(
+        self,
+        emit: Callable[[tuple[Any, ...]], None],
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self._emit = emit
+        self._clock = clock
+        self.step = 0  # index of the step in progress
+        self.started = False
+        self.primary_optimizer: int | None = None
+        self._start = 0
+        self._stack: list[list[int]] = []  # [phase, t0, child_ns]
+        self._reset(0)
+
+    def _reset(self, now: int) -> None:
+        self._start = now
+        self._acc = [0, 0, 0, 0]
+        self._last_top_end = now
+        self._fwd_gap = 0
+        self._forward_ns = 0
+        self._seen_backward = False
+        self.py_coll_ns = 0  # time in synchronous Python-level collectives this step
+        self._grad_sync_ns = 0
+        self._loss: Any = None
+        self._num_backward = 0
+        self._num_coll = 0
+        self._stack.clear()
+
+    def _begin(self, now: int) -> None:
+        self.started = True
+        self._reset(now)
+        self._emit(("start", now))
+
+    def enter(self, phase: int, now: int) -> bool:
+        """Open a region; False if untracked (no step started and this one cannot start it)."""
+        if not self.started:
+            if phase == CHECKPOINT:
+                return False
+            self._begin(now)
+        stack = self._stack
+        if not stack:
+            if not self._seen_backward:
+                self._fwd_gap += now - self._last_top_end
+            if phase == BACKWARD and not self._seen_backward:
+                self._seen_backward = True
+                self._forward_ns = self._fwd_gap
+        stack.append([phase, now, 0])
+        return True
+
+    def exit(self, phase: int, now: int) -> None:
+        """Close the innermost open ``phase`` region (unwinding any an exception left open)."""
+        stack = self._stack
+        while stack:
+            region = stack.pop()
+            dur = now - region[1]
+            self._acc[region[0]] += dur - region[2]
+            if stack:
+                stack[-1][2] += dur
+            else:
+                self._last_top_end = now
+                if region[0] == DATA and not self._seen_backward:
+                    self._fwd_gap = 0
+            if region[0] == phase:
+                return
+
+    def add_backward(self, loss: Any, grad_sync_ns: int) -> None:
+        """Record one finished backward: its loss (float, a device tensor or None) and sync wait."""
+        self._num_backward += 1
+        if loss is not None:
+            self._loss = loss
+        self._grad_sync_ns += max(0, grad_sync_ns)
+
+    def add_collective(self, duration_ns: int, sync: bool) -> None:
+        """Record one Python-level collective call of this step (sync ones count as wait)."""
+        self._num_coll += 1
+        if sync:
+            self.py_coll_ns += duration_ns
+
+    def end_step(self, now: int) -> None:
+        """The primary optimizer finished ``step()``: emit the step and start the next one."""
+        if not self.started:
+            self._begin(now)
+        while self._stack:
+            self.exit(self._stack[-1][0], now)
+        duration = now - self._start
+        data, backward, optimizer, checkpoint = self._acc
+        forward = self._forward_ns
+        other = duration - data - backward - optimizer - checkpoint - forward
+        self._emit(
+            (
+                "step",
+                self.step,
+                self._start,
+                now,
+                data,
+                forward,
+                backward,
+                optimizer,
+                checkpoint,
+                other,
+                self.py_coll_ns + self._grad_sync_ns,
+                self._loss,
+                self._num_backward,
+                self._num_coll,
+            )
+        )
+        self.step += 1
+        self._reset(now)

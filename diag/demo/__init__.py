@@ -1,0 +1,1 @@
+"""Demo workloads for trying diag: ordinary training scripts that know nothing about diag."""

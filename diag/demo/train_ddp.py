@@ -1,0 +1,139 @@
+"""A small, ordinary DDP training script (gloo, CPU) to run under ``torchrun``; it knows no diag.
+
+    torchrun --standalone --nproc_per_node 2 -m diag.demo.train_ddp --steps 60 --slow-rank 1
+
+Every rank prints ``rank <r> step <i> loss <repr(float)>`` after each optimizer step (the exact
+float, so a test can compare it with what the hook recorded). ``--slow-rank`` does about
+``--slow-ms`` of extra real compute (matrix products) inside its forward each step; a
+``--data-stall-rank`` sleeps ``--data-stall-ms`` per batch inside its dataset. Rank 0 saves a
+checkpoint with ``torch.save`` every ``--save-every`` steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+
+
+class Burner:
+    """Real CPU work of about ``ms`` milliseconds: repeated 128x128 matrix products."""
+
+    def __init__(self, ms: float) -> None:
+        self.a = torch.randn(128, 128)
+        self.iters = 0
+        if ms > 0:
+            self.run(20)  # warm up
+            t0 = time.perf_counter()
+            self.run(50)
+            per_iter_s = (time.perf_counter() - t0) / 50
+            self.iters = max(1, round(ms / 1000 / per_iter_s))
+
+    def run(self, iters: int | None = None) -> None:
+        x = self.a
+        for _ in range(self.iters if iters is None else iters):
+            x = torch.tanh(x @ self.a)
+
+
+class Net(nn.Module):
+    def __init__(self, dim: int, hidden: int, burner: Burner | None) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
+        self.head = nn.Sequential(nn.ReLU(), nn.Linear(hidden, 1))
+        self.burner = burner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.burner is not None:
+            self.burner.run()
+        return self.head(self.body(x))
+
+
+class Stalling(Dataset[tuple[torch.Tensor, ...]]):
+    """Sleeps ``per_item_s`` in every ``__getitem__`` of a dataset (a slow input pipeline)."""
+
+    def __init__(self, inner: TensorDataset, per_item_s: float) -> None:
+        self.inner = inner
+        self.per_item_s = per_item_s
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        time.sleep(self.per_item_s)
+        return self.inner[index]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-ms", type=float, default=30.0)
+    p.add_argument("--data-stall-rank", type=int, default=-1)
+    p.add_argument("--data-stall-ms", type=float, default=20.0)
+    p.add_argument("--save-every", type=int, default=20, help="0 = never")
+    p.add_argument("--ckpt-dir", default="", help="default: a new temporary directory")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)
+
+    n = args.batch * world * 16
+    data = TensorDataset(torch.randn(n, args.dim), torch.randn(n, 1))
+    dataset: Dataset[tuple[torch.Tensor, ...]] = data
+    if rank == args.data_stall_rank:
+        dataset = Stalling(data, args.data_stall_ms / 1000 / args.batch)
+    sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
+        dataset, num_replicas=world, rank=rank, seed=args.seed
+    )
+    loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler, num_workers=0)
+
+    burner = Burner(args.slow_ms) if rank == args.slow_rank else None
+    model = DistributedDataParallel(Net(args.dim, args.hidden, burner))
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    loss_fn = nn.MSELoss()
+    ckpt_dir = args.ckpt_dir or (tempfile.mkdtemp(prefix="diag-demo-") if rank == 0 else "")
+
+    step, epoch = 0, 0
+    while step < args.steps:
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            # one write per line: ranks share the launcher's stdout
+            sys.stdout.write(f"rank {rank} step {step} loss {loss.item()!r}\n")
+            sys.stdout.flush()
+            step += 1
+            if rank == 0 and args.save_every and step % args.save_every == 0:
+                torch.save(
+                    {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()},
+                    os.path.join(ckpt_dir, f"step{step}.pt"),
+                )
+            if step >= args.steps:
+                break
+        epoch += 1
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Step phase accounting with an injected clock: nesting, partition, forward window."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diag.agent.phases import BACKWARD, CHECKPOINT, DATA, OPTIMIZER, STEP_FIELDS, StepTracker
+
+
+def run(script: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    out: list[tuple[Any, ...]] = []
+    t = StepTracker(out.append, clock=lambda: 0)
+    for action, phase, now in script:
+        if action == "enter":
+            t.enter(phase, now)
+        elif action == "exit":
+            t.exit(phase, now)
+        elif action == "end":
+            t.end_step(now)
+    return [dict(zip(STEP_FIELDS, rec[1:], strict=True)) for rec in out if rec[0] == "step"]
+
+
+def test_phases_partition_the_step_with_nesting() -> None:
+    (s0, s1) = run([
+        ("enter", CHECKPOINT, 0),  # before any activity: not a step
+        ("exit", CHECKPOINT, 5),
+        ("enter", DATA, 10), ("exit", DATA, 30),  # step 0 starts at 10
+        ("enter", BACKWARD, 70),  # forward = 30..70
+        ("exit", BACKWARD, 120),
+        ("enter", OPTIMIZER, 125),
+        ("enter", CHECKPOINT, 130), ("exit", CHECKPOINT, 140),  # nested: 10 to checkpoint
+        ("exit", OPTIMIZER, 150), ("end", 0, 150),
+        ("enter", DATA, 160), ("exit", DATA, 170),
+        ("enter", DATA, 180), ("exit", DATA, 190),  # forward counts from the last fetch
+        ("enter", BACKWARD, 200), ("exit", BACKWARD, 220),
+        ("enter", OPTIMIZER, 230), ("exit", OPTIMIZER, 240), ("end", 0, 250),
+    ])  # fmt: skip
+    assert (s0["step"], s0["start_perf_ns"], s0["end_perf_ns"]) == (0, 10, 150)
+    assert (s0["data_wait_ns"], s0["forward_ns"], s0["backward_ns"]) == (20, 40, 50)
+    assert (s0["optimizer_ns"], s0["checkpoint_ns"], s0["other_ns"]) == (15, 10, 5)
+    assert (s1["step"], s1["data_wait_ns"], s1["forward_ns"]) == (1, 20, 10)
+    for s in (s0, s1):
+        parts = ("data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns", "checkpoint_ns",
+                 "other_ns")  # fmt: skip
+        assert sum(s[k] for k in parts) == s["end_perf_ns"] - s["start_perf_ns"]
+
+
+def test_wait_loss_and_counts() -> None:
+    out: list[tuple[Any, ...]] = []
+    t = StepTracker(out.append)
+    t.enter(BACKWARD, 0)
+    t.exit(BACKWARD, 100)
+    t.add_backward(1.5, grad_sync_ns=30)
+    t.add_collective(20, sync=True)
+    t.add_collective(99, sync=False)  # async: issued, not waited on here
+    t.exit(OPTIMIZER, 100)  # unmatched exit is ignored
+    t.end_step(110)
+    step = dict(zip(STEP_FIELDS, out[-1][1:], strict=True))
+    assert step["collective_wait_ns"] == 50 and step["loss"] == 1.5
+    assert step["num_backward"] == 1 and step["num_collectives"] == 2
