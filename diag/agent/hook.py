@@ -19,6 +19,7 @@ Importing this module is cheap: torch is imported only in :func:`install`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -211,7 +212,14 @@ class Hook:
 
     def on_checkpoint(self, op: str, api: str, path: str, t0: int, t1: int, ok: bool) -> None:
         step = self.tracker.step if self.tracker.started else -1
-        self.emit(("ckpt", step, op, api, path, t0, t1, ok))
+        # A saved file's size is read now (one stat): the job may delete or move it before the
+        # hook thread gets to it. Directories (DCP) are walked later, off the training thread.
+        size = -1
+        if op == "save" and ok and path:
+            with contextlib.suppress(OSError):
+                if os.path.isfile(path):
+                    size = os.path.getsize(path)
+        self.emit(("ckpt", step, op, api, path, t0, t1, ok, size))
 
     # ----------------------------------------------------------- hook thread
     def pg_info(self, group: Any) -> tuple[str, int]:

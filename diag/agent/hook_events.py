@@ -105,9 +105,9 @@ class EventFactory:
 
     def checkpoint_event(self, rec: tuple[Any, ...], wall_offset_ns: int) -> schema.Event:
         """A :class:`~diag.schema.CheckpointEvent` from a ``("ckpt", ...)`` record."""
-        (_, step, op, api, path, t0, t1, ok) = rec
-        num_bytes = 0
-        if op == "save" and ok and path:
+        (_, step, op, api, path, t0, t1, ok, size) = rec
+        num_bytes = max(size, 0)
+        if size < 0 and op == "save" and ok and path:
             try:
                 num_bytes = os.path.getsize(path) if os.path.isfile(path) else _dir_size(path)
             except OSError:

@@ -85,10 +85,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=20, help="0 = never")
     p.add_argument("--ckpt-dir", default="", help="default: a new temporary directory")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--print-every", type=int, default=1, help="print the loss every N steps")
+    p.add_argument("--exit-code", type=int, default=0, help="exit with this code at the end")
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     model = DistributedDataParallel(Net(args.dim, args.hidden, burner))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
-    ckpt_dir = args.ckpt_dir or (tempfile.mkdtemp(prefix="diag-demo-") if rank == 0 else "")
+    tmp = tempfile.TemporaryDirectory(prefix="diag-demo-") if not args.ckpt_dir else None
+    ckpt_dir = args.ckpt_dir or (tmp.name if tmp else "")
 
     step, epoch = 0, 0
     while step < args.steps:
@@ -119,9 +122,10 @@ def main(argv: list[str] | None = None) -> None:
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
-            # one write per line: ranks share the launcher's stdout
-            sys.stdout.write(f"rank {rank} step {step} loss {loss.item()!r}\n")
-            sys.stdout.flush()
+            if step % args.print_every == 0 or step == args.steps - 1:
+                # one write per line: ranks share the launcher's stdout
+                sys.stdout.write(f"rank {rank} step {step} loss {loss.item()!r}\n")
+                sys.stdout.flush()
             step += 1
             if rank == 0 and args.save_every and step % args.save_every == 0:
                 torch.save(
@@ -133,7 +137,10 @@ def main(argv: list[str] | None = None) -> None:
         epoch += 1
     dist.barrier()
     dist.destroy_process_group()
+    if tmp is not None:
+        tmp.cleanup()
+    return args.exit_code
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

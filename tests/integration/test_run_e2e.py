@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -120,8 +121,7 @@ def test_analyzer_killed_and_restarted_loses_nothing(tmp_path: Path) -> None:
 
 def test_daemon_killed_job_keeps_its_exit_code(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    job = torchrun(2, "--steps", "30", "--slow-ms", "30", "--slow-rank", "0", "--exit-code", "3",
-                   "--print-every", "1")  # fmt: skip
+    job = torchrun(2, "--steps", "60", "--slow-ms", "50", "--slow-rank", "0", "--print-every", "1")
     proc = subprocess.Popen(
         diag("run", "--out", str(out), "--live", "off", "--", *job),
         env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -137,8 +137,21 @@ def test_daemon_killed_job_keeps_its_exit_code(tmp_path: Path) -> None:
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=240)
-    assert proc.returncode == 3, stderr[-3000:]
-    assert "step 29 " in stdout
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "rank 0 step 59 " in stdout and "rank 1 step 59 " in stdout
+    assert "daemon had exited" in stderr
+
+
+def test_diag_run_exits_with_the_jobs_exit_code(tmp_path: Path) -> None:
+    code = "import sys; print('hello from the job'); sys.exit(7)"
+    res = subprocess.run(
+        diag("run", "--out", str(tmp_path / "run"), "--live", "off", "--", sys.executable, "-c",
+             code),
+        env=env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 7, res.stderr[-3000:]
+    assert "hello from the job" in res.stdout
+    assert "hello from the job" in (tmp_path / "run" / "logs" / "job.log").read_text()
 
 
 def _read(path: Path) -> str:
