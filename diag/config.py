@@ -37,7 +37,7 @@ class HookConfig:
     host: str = ""  # "" = default_host()
     queue_max_events: int = 20_000  # bounded buffer; beyond it events are dropped and counted
     flush_interval_s: float = 0.2  # hook thread: send what is queued this often
-    fr_poll_interval_s: float = 1.0  # harvest the Flight Recorder this often
+    fr_poll_interval_s: float = 2.0  # longest pause between Flight Recorder harvests (adaptive)
     health_interval_s: float = 5.0
     reconnect_interval_s: float = 1.0
     capture_collectives: bool = True

@@ -35,7 +35,10 @@ from diag.config import HookConfig, default_host, load_config
 log = logging.getLogger(__name__)
 
 EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
-FR_BUFFER_DEFAULT = "2000"  # Flight Recorder entries kept, unless the job set its own size
+# Flight Recorder entries kept, unless the job set its own size. A dump costs ~10 us per entry in
+# the buffer while holding the GIL, so the buffer is small and the hook thread polls as often as
+# the collective rate needs (see HookThread._adapt_poll) instead of keeping a large buffer.
+FR_BUFFER_DEFAULT = "256"
 
 _HOOK: Hook | None = None
 _LOCK = threading.Lock()

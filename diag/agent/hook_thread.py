@@ -34,6 +34,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+MIN_FR_INTERVAL_S = 0.05
+
+
+def fr_buffer_size() -> int:
+    """The Flight Recorder ring buffer's size in this process (as torch reads it)."""
+    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        value = os.environ.get(name, "")
+        if value.strip().isdigit() and int(value) > 0:
+            return int(value)
+    return 2000
+
+
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
@@ -68,6 +80,9 @@ class HookThread(threading.Thread):
         self._announced = False
         self._prev_dump_wall_ns = 0
         self._pg_sizes: dict[str, int] = {}
+        self._fr_top = -1  # highest FR record_id seen
+        self._fr_capacity = fr_buffer_size()
+        self.fr_interval_s = min(0.25, self.cfg.fr_poll_interval_s)
 
     # ----------------------------------------------------------------- loop
     def run(self) -> None:
@@ -91,8 +106,8 @@ class HookThread(threading.Thread):
         try:
             now = time.monotonic()
             if self.fr_ok and (final or now >= self._next_fr):
-                self._next_fr = now + self.cfg.fr_poll_interval_s
                 self._harvest(final=final)
+                self._next_fr = time.monotonic() + self.fr_interval_s
             else:
                 self._drain()
                 if not self.fr_ok:
@@ -180,6 +195,7 @@ class HookThread(threading.Thread):
             self._fr_off(f"Flight Recorder dump failed: {type(exc).__name__}: {exc}")
             return
         self._drain()  # records of everything that finished before the dump started
+        self._adapt_poll(dump.get("entries") or ())
         status = dump.get("pg_status") or {}
         if not dump.get("entries") and any(
             int(s.get("last_enqueued_collective", -1)) > 0 for s in status.values()
@@ -198,6 +214,24 @@ class HookThread(threading.Thread):
         # it ended before the previous dump.
         self._release_steps(None if final else self._prev_dump_wall_ns)
         self._prev_dump_wall_ns = dump_wall_ns
+
+    def _adapt_poll(self, entries: Any) -> None:
+        """Poll so that a quarter of the ring buffer fills between dumps, within
+        [MIN_FR_INTERVAL_S, fr_poll_interval_s]; entries overwritten before a dump saw them are
+        counted as dropped."""
+        ids = [int(e.get("record_id", -1)) for e in entries if isinstance(e, dict)]
+        if not ids:
+            self.fr_interval_s = min(self.fr_interval_s * 1.25, self.cfg.fr_poll_interval_s)
+            return
+        low, top = min(ids), max(ids)
+        if self._fr_top >= 0 and low > self._fr_top + 1:
+            self.hook.num_dropped += low - self._fr_top - 1
+        new = top - self._fr_top if self._fr_top >= 0 else len(ids)
+        self._fr_top = max(self._fr_top, top)
+        if new > self._fr_capacity // 4:
+            self.fr_interval_s = max(self.fr_interval_s / 2, MIN_FR_INTERVAL_S)
+        elif new < self._fr_capacity // 16:
+            self.fr_interval_s = min(self.fr_interval_s * 1.25, self.cfg.fr_poll_interval_s)
 
     def _fr_off(self, reason: str) -> None:
         """Fall back to Python-level collectives only: emit what was held for matching."""

@@ -28,5 +28,5 @@ def run(args: argparse.Namespace) -> int:
 
     from diag.cli import render
 
-    Console().print(render.report(summary))
+    Console(width=None if sys.stdout.isatty() else 120).print(render.report(summary))
     return 0

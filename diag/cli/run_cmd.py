@@ -72,8 +72,8 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
     """Run ``command`` under diag with the options of :func:`add_run_arguments`."""
     if shutil.which(command[0]) is None:
         raise ConfigError(f"cannot start {command[0]!r}: no such command")
-    run_id = new_run_id()
-    out: Path = args.out or Path("runs") / run_id
+    out: Path = args.out or Path("runs") / new_run_id()
+    run_id = out.resolve().name
     if (out / "store").exists() and args.analyzer is None:
         raise ConfigError(f"{out} already holds a run; choose another --out")
     (out / "logs").mkdir(parents=True, exist_ok=True)

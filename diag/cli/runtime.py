@@ -344,7 +344,8 @@ def print_final(summary: Mapping[str, Any] | None, *, out: Path, exit_code: int)
 
     from diag.cli import render
 
-    console = Console(stderr=False)
+    # A report piped to a file or a pager still gets room for its columns.
+    console = Console(width=None if sys.stdout.isatty() else 120)
     if summary:
         console.print(render.report(summary))
     else:
