@@ -12,7 +12,9 @@ from diag.agent.hook_fr import FrState, PyCall, StepWindows
 from diag.collectors.fr import entry_to_collective, load_fr_dump, normalize_op, pg_sizes
 from diag.errors import InputError
 
-DUMPS = Path("/work/shared/data/external/fr-nccl-gpu-error")
+# shared/ lies beside the checkout (as in CI); DIAG_SHARED_DIR points elsewhere.
+SHARED = Path(os.environ.get("DIAG_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))
+DUMPS = SHARED / "data" / "external" / "fr-nccl-gpu-error"
 REAL = sorted(DUMPS.glob("_dump_*")) if DUMPS.is_dir() else []
 
 
