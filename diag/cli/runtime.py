@@ -322,7 +322,8 @@ def watch(job: Job, source: SummarySource, *, live: bool, refresh_s: float = 1.0
     job.sink = lambda line, is_err: console.print(line, markup=False, highlight=False)
     start = time.monotonic()
     history: list[tuple[float, int]] = []
-    with Live(render.live(None, elapsed_s=0, steps_per_s=None), console=console) as view:
+    initial = render.live(None, elapsed_s=0, steps_per_s=None)
+    with Live(initial, console=console, transient=True) as view:
         while job.poll() is None:
             try:
                 time.sleep(refresh_s)

@@ -196,9 +196,10 @@ def test_user_exceptions_propagate_unchanged(world: None) -> None:
     assert h.num_errors == 0, h.last_error
 
 
-def test_import_is_cheap() -> None:
+@pytest.mark.parametrize("module", ["diag.agent.hook", "diag.hook"])
+def test_import_is_cheap(module: str) -> None:
     code = (
-        "import sys, diag.agent.hook\n"
+        f"import sys, {module}\n"
         "heavy = [m for m in ('torch', 'pandas', 'sklearn', 'grpc', 'rich') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
