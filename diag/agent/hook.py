@@ -38,7 +38,7 @@ EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
 # Flight Recorder entries kept, unless the job set its own size. A dump costs ~10 us per entry in
 # the buffer while holding the GIL, so the buffer is small and the hook thread polls as often as
 # the collective rate needs (see HookThread._adapt_poll) instead of keeping a large buffer.
-FR_BUFFER_DEFAULT = "256"
+FR_BUFFER_DEFAULT = "128"
 
 _HOOK: Hook | None = None
 _LOCK = threading.Lock()
