@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 SCHEMA_MAJOR = 1
 
 
@@ -308,6 +308,61 @@ class RunEvent(Event):
     duration_ns: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileWindow(Event):
+    """One profiler window on one rank: ``num_steps`` steps from ``first_step`` (the envelope's
+    ``step``), taken at the same step index on every rank.
+
+    ``trigger`` is "periodic" (the hook's schedule) or "on_demand" (``request_id`` names the
+    request pulled from the daemon). ``late`` is set when the request reached this rank after its
+    step had passed, so the window was taken at a later step than on the other ranks.
+    ``trace_path`` is the raw trace file, relative to the node's run directory ("" if not kept).
+    """
+
+    kind: ClassVar[str] = "profile_window"
+
+    window_id: str
+    trigger: str
+    request_id: str = ""
+    num_steps: int = 1
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    device: str = "cpu"
+    num_ops: int = 0
+    num_kernels: int = 0
+    trace_path: str = ""
+    trace_bytes: int = 0
+    late: bool = False
+    ok: bool = True
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelSummary(Event):
+    """One operator or kernel in one profiler window on one rank.
+
+    ``category`` is "cpu_op" (a torch operator on the CPU), "kernel" (a GPU kernel), "gpu_memcpy",
+    "gpu_memset" or "collective" (communication ops and kernels, e.g. ``gloo:all_reduce``,
+    ``ncclDevKernel_*``). Durations are summed over the ``num_calls`` calls; ``step_share`` is
+    ``total_ns`` over the window's duration (nested CPU operators overlap, so shares of CPU ops can
+    sum past 1). ``input_shapes`` lists the shapes of the heaviest call, when recorded.
+    """
+
+    kind: ClassVar[str] = "kernel"
+
+    window_id: str
+    name: str
+    category: str
+    device: str = "cpu"
+    num_calls: int
+    total_ns: int
+    median_ns: int
+    max_ns: int
+    step_share: float = 0.0
+    input_shapes: str = ""
+
+
 #: Every event kind, by its ``kind`` name. Order is stable (it is the proto oneof order).
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
@@ -324,6 +379,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ClockSync,
         RankInfo,
         RunEvent,
+        ProfileWindow,
+        KernelSummary,
     )
 }
 

@@ -56,10 +56,43 @@ message SummaryReply {
   string json = 1;
 }
 
+// A request for a profiler window on every rank (or on `ranks`) for `num_steps` steps from
+// `at_step`. The analyzer fills `request_id`, `seq` and, when 0, `at_step` (a few steps ahead
+// of the newest step it has seen, so that every rank gets it in time).
+message ProfileRequest {
+  string request_id = 1;
+  int64 seq = 2;
+  int64 at_step = 3;
+  int32 num_steps = 4;
+  repeated int64 ranks = 5;
+  int64 requested_ns = 6;
+  int64 expires_ns = 7;
+}
+
+// What flows from the analyzer to the hooks, pulled: daemon <- analyzer (PollControl), then
+// hook <- daemon (framed on the hook's own Unix socket connection, read by the hook thread).
+message ControlMessage {
+  oneof body {
+    ProfileRequest profile = 1;
+  }
+}
+
+message ControlPoll {
+  string host = 1;
+  string daemon = 2;
+  int64 after_seq = 3;
+}
+
+message ControlReply {
+  repeated ControlMessage messages = 1;
+}
+
 service Analyzer {
   rpc Ingest(EventBatch) returns (IngestReply);
   rpc Time(TimeRequest) returns (TimeReply);
   rpc Summary(SummaryRequest) returns (SummaryReply);
+  rpc RequestProfile(ProfileRequest) returns (ProfileRequest);
+  rpc PollControl(ControlPoll) returns (ControlReply);
 }
 """
 

@@ -294,8 +294,66 @@ class RunEvent(_message.Message):
     duration_ns: int
     def __init__(self, phase: _Optional[str] = ..., run_id: _Optional[str] = ..., command: _Optional[str] = ..., nnodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., exit_code: _Optional[int] = ..., duration_ns: _Optional[int] = ...) -> None: ...
 
+class ProfileWindow(_message.Message):
+    __slots__ = ("window_id", "trigger", "request_id", "num_steps", "start_ns", "end_ns", "duration_ns", "device", "num_ops", "num_kernels", "trace_path", "trace_bytes", "late", "ok", "error")
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_STEPS_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_NS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    NUM_OPS_FIELD_NUMBER: _ClassVar[int]
+    NUM_KERNELS_FIELD_NUMBER: _ClassVar[int]
+    TRACE_PATH_FIELD_NUMBER: _ClassVar[int]
+    TRACE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LATE_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    window_id: str
+    trigger: str
+    request_id: str
+    num_steps: int
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    device: str
+    num_ops: int
+    num_kernels: int
+    trace_path: str
+    trace_bytes: int
+    late: bool
+    ok: bool
+    error: str
+    def __init__(self, window_id: _Optional[str] = ..., trigger: _Optional[str] = ..., request_id: _Optional[str] = ..., num_steps: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., device: _Optional[str] = ..., num_ops: _Optional[int] = ..., num_kernels: _Optional[int] = ..., trace_path: _Optional[str] = ..., trace_bytes: _Optional[int] = ..., late: _Optional[bool] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class KernelSummary(_message.Message):
+    __slots__ = ("window_id", "name", "category", "device", "num_calls", "total_ns", "median_ns", "max_ns", "step_share", "input_shapes")
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CATEGORY_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    NUM_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_NS_FIELD_NUMBER: _ClassVar[int]
+    MEDIAN_NS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NS_FIELD_NUMBER: _ClassVar[int]
+    STEP_SHARE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SHAPES_FIELD_NUMBER: _ClassVar[int]
+    window_id: str
+    name: str
+    category: str
+    device: str
+    num_calls: int
+    total_ns: int
+    median_ns: int
+    max_ns: int
+    step_share: float
+    input_shapes: str
+    def __init__(self, window_id: _Optional[str] = ..., name: _Optional[str] = ..., category: _Optional[str] = ..., device: _Optional[str] = ..., num_calls: _Optional[int] = ..., total_ns: _Optional[int] = ..., median_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., step_share: _Optional[float] = ..., input_shapes: _Optional[str] = ...) -> None: ...
+
 class Event(_message.Message):
-    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run")
+    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel")
     ENV_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +367,8 @@ class Event(_message.Message):
     CLOCK_FIELD_NUMBER: _ClassVar[int]
     RANK_INFO_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
     env: Envelope
     step: StepEvent
     collective: CollectiveEvent
@@ -322,7 +382,9 @@ class Event(_message.Message):
     clock: ClockSync
     rank_info: RankInfo
     run: RunEvent
-    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ...) -> None: ...
+    profile_window: ProfileWindow
+    kernel: KernelSummary
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("schema_version", "sender", "sent_ns", "events")
@@ -371,3 +433,43 @@ class SummaryReply(_message.Message):
     JSON_FIELD_NUMBER: _ClassVar[int]
     json: str
     def __init__(self, json: _Optional[str] = ...) -> None: ...
+
+class ProfileRequest(_message.Message):
+    __slots__ = ("request_id", "seq", "at_step", "num_steps", "ranks", "requested_ns", "expires_ns")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_STEP_FIELD_NUMBER: _ClassVar[int]
+    NUM_STEPS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_NS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    seq: int
+    at_step: int
+    num_steps: int
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    requested_ns: int
+    expires_ns: int
+    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., at_step: _Optional[int] = ..., num_steps: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., requested_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ...) -> None: ...
+
+class ControlMessage(_message.Message):
+    __slots__ = ("profile",)
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    profile: ProfileRequest
+    def __init__(self, profile: _Optional[_Union[ProfileRequest, _Mapping]] = ...) -> None: ...
+
+class ControlPoll(_message.Message):
+    __slots__ = ("host", "daemon", "after_seq")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    DAEMON_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    daemon: str
+    after_seq: int
+    def __init__(self, host: _Optional[str] = ..., daemon: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class ControlReply(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ControlMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ControlMessage, _Mapping]]] = ...) -> None: ...

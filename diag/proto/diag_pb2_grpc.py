@@ -49,6 +49,16 @@ class AnalyzerStub:
                 request_serializer=diag_dot_proto_dot_diag__pb2.SummaryRequest.SerializeToString,
                 response_deserializer=diag_dot_proto_dot_diag__pb2.SummaryReply.FromString,
                 _registered_method=True)
+        self.RequestProfile = channel.unary_unary(
+                '/diag.v1.Analyzer/RequestProfile',
+                request_serializer=diag_dot_proto_dot_diag__pb2.ProfileRequest.SerializeToString,
+                response_deserializer=diag_dot_proto_dot_diag__pb2.ProfileRequest.FromString,
+                _registered_method=True)
+        self.PollControl = channel.unary_unary(
+                '/diag.v1.Analyzer/PollControl',
+                request_serializer=diag_dot_proto_dot_diag__pb2.ControlPoll.SerializeToString,
+                response_deserializer=diag_dot_proto_dot_diag__pb2.ControlReply.FromString,
+                _registered_method=True)
 
 
 class AnalyzerServicer:
@@ -72,6 +82,18 @@ class AnalyzerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestProfile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PollControl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalyzerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +111,16 @@ def add_AnalyzerServicer_to_server(servicer, server):
                     servicer.Summary,
                     request_deserializer=diag_dot_proto_dot_diag__pb2.SummaryRequest.FromString,
                     response_serializer=diag_dot_proto_dot_diag__pb2.SummaryReply.SerializeToString,
+            ),
+            'RequestProfile': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestProfile,
+                    request_deserializer=diag_dot_proto_dot_diag__pb2.ProfileRequest.FromString,
+                    response_serializer=diag_dot_proto_dot_diag__pb2.ProfileRequest.SerializeToString,
+            ),
+            'PollControl': grpc.unary_unary_rpc_method_handler(
+                    servicer.PollControl,
+                    request_deserializer=diag_dot_proto_dot_diag__pb2.ControlPoll.FromString,
+                    response_serializer=diag_dot_proto_dot_diag__pb2.ControlReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +204,60 @@ class Analyzer:
             '/diag.v1.Analyzer/Summary',
             diag_dot_proto_dot_diag__pb2.SummaryRequest.SerializeToString,
             diag_dot_proto_dot_diag__pb2.SummaryReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/diag.v1.Analyzer/RequestProfile',
+            diag_dot_proto_dot_diag__pb2.ProfileRequest.SerializeToString,
+            diag_dot_proto_dot_diag__pb2.ProfileRequest.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PollControl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/diag.v1.Analyzer/PollControl',
+            diag_dot_proto_dot_diag__pb2.ControlPoll.SerializeToString,
+            diag_dot_proto_dot_diag__pb2.ControlReply.FromString,
             options,
             channel_credentials,
             insecure,
