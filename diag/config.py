@@ -43,6 +43,16 @@ class HookConfig:
     capture_collectives: bool = True
     capture_checkpoints: bool = True
     capture_dataloader: bool = True
+    # Profiler windows: taken at the same step index on every rank. Periodic ones at
+    # profile_first_step, then every profile_every_steps steps (0 = no periodic windows);
+    # on-demand ones when a request arrives from the daemon.
+    profile_first_step: int = 20
+    profile_every_steps: int = 1000
+    profile_num_steps: int = 1
+    profile_record_shapes: bool = True
+    trace_dir: str = ""  # raw traces of the windows go here ("" = not kept)
+    max_traces_per_rank: int = 20  # the oldest are deleted beyond this
+    max_trace_bytes: int = 32 * 1024 * 1024  # a compressed trace larger than this is not kept
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +73,7 @@ class DaemonConfig:
     clock_sync_interval_s: float = 10.0
     spool_max_bytes: int = 1024 * 1024 * 1024
     rpc_timeout_s: float = 5.0
+    control_poll_interval_s: float = 0.5  # ask the analyzer for control requests this often
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -134,7 +134,9 @@ def _run_and_watch(
     analyzer: runtime.EmbeddedAnalyzer | None,
 ) -> tuple[int, int]:
     """Start the job with the hook injected, show it until it ends: (exit code, wall time ns)."""
-    env = runtime.worker_env(os.environ, daemon_sock=sock_path, job_id=run_id)
+    env = runtime.worker_env(
+        os.environ, daemon_sock=sock_path, job_id=run_id, trace_dir=out / "traces"
+    )
     live = args.live == "on" or (args.live == "auto" and sys.stdout.isatty())
     start = time.monotonic()
     job = runtime.Job.start(command, env=env, log_path=out / "logs" / "job.log")

@@ -111,7 +111,9 @@ def write_run_json(out: Path, **fields: Any) -> None:
     tmp.replace(path)
 
 
-def worker_env(base: Mapping[str, str], *, daemon_sock: str, job_id: str) -> dict[str, str]:
+def worker_env(
+    base: Mapping[str, str], *, daemon_sock: str, job_id: str, trace_dir: Path | None = None
+) -> dict[str, str]:
     """The job's environment: the hook's ``sitecustomize`` first on ``PYTHONPATH``, its config."""
     env = dict(base)
     paths = [str(INJECT_DIR), str(PACKAGE_ROOT)]
@@ -121,6 +123,8 @@ def worker_env(base: Mapping[str, str], *, daemon_sock: str, job_id: str) -> dic
     env["DIAG_HOOK"] = "1"
     env["DIAG_HOOK_DAEMON_SOCK"] = daemon_sock
     env["DIAG_HOOK_JOB_ID"] = job_id
+    if trace_dir is not None:
+        env.setdefault("DIAG_HOOK_TRACE_DIR", str(trace_dir.resolve()))
     return env
 
 
