@@ -8,6 +8,13 @@ cuts the queue into batches of at most ``batch_max_events`` every ``flush_interv
 when a full batch is waiting); each batch goes to the :class:`~diag.agent.spool.Spool` first, from
 which the :class:`~diag.agent.shipper.Shipper` ships it to the analyzer.
 
+Control path (pull only): every ``control_poll_interval_s`` (0.5 s; <= 0 turns it off) a thread
+asks the analyzer for the control messages newer than the last ``seq`` it saw (``PollControl``) and
+writes each new one, framed (4-byte big-endian length + serialized ``diag.v1.ControlMessage``), to
+every hook connection; unexpired ones are also sent to every connection made later, so a hook
+that starts or reconnects after a request still gets it. Hooks drop duplicates and expired
+requests themselves. An unreachable analyzer only delays the next poll (logged at debug level).
+
 Shutdown (:meth:`Daemon.request_stop`, e.g. on SIGTERM): stop accepting, read what hooks already
 sent (``grace_s``), spool everything queued, try to deliver for up to ``final_flush_s``, and leave
 the rest in the spool for the next daemon started on the same ``spool_dir``.
@@ -30,9 +37,9 @@ from diag.agent.spool import Spool
 from diag.collectors import COLLECTORS
 from diag.collectors.base import Collector, RankAware, stamp
 from diag.config import DaemonConfig, default_host
-from diag.errors import CollectorUnavailable, ConfigError
+from diag.errors import CollectorUnavailable, ConfigError, TransportError
 from diag.proto import diag_pb2 as pb
-from diag.transport import codec
+from diag.transport import codec, frames
 from diag.transport.client import AnalyzerClient
 
 log = logging.getLogger(__name__)
@@ -73,6 +80,8 @@ class DaemonStats:
     num_batches_rejected: int  # refused by the analyzer as malformed, dropped
     num_batches_dropped: int  # dropped from a full spool
     num_batches_pending: int  # still in the spool
+    num_control_messages: int = 0  # new control messages received from the analyzer and relayed
+    num_control_skipped: int = 0  # control frames a hook connection missed (not reading, closed)
 
 
 class Daemon:
@@ -113,6 +122,10 @@ class Daemon:
         self._stopping = threading.Event()
         self.num_batches_spooled = 0
         self.num_events_lost = 0  # events dropped because the spool could not be written
+        self._control_seq = 0  # the newest control message seq seen (the next poll's after_seq)
+        self._retained: list[tuple[int, bytes]] = []  # (expires_ns, frame) of unexpired messages
+        self._control_thread: threading.Thread | None = None
+        self.num_control_messages = 0
         spool_dir = cfg.spool_dir or os.path.join(
             tempfile.gettempdir(), f"diag-spool-{os.getpid()}"
         )
@@ -125,7 +138,7 @@ class Daemon:
             clock_sync_interval_s=cfg.clock_sync_interval_s,
         )
         try:
-            self.listener = HookListener(cfg.listen_sock, self._on_batch)
+            self.listener = HookListener(cfg.listen_sock, self._on_batch, self._control_greeting)
         except BaseException:
             self.client.close()
             self.spool.close()
@@ -184,6 +197,58 @@ class Daemon:
             else:
                 log.warning("%s collector failed a cycle (skipped; logged once): %s", name, message)
 
+    # -- control path -----------------------------------------------------------------------------
+
+    def poll_control(self) -> int:
+        """Ask the analyzer once for new control messages and relay them to every hook connection;
+        the number of new messages. A :class:`TransportError` is logged (debug) and counts as 0."""
+        try:
+            messages = self.client.poll_control(
+                after_seq=self._control_seq, host=self.host, daemon=self.source
+            )
+        except TransportError as exc:
+            log.debug(
+                "control poll failed (retried in %.1f s): %s", self.cfg.control_poll_interval_s, exc
+            )
+            return 0
+        now = self._wall()
+        new = 0
+        for msg in sorted(messages, key=lambda m: m.profile.seq):
+            seq = msg.profile.seq
+            if seq <= self._control_seq:
+                continue
+            self._control_seq = seq
+            frame = frames.encode_frame(msg.SerializeToString())
+            with self._lock:  # retained first: a hook connecting meanwhile gets it at least once
+                self._retained = [(e, f) for e, f in self._retained if e > now]
+                if msg.profile.expires_ns > now:
+                    self._retained.append((msg.profile.expires_ns, frame))
+            num_hooks = self.listener.broadcast(frame)
+            new += 1
+            log.info(
+                "relayed control message seq %d (profile request %s) to %d hook connection(s)",
+                seq,
+                msg.profile.request_id,
+                num_hooks,
+            )
+        self.num_control_messages += new
+        return new
+
+    def _control_greeting(self) -> list[bytes]:
+        """The unexpired control frames, oldest first, for a new hook connection."""
+        now = self._wall()
+        with self._lock:
+            self._retained = [(e, f) for e, f in self._retained if e > now]
+            return [f for _, f in self._retained]
+
+    def _control_loop(self) -> None:
+        interval = self.cfg.control_poll_interval_s
+        while not self._stopping.wait(interval):
+            try:
+                self.poll_control()
+            except Exception:  # never let the control path take the daemon down
+                log.exception("relaying control messages failed; will retry")
+
     # -- main loop --------------------------------------------------------------------------------
 
     def request_stop(self) -> None:
@@ -195,6 +260,11 @@ class Daemon:
         """Serve until :meth:`request_stop`; then shut down cleanly and return the counters."""
         self.listener.start()
         self.shipper.start()
+        if self.cfg.control_poll_interval_s > 0:
+            self._control_thread = threading.Thread(
+                target=self._control_loop, name="diag-control", daemon=True
+            )
+            self._control_thread.start()
         log.info(
             "diag daemon %s: listening on %s, analyzer %s, spool %s",
             self.source,
@@ -280,6 +350,8 @@ class Daemon:
         self.flush()
         delivered = self.shipper.drain(self._final_flush_s)
         self.shipper.stop()
+        if self._control_thread is not None:  # _stopping is set: at most one poll in flight
+            self._control_thread.join(self.cfg.rpc_timeout_s + 1.0)
         self.client.close()
         for c in self._collectors:
             try:
@@ -310,4 +382,6 @@ class Daemon:
             num_batches_rejected=self.shipper.num_rejected,
             num_batches_dropped=self.spool.num_dropped,
             num_batches_pending=self.spool.pending_records,
+            num_control_messages=self.num_control_messages,
+            num_control_skipped=self.listener.num_control_skipped,
         )

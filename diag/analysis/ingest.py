@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +30,7 @@ from google.protobuf.message import DecodeError
 
 from diag import schema
 from diag.analysis import wal as wal_mod
+from diag.analysis.control import CONTROL_FILE, ControlBoard
 from diag.analysis.store import RunStore
 from diag.analysis.summary import RunSummary, summarize
 from diag.errors import InputError, SchemaError, TransportError
@@ -85,11 +86,20 @@ class IngestCore:
     Construction recovers the run directory (moves corrupt parts aside, replays leftover WAL files,
     folds them into parts) and rebuilds the high-water marks; :attr:`recovery` says what it found.
     ``clock`` gives the analyzer's wall time in nanoseconds (the ``analyzer_time_ns`` of replies).
+    ``control`` is the board of on-demand requests (default: one on ``RUN_DIR/control.json`` with
+    ``clock``); the core feeds it every accepted ``StepEvent`` (and, at start-up, the stored ones).
     """
 
-    def __init__(self, store: RunStore, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        clock: Callable[[], int] = time.time_ns,
+        *,
+        control: ControlBoard | None = None,
+    ) -> None:
         self.store = store
         self.clock = clock
+        self.control = control or ControlBoard(clock, state_path=store.run_dir / CONTROL_FILE)
         self._lock = threading.RLock()
         self._high_water: dict[str, int] = {}
         self._closed = False
@@ -103,7 +113,18 @@ class IngestCore:
     def _recover(self) -> RecoveryReport:
         corrupt = self.store.quarantine_corrupt_parts()
         for kind in self.store.kinds():
-            self._raise_marks(self.store.frame(kind).groupby("source")["seq"].max().items())
+            df = self.store.frame(kind)
+            self._raise_marks(df.groupby("source")["seq"].max().items())
+            if kind == schema.StepEvent.kind:
+                recent = df.tail(256)  # sorted by time: the newest steps and their durations
+                self.control.observe_steps(
+                    zip(
+                        recent["rank"].tolist(),
+                        recent["step"].tolist(),
+                        recent["duration_ns"].tolist(),
+                        strict=True,
+                    )
+                )
         paths = wal_mod.wal_paths(self.store.wal_dir)
         events: list[schema.Event] = []
         torn = 0
@@ -126,6 +147,7 @@ class IngestCore:
         replay, num_stored = self._not_in_parts(events)
         self.store.append(replay)
         self._raise_marks((ev.source, ev.seq) for ev in replay)
+        self._observe_steps(replay)
         if paths:
             try:
                 self.store.flush()
@@ -196,7 +218,15 @@ class IngestCore:
                 self._wal.append(payload)
                 self._high_water.update(marks)
                 self.store.append(events[i] for i in keep)
+                self._observe_steps(events[i] for i in keep)
             return IngestResult(len(keep), len(events) - len(keep))
+
+    def _observe_steps(self, events: Iterable[schema.Event]) -> None:
+        steps = [
+            (ev.rank, ev.step, ev.duration_ns) for ev in events if isinstance(ev, schema.StepEvent)
+        ]
+        if steps:
+            self.control.observe_steps(steps)
 
     def flush(self) -> int:
         """Fold buffered events into Parquet parts and delete the WAL files they came from.
@@ -232,6 +262,26 @@ class IngestCore:
         """A copy of the per-source high-water marks (the largest ``seq`` stored per source)."""
         with self._lock:
             return dict(self._high_water)
+
+    # -- control ------------------------------------------------------------------------------
+
+    def request_profile(
+        self,
+        num_steps: int = 1,
+        ranks: Sequence[int] = (),
+        at_step: int = 0,
+        ttl_s: float = 120.0,
+    ) -> pb.ProfileRequest:
+        """Ask every rank (or ``ranks``) for a profiler window: see
+        :meth:`ControlBoard.request_profile`. For in-process callers (``diag run``'s embedded
+        analyzer, detectors) and the ``RequestProfile`` RPC."""
+        if self._closed:
+            raise TransportError("the analyzer is shutting down")
+        return self.control.request_profile(num_steps, ranks, at_step, ttl_s)
+
+    def poll_control(self, after_seq: int) -> list[pb.ControlMessage]:
+        """The unexpired control messages with ``seq > after_seq`` (the ``PollControl`` RPC)."""
+        return self.control.poll(after_seq)
 
     def summarize(self) -> RunSummary:
         """:func:`diag.analysis.summary.summarize` of the store, taken under the lock."""

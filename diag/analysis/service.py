@@ -3,7 +3,10 @@
 ``Ingest`` takes the raw request bytes (no deserializer in front of it) so that garbage is answered
 like any other malformed batch: ``INVALID_ARGUMENT`` with one line, nothing stored. ``Time`` answers
 the analyzer's wall clock for the daemons' NTP-style offset; ``Summary`` the ``diag report --json``
-object of the run so far. :func:`serve` is the composition: store, core, server, flush thread.
+object of the run so far. ``RequestProfile`` issues an on-demand profile request (the analyzer
+fills ``request_id``, ``seq``, the times and, when 0, ``at_step``; bad arguments are
+``INVALID_ARGUMENT``); ``PollControl`` answers a daemon the requests newer than its ``after_seq``.
+:func:`serve` is the composition: store, core, server, flush thread.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from diag import schema
 from diag.analysis.ingest import IngestCore
 from diag.analysis.store import RunStore
 from diag.config import AnalyzerConfig
-from diag.errors import SchemaError, TransportError
+from diag.errors import ConfigError, SchemaError, TransportError
 from diag.proto import diag_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,27 @@ class AnalyzerServicer:
     def Summary(self, request: pb.SummaryRequest, context: grpc.ServicerContext) -> pb.SummaryReply:
         return pb.SummaryReply(json=json.dumps(self.core.summary_json()))
 
+    def RequestProfile(
+        self, request: pb.ProfileRequest, context: grpc.ServicerContext
+    ) -> pb.ProfileRequest:
+        """Only ``num_steps``, ``ranks`` and ``at_step`` of the request are read."""
+        try:
+            issued = self.core.request_profile(
+                num_steps=request.num_steps, ranks=list(request.ranks), at_step=request.at_step
+            )
+        except ConfigError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, " ".join(str(exc).split()))
+        except (OSError, TransportError) as exc:
+            message = " ".join(str(exc).split())
+            log.error("cannot issue a profile request: %s", message)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"analyzer cannot issue requests: {message}")
+        return issued
+
+    def PollControl(
+        self, request: pb.ControlPoll, context: grpc.ServicerContext
+    ) -> pb.ControlReply:
+        return pb.ControlReply(messages=self.core.poll_control(request.after_seq))
+
 
 def add_to_server(servicer: AnalyzerServicer, server: grpc.Server) -> None:
     """Register the servicer; ``Ingest`` gets raw bytes (see the module docstring)."""
@@ -93,6 +117,16 @@ def add_to_server(servicer: AnalyzerServicer, server: grpc.Server) -> None:
             servicer.Summary,
             request_deserializer=pb.SummaryRequest.FromString,
             response_serializer=pb.SummaryReply.SerializeToString,
+        ),
+        "RequestProfile": grpc.unary_unary_rpc_method_handler(
+            servicer.RequestProfile,
+            request_deserializer=pb.ProfileRequest.FromString,
+            response_serializer=pb.ProfileRequest.SerializeToString,
+        ),
+        "PollControl": grpc.unary_unary_rpc_method_handler(
+            servicer.PollControl,
+            request_deserializer=pb.ControlPoll.FromString,
+            response_serializer=pb.ControlReply.SerializeToString,
         ),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

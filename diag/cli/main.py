@@ -21,16 +21,20 @@ COMMANDS: dict[str, str] = {
     "run": "diag.cli.run_cmd",
     "demo": "diag.cli.demo_cmd",
     "report": "diag.cli.report_cmd",
+    "trace": "diag.cli.trace_cmd",
     "daemon": "diag.cli.daemon_cmd",
     "analyzer": "diag.cli.analyzer_cmd",
+    "profile": "diag.cli.profile_cmd",
 }
 
 _HELP: dict[str, str] = {
     "run": "run a torchrun job under diag: hook every rank, watch it live, store the run",
     "demo": "run the built-in demo: a 4-rank CPU DDP job with one slow rank, diagnosed",
     "report": "per-rank summary of a run directory",
+    "trace": "merged Perfetto timeline of a run, or kernel tables of Kineto trace files",
     "daemon": "the per-node daemon: collect from local ranks and GPUs, ship to the analyzer",
     "analyzer": "the analyzer service: ingest events over gRPC into a run directory",
+    "profile": "ask a running job for a profiler window on every rank",
 }
 
 

@@ -1,7 +1,8 @@
 """The daemon's gRPC client for the analyzer's ``Analyzer`` service.
 
 Every gRPC failure becomes a one-line :class:`~diag.errors.TransportError`; a batch the analyzer
-refuses as malformed (``INVALID_ARGUMENT``) is a :class:`BatchRejected`, which retrying cannot fix.
+refuses as malformed (``INVALID_ARGUMENT`` on ``Ingest``) is a :class:`BatchRejected`, which
+retrying cannot fix.
 Calls fail fast while the analyzer is down (no ``wait_for_ready``); the channel retries connecting
 every 0.2-2 s so a restarted analyzer is found again quickly.
 """
@@ -9,7 +10,7 @@ every 0.2-2 s so a restarted analyzer is found again quickly.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -67,7 +68,7 @@ class AnalyzerClient:
         name = code.name if code is not None else "ERROR"
         first = details.splitlines()[0] if details else ""
         line = f"analyzer {self.target}: {call} failed: {name}: {first}"
-        if code == grpc.StatusCode.INVALID_ARGUMENT:
+        if code == grpc.StatusCode.INVALID_ARGUMENT and call == "Ingest":
             return BatchRejected(line)
         return TransportError(line)
 
@@ -103,6 +104,30 @@ class AnalyzerClient:
         except grpc.RpcError as exc:
             raise self._error("Summary", exc) from None
         return str(reply.json)
+
+    def poll_control(
+        self, after_seq: int, host: str = "", daemon: str = ""
+    ) -> list[pb.ControlMessage]:
+        """The analyzer's unexpired control messages with ``seq > after_seq`` (oldest first);
+        ``host`` and ``daemon`` (the daemon's source) say who asks."""
+        poll = pb.ControlPoll(host=host, daemon=daemon, after_seq=after_seq)
+        try:
+            reply = self._stub.PollControl(poll, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("PollControl", exc) from None
+        return list(reply.messages)
+
+    def request_profile(
+        self, num_steps: int = 1, ranks: Sequence[int] = (), at_step: int = 0
+    ) -> pb.ProfileRequest:
+        """Ask for a profiler window of ``num_steps`` steps from ``at_step`` (0 = a few steps
+        ahead, chosen by the analyzer) on ``ranks`` (empty = all); the request as issued."""
+        request = pb.ProfileRequest(num_steps=num_steps, ranks=list(ranks), at_step=at_step)
+        try:
+            issued: pb.ProfileRequest = self._stub.RequestProfile(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("RequestProfile", exc) from None
+        return issued
 
     def close(self) -> None:
         """Close the channel; calls in flight fail with ``CANCELLED``."""

@@ -1,0 +1,252 @@
+"""The analyzer's control board: on-demand requests (profiler windows) that the daemons pull.
+
+No gRPC here (``diag.analysis.service`` adapts it). The flow is pull-only: the analyzer issues a
+:class:`~diag.proto.diag_pb2.ProfileRequest`, every node daemon asks for the requests newer than the
+last ``seq`` it saw (``PollControl``, every ``control_poll_interval_s`` = 0.5 s) and relays them
+to its hooks, which pull them from their daemon connection (~every 0.2 s).
+
+Numbers:
+
+- ``seq`` numbers requests 1, 2, 3, ... per run directory. It is kept in ``RUN_DIR/control.json``
+  (written and fsynced before a request is returned), so an analyzer restarted on the same run
+  directory continues the sequence and a daemon polling with the ``after_seq`` of the previous
+  analyzer process misses nothing. (Seeding from the clock would also be monotonic, but it depends
+  on the wall clock never stepping back, loses the "1, 2, 3" that people can read, and keeps no
+  record of who asked for what; the file is tiny and written only when a request is made.)
+  If the file is unreadable, numbering resumes from the wall clock in milliseconds, which is
+  larger than any sequence a run could have issued one by one.
+- ``at_step``, when not given, is the newest step seen in ingested ``StepEvent``\\s (any rank)
+  plus a lead of ``max(min_lead_steps, ceil(lead_s / median recent step duration))`` steps:
+  with the defaults, at least 3 steps and at least 2.0 s of training ahead, which covers the event
+  latency (hook flush 0.2 s + daemon flush 0.5 s) and the way back (daemon poll 0.5 s + hook poll
+  0.2 s), so every rank has the request before it reaches that step.
+- ``expires_ns`` = ``requested_ns + ttl_s``; expired requests are no longer handed out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import secrets
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from diag.errors import ConfigError
+from diag.proto import diag_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+MAX_NUM_STEPS = 100
+MAX_TTL_S = 24 * 3600.0
+CONTROL_FILE = "control.json"
+_KEEP_REQUESTS = 200  # history kept in control.json (expired ones included, for the record)
+
+
+@dataclass(frozen=True, slots=True)
+class StepProgress:
+    """What the board knows of training progress: the newest step index seen on any rank
+    (-1 before any), how many ranks reported steps, the median duration of the recent steps in
+    nanoseconds (0 when none) and the lead in steps that an automatic ``at_step`` gets now."""
+
+    newest_step: int
+    num_ranks: int
+    median_step_ns: int
+    lead_steps: int
+
+
+def _request_to_json(req: pb.ProfileRequest) -> dict[str, Any]:
+    return {
+        "request_id": req.request_id,
+        "seq": req.seq,
+        "at_step": req.at_step,
+        "num_steps": req.num_steps,
+        "ranks": list(req.ranks),
+        "requested_ns": req.requested_ns,
+        "expires_ns": req.expires_ns,
+    }
+
+
+def _request_from_json(data: dict[str, Any]) -> pb.ProfileRequest:
+    return pb.ProfileRequest(
+        request_id=str(data["request_id"]),
+        seq=int(data["seq"]),
+        at_step=int(data["at_step"]),
+        num_steps=int(data["num_steps"]),
+        ranks=[int(r) for r in data.get("ranks", [])],
+        requested_ns=int(data["requested_ns"]),
+        expires_ns=int(data["expires_ns"]),
+    )
+
+
+class ControlBoard:
+    """Issues profile requests and answers daemon polls. Thread-safe (one lock).
+
+    ``clock`` is the analyzer's wall time in ns (``requested_ns``/``expires_ns`` are in it; hooks
+    compare ``expires_ns`` with their own wall clock). ``state_path`` is where the sequence and the
+    requests are kept (``None``: memory only). ``lead_s`` and ``min_lead_steps`` set the automatic
+    ``at_step`` (module docstring); ``num_durations`` is how many recent step durations (across all
+    ranks) the median is taken over.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], int] = time.time_ns,
+        *,
+        state_path: str | Path | None = None,
+        lead_s: float = 2.0,
+        min_lead_steps: int = 3,
+        num_durations: int = 64,
+    ) -> None:
+        self._clock = clock
+        self._path = Path(state_path) if state_path is not None else None
+        self._lead_s = lead_s
+        self._min_lead_steps = min_lead_steps
+        self._lock = threading.Lock()
+        self._max_step: dict[int, int] = {}  # rank -> newest step index seen
+        self._durations: deque[int] = deque(maxlen=num_durations)
+        self._requests: list[pb.ProfileRequest] = []  # in seq order
+        self._last_seq = 0
+        self._load()
+
+    # -- state --------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if self._path is None or not self._path.exists():
+            return
+        try:
+            data = json.loads(self._path.read_text())
+            requests = [_request_from_json(r) for r in data.get("requests", [])]
+            last_seq = int(data["last_seq"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._last_seq = self._clock() // 1_000_000
+            log.warning(
+                "cannot read %s (%s); numbering control requests from %d",
+                self._path,
+                " ".join(str(exc).split()),
+                self._last_seq,
+            )
+            return
+        self._requests = sorted(requests, key=lambda r: r.seq)
+        self._last_seq = max([last_seq, *(r.seq for r in requests)])
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        data = {
+            "last_seq": self._last_seq,
+            "requests": [_request_to_json(r) for r in self._requests[-_KEEP_REQUESTS:]],
+        }
+        tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}.tmp")
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=1)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self._path)
+
+    # -- progress -----------------------------------------------------------------------------
+
+    def observe_steps(self, steps: Iterable[tuple[int, int, int]]) -> None:
+        """Note finished steps as ``(rank, step, duration_ns)``; cheap, called for every accepted
+        ``StepEvent``. Steps with a negative index or rank are ignored; durations <= 0 are not
+        counted in the median."""
+        with self._lock:
+            for rank, step, duration_ns in steps:
+                if step < 0 or rank < 0:
+                    continue
+                if step > self._max_step.get(rank, -1):
+                    self._max_step[rank] = step
+                if duration_ns > 0:
+                    self._durations.append(duration_ns)
+
+    def progress(self) -> StepProgress:
+        with self._lock:
+            return self._progress()
+
+    def _progress(self) -> StepProgress:
+        median_ns = int(statistics.median(self._durations)) if self._durations else 0
+        lead = self._min_lead_steps
+        if median_ns > 0:
+            lead = max(lead, math.ceil(self._lead_s * 1e9 / median_ns))
+        newest = max(self._max_step.values(), default=-1)
+        return StepProgress(newest, len(self._max_step), median_ns, lead)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def request_profile(
+        self,
+        num_steps: int = 1,
+        ranks: Sequence[int] = (),
+        at_step: int = 0,
+        ttl_s: float = 120.0,
+    ) -> pb.ProfileRequest:
+        """Issue a request for a profiler window of ``num_steps`` steps (1..100) from ``at_step``
+        on ``ranks`` (empty = every rank); ``at_step <= 0`` = the newest step seen plus the lead.
+        It is handed to pollers for ``ttl_s`` seconds. Raises :class:`ConfigError` (one line) on
+        bad arguments, ``OSError`` if ``control.json`` cannot be written (nothing is issued)."""
+        if not 1 <= num_steps <= MAX_NUM_STEPS:
+            raise ConfigError(f"num_steps must be between 1 and {MAX_NUM_STEPS}, got {num_steps}")
+        bad = [r for r in ranks if r < 0]
+        if bad:
+            raise ConfigError(f"ranks must be >= 0, got {bad}")
+        if not 0 < ttl_s <= MAX_TTL_S:
+            raise ConfigError(f"ttl_s must be in (0, {MAX_TTL_S:g}], got {ttl_s}")
+        with self._lock:
+            now = self._clock()
+            if at_step <= 0:
+                p = self._progress()
+                at_step = max(p.newest_step, 0) + p.lead_steps
+            req = pb.ProfileRequest(
+                request_id=secrets.token_hex(4),
+                seq=self._last_seq + 1,
+                at_step=at_step,
+                num_steps=num_steps,
+                ranks=sorted(set(ranks)),
+                requested_ns=now,
+                expires_ns=now + int(ttl_s * 1e9),
+            )
+            self._requests.append(req)
+            self._last_seq = req.seq
+            try:
+                self._save()
+            except OSError:
+                self._requests.pop()
+                self._last_seq -= 1
+                raise
+            self._requests = self._requests[-_KEEP_REQUESTS:]
+        log.info(
+            "profile request %s (seq %d): %d step(s) at step %d, ranks %s",
+            req.request_id,
+            req.seq,
+            req.num_steps,
+            req.at_step,
+            list(req.ranks) or "all",
+        )
+        return req
+
+    def poll(self, after_seq: int) -> list[pb.ControlMessage]:
+        """The unexpired requests with ``seq > after_seq``, in seq order, as control messages."""
+        with self._lock:
+            now = self._clock()
+            live = [r for r in self._requests if r.seq > after_seq and r.expires_ns > now]
+        out = []
+        for r in live:
+            msg = pb.ControlMessage()
+            msg.profile.CopyFrom(r)
+            out.append(msg)
+        return out
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest request issued (0 before any)."""
+        with self._lock:
+            return self._last_seq

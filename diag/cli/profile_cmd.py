@@ -1,0 +1,108 @@
+"""``diag profile (RUN_DIR | --analyzer HOST:PORT) [--steps N] [--ranks 0,2] [--at-step S]``.
+
+Asks a running job's analyzer for a profiler window: every rank (or those of ``--ranks``) records
+``--steps`` steps from step ``--at-step`` (default: a few steps ahead of the newest step the
+analyzer has seen, far enough that every rank gets the request in time). The daemons pull the
+request from the analyzer and the hooks from their daemon; the windows arrive as ``ProfileWindow``
+events tagged with the request id. ``RUN_DIR`` stands for the analyzer named in its ``run.json``
+(written by ``diag run`` while the job runs). ``--json`` prints the request as issued.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from diag.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from diag.proto import diag_pb2 as pb
+
+HELP = "ask a running job for a profiler window on every rank"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", nargs="?", type=Path, help="run directory of a running diag run")
+    parser.add_argument("--analyzer", metavar="HOST:PORT", help="the analyzer to ask instead")
+    parser.add_argument("--steps", type=int, default=1, help="steps in the window (default 1)")
+    parser.add_argument("--ranks", default="", help="comma-separated ranks (default: all ranks)")
+    parser.add_argument(
+        "--at-step", type=int, default=0, help="first step of the window (default: a few ahead)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the request as one JSON object")
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``"0,2"`` -> ``[0, 2]``; ``""`` -> ``[]`` (all ranks)."""
+    try:
+        ranks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"--ranks wants comma-separated rank numbers, e.g. 0,2; got {text!r}"
+        ) from None
+    if any(r < 0 for r in ranks):
+        raise ConfigError(f"--ranks must be >= 0, got {text!r}")
+    return ranks
+
+
+def analyzer_of(run_dir: Path) -> str:
+    """The ``analyzer`` address that ``diag run`` wrote into ``run_dir/run.json``."""
+    path = run_dir / "run.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path} not found: not a run directory written by diag run") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+    target = data.get("analyzer") if isinstance(data, dict) else None
+    if not target or not isinstance(target, str):
+        raise InputError(
+            f"{path} names no analyzer (the run had none, or was not started by diag run); "
+            "use --analyzer HOST:PORT"
+        )
+    return target
+
+
+def request_json(req: pb.ProfileRequest) -> dict[str, Any]:
+    """A ``ProfileRequest`` as the ``--json`` object (integers stay integers)."""
+    return {
+        "request_id": req.request_id,
+        "seq": req.seq,
+        "at_step": req.at_step,
+        "num_steps": req.num_steps,
+        "ranks": list(req.ranks),
+        "requested_ns": req.requested_ns,
+        "expires_ns": req.expires_ns,
+    }
+
+
+def describe(req: pb.ProfileRequest) -> str:
+    """One line: ``profile request 1a2b3c4d: 1 step at step 57 on all ranks``."""
+    steps = f"{req.num_steps} step{'s' if req.num_steps != 1 else ''}"
+    if req.ranks:
+        where = f"rank{'s' if len(req.ranks) > 1 else ''} {', '.join(map(str, req.ranks))}"
+    else:
+        where = "all ranks"
+    return f"profile request {req.request_id}: {steps} at step {req.at_step} on {where}"
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.run_dir is None) == (args.analyzer is None):
+        raise ConfigError("give either a run directory or --analyzer HOST:PORT")
+    if args.at_step < 0:
+        raise ConfigError(f"--at-step must be >= 0 (0 = a few steps ahead), got {args.at_step}")
+    ranks = parse_ranks(args.ranks)
+    target = args.analyzer or analyzer_of(args.run_dir)
+    from diag.transport.client import AnalyzerClient  # grpc only for this command
+
+    with AnalyzerClient(target, timeout_s=5.0) as client:
+        req = client.request_profile(num_steps=args.steps, ranks=ranks, at_step=args.at_step)
+    if args.json:
+        json.dump(request_json(req), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(describe(req))
+    return 0
