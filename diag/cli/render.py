@@ -7,7 +7,7 @@ and tests render into a ``Console(file=io.StringIO())`` to check what a user see
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Group
@@ -144,3 +144,94 @@ def live(
     if gpus is not None:
         parts.append(gpus)
     return Group(*parts)
+
+
+#: Up to this many ranks the kernel table has a column per rank; beyond, min/median/max.
+MAX_RANK_COLUMNS = 16
+
+
+def _kernel_name(name: str, width: int = 60) -> str:
+    """A kernel name short enough for a table: no ``void`` or parameter list, ellipsized."""
+    name = name.removeprefix("void ")
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:  # "f(int*)" loses its parameters; "Memcpy HtoD (Pinned)" does not
+                name = name[:i] if i > 0 and name[i - 1] != " " else name
+                break
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _spread(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.2f}x"
+
+
+def kernel_table(
+    kernels: Sequence[Mapping[str, Any]], *, title: str | None = "Kernels by rank"
+) -> Table:
+    """The cross-rank kernel table (``diag report --json``'s ``"kernels"`` rows): per kernel its
+    ms on each rank (min/median/max beyond :data:`MAX_RANK_COLUMNS` ranks), ``spread`` = slowest
+    rank / median rank, and the slowest rank, in bold red when ``spread >= SLOW_RATIO``."""
+    ranks = sorted({int(r) for k in kernels for r in k.get("ms_by_rank", {})})
+    per_rank = len(ranks) <= MAX_RANK_COLUMNS
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=48)
+    table.add_column("cat")
+    for col in [f"r{r} ms" for r in ranks] if per_rank else ["min ms", "median ms", "max ms"]:
+        table.add_column(col, justify="right")
+    table.add_column("spread", justify="right")
+    table.add_column("slowest", justify="right")
+    for k in kernels:
+        spread = k.get("spread")
+        slow = spread is not None and float(spread) >= SLOW_RATIO
+        slowest = k.get("slowest_rank")
+        red = "bold red" if slow else None
+        by_rank = k.get("ms_by_rank", {})
+        if per_rank:
+            cells = [
+                Text(_ms(by_rank.get(str(r))), style=(red or "") if r == slowest else "")
+                for r in ranks
+            ]
+        else:
+            cells = [Text(_ms(k.get(f))) for f in ("min_ms", "median_ms")]
+            cells.append(Text(_ms(k.get("max_ms")), style=red or ""))
+        table.add_row(
+            _kernel_name(str(k.get("name", ""))),
+            str(k.get("category", "")),
+            *cells,
+            _spread(spread),
+            Text(str(slowest), style=red or ""),
+        )
+    return table
+
+
+def trace_table(summary: Mapping[str, Any], *, top: int | None = None) -> Table:
+    """One Kineto trace's heaviest kernels (GPU activity, else CPU operators): calls, total,
+    median and max ms per call, and share of the traced span (``kineto.summary_json`` rows)."""
+    rank = summary.get("rank")
+    head = f"rank {rank}" if rank is not None else str(summary.get("path", ""))
+    busy = summary.get("gpu_busy_ms") or 0.0
+    span = summary.get("span_ms") or 0.0
+    gpu = f", GPU busy {busy:.1f} ms ({busy / span:.0%})" if busy and span else ""
+    rows = list(summary.get("top", []))[:top]
+    share = float(summary.get("top_share", 0.0))
+    title = f"{head}: {_ms(span)} ms traced{gpu}; top {len(rows)} = {share:.1%} of it"
+    if share > 1:
+        title += " (CPU ops nest and overlap)"
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=40)
+    for col in ("cat", "device", "calls", "total ms", "median ms", "max ms", "share"):
+        table.add_column(col, justify="left" if col in ("cat", "device") else "right", no_wrap=True)
+    for k in rows:
+        table.add_row(
+            _kernel_name(str(k.get("name", ""))),
+            str(k.get("category", "")),
+            str(k.get("device", "")),
+            str(k.get("num_calls", 0)),
+            _ms(k.get("total_ms")),
+            f"{float(k.get('median_us', 0.0)) / 1000:.3f}",
+            f"{float(k.get('max_us', 0.0)) / 1000:.3f}",
+            f"{float(k.get('step_share', 0.0)):.1%}",
+        )
+    return table

@@ -1,4 +1,8 @@
-"""``diag report DIR [--json]``: the per-rank summary of a run directory."""
+"""``diag report DIR [--json] [--kernels] [--kernels-top N]``: the per-rank summary of a run.
+
+``--kernels`` adds the cross-rank kernel table of the run's profiler windows
+(:func:`diag.analysis.kernels.from_store`); with ``--json`` it is the ``"kernels"`` list.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,30 @@ HELP = "per-rank summary of a run directory"
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a run directory written by diag run/analyzer")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="add the per-kernel table across ranks (profiler windows)",
+    )
+    parser.add_argument(
+        "--kernels-top",
+        type=int,
+        default=20,
+        metavar="N",
+        help="kernels in that table, heaviest first (default 20; 0 = all)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from diag.analysis.store import RunStore
     from diag.analysis.summary import summarize
 
-    summary = summarize(RunStore.open(args.run_dir)).to_json()
+    store = RunStore.open(args.run_dir)
+    summary = summarize(store).to_json()
+    if args.kernels:
+        from diag.analysis.kernels import from_store
+
+        summary["kernels"] = from_store(store, top=args.kernels_top or None).to_json()
     if args.json:
         json.dump(summary, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
@@ -28,5 +49,11 @@ def run(args: argparse.Namespace) -> int:
 
     from diag.cli import render
 
-    Console(width=None if sys.stdout.isatty() else 120).print(render.report(summary))
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    console.print(render.report(summary))
+    if args.kernels:
+        if summary["kernels"]:
+            console.print(render.kernel_table(summary["kernels"]))
+        else:
+            console.print("no kernel summaries in this run (no profiler window was taken)")
     return 0

@@ -1,0 +1,420 @@
+"""Kineto (PyTorch profiler) Chrome traces: load one file, summarize its operators and kernels.
+
+Standard library only (no pandas), so the hook could use it too.
+
+**Clock.** Kineto writes ``"ts"``/``"dur"`` in microseconds (floats, ns precision). torch >= 2.x
+(checked on 2.13) adds ``"baseTimeNanoseconds"`` at the top level and writes ``ts`` relative to
+it: ``wall_ns = baseTimeNanoseconds + round(ts * 1000)``. Checked against :func:`time.time_ns`:
+a ``record_function``'s start so computed lies between a reading taken just before it and one
+taken inside it (50-200 us apart; ``tests/data/kineto/marks.json``). Older Kineto
+wrote ``ts`` as microseconds since the Unix epoch with no base field (the 128-rank NCCL sample
+traces); a ``ts`` above ``1e15`` us (2001) is read that way. Anything else is a trace on its own
+clock (``clock == "relative"``): its events keep that clock and :meth:`KinetoTrace.wall_offset_ns`
+aligns its first event to a known window start.
+
+**Categories** (:func:`category_of`, the same rule as the hook's ``diag.agent.hook_kernels``):
+Kineto's ``kernel``, ``gpu_memcpy``, ``gpu_memset`` and ``cpu_op`` keep their names, except that
+one whose name contains ``gloo:``, ``nccl`` or ``c10d::`` (any case) is a ``collective``; a
+``user_annotation``/``gpu_user_annotation`` of that kind (``nccl:all_reduce``,
+``gloo:all_reduce``: the record_function around a collective) is one too. Other annotations
+(``ProfilerStep#N``, ``## forward ##``) span whole phases and would swamp the table;
+``python_function`` (Python stack, when enabled) and ``cuda_runtime``/``cuda_driver`` (launch
+calls, already inside their CPU operator) are not summarized either.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import statistics
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from diag.errors import InputError
+
+#: Kineto categories that are activity on a GPU.
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_COLLECTIVE_RE = re.compile(r"gloo:|nccl|c10d::", re.IGNORECASE)
+_ANNOTATIONS = frozenset({"user_annotation", "gpu_user_annotation"})
+_SUMMARIZED = GPU_CATS | _ANNOTATIONS | {"cpu_op"}
+_RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_EPOCH_US = 1e15  # a ts above this (microseconds) is an absolute Unix time (after 2001-09)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One complete event (``"ph": "X"``). ``ts_ns`` is wall-clock ns since the Unix epoch when
+    the trace's ``clock`` is ``"wall"``, else ns on the trace's own clock; ``dur_ns`` its length.
+    ``device`` is the GPU index of GPU activity (``None`` on the CPU); ``input_dims`` the
+    operator's ``"Input Dims"`` as compact JSON ("" when not recorded)."""
+
+    name: str
+    cat: str
+    ts_ns: int
+    dur_ns: int
+    pid: int | str
+    tid: int | str
+    device: int | None = None
+    external_id: int | None = None
+    input_dims: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceProperties:
+    """One GPU as the trace's ``deviceProperties`` describe it (0/"" where absent)."""
+
+    id: int
+    name: str
+    total_memory_bytes: int
+    compute_capability: str
+    num_sms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KinetoTrace:
+    """One loaded trace. ``rank`` comes from ``distributedInfo``, else from the file name
+    (``rank-3``, ``rank_3``, ``rank3``, also in the parent folder's name), else ``None``.
+    ``start_ns``/``end_ns`` bound all complete events (the profiler's own span included);
+    ``track_names`` maps ``(pid, tid)`` to a readable track ("thread 12 (python)",
+    "GPU 0 stream 7"). ``num_skipped`` counts complete events without a usable ts/dur."""
+
+    path: Path
+    rank: int | None
+    world_size: int | None
+    backend: str
+    base_time_ns: int | None
+    clock: str  # "wall" or "relative"
+    devices: tuple[DeviceProperties, ...]
+    events: tuple[TraceEvent, ...]
+    track_names: Mapping[tuple[int | str, int | str], str]
+    start_ns: int
+    end_ns: int
+    num_skipped: int = 0
+
+    @property
+    def span_ns(self) -> int:
+        return max(self.end_ns - self.start_ns, 0)
+
+    def wall_offset_ns(self, window_start_ns: int | None = None) -> int | None:
+        """What to add to ``ts_ns`` for wall-clock time: 0 for a wall-clock trace; for a trace
+        on its own clock, the shift that puts its first event at ``window_start_ns`` (``None``
+        when that is unknown)."""
+        if self.clock == "wall":
+            return 0
+        return None if window_start_ns is None else window_start_ns - self.start_ns
+
+    def track_name(self, ev: TraceEvent) -> str:
+        return self.track_names.get((ev.pid, ev.tid), f"{ev.pid}/{ev.tid}")
+
+
+def _bad(path: Path, reason: str) -> InputError:
+    return InputError(f"{path} is not a readable Kineto trace: {reason}")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except EOFError:
+            raise _bad(path, "truncated gzip stream") from None
+        except (OSError, zlib.error) as exc:
+            raise _bad(path, f"corrupt gzip stream ({' '.join(str(exc).split())})") from None
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise _bad(path, "not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        where = "truncated JSON" if exc.pos >= len(raw.rstrip()) else "bad JSON"
+        raise _bad(path, f"{where} at line {exc.lineno} column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:
+        raise _bad(path, f"bad JSON ({exc})") from None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _us_to_ns(value: Any) -> int:
+    """Microseconds (JSON int or float) to integer ns; exact for ints (epoch-us ts are ~1.7e15,
+    beyond a float's exact range once multiplied by 1000)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(value)
+    if isinstance(value, int):
+        return value * 1000
+    us = float(value)
+    whole = math.floor(us)
+    return whole * 1000 + round((us - whole) * 1000)
+
+
+def rank_from_name(path: Path) -> int | None:
+    """The rank a file name (or its parent folder) names: ``rank-3``, ``rank_3``, ``rank3``."""
+    for part in (path.name, path.parent.name):
+        m = _RANK_RE.search(part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _devices(raw: Any) -> tuple[DeviceProperties, ...]:
+    out = []
+    for d in raw if isinstance(raw, list) else []:
+        if isinstance(d, dict):
+            major, minor = d.get("computeMajor"), d.get("computeMinor")
+            out.append(
+                DeviceProperties(
+                    id=_int(d.get("id")) or 0,
+                    name=str(d.get("name", "")),
+                    total_memory_bytes=_int(d.get("totalGlobalMem")) or 0,
+                    compute_capability=f"{major}.{minor}" if major is not None else "",
+                    num_sms=_int(d.get("numSms")) or 0,
+                )
+            )
+    return tuple(out)
+
+
+def _track_names(meta: Iterable[dict[str, Any]]) -> dict[tuple[int | str, int | str], str]:
+    labels: dict[int | str, str] = {}
+    threads: dict[tuple[int | str, int | str], str] = {}
+    for e in meta:
+        args = _dict(e.get("args"))
+        if e.get("name") == "process_labels":
+            labels[e.get("pid", "")] = str(args.get("labels", ""))
+        elif e.get("name") == "thread_name":
+            threads[(e.get("pid", ""), e.get("tid", ""))] = str(args.get("name", "")).strip()
+    out = {}
+    for (pid, tid), name in threads.items():
+        label = labels.get(pid, "")
+        out[(pid, tid)] = f"{label} {name}" if label.startswith("GPU") else name
+    return out
+
+
+def load_trace(path: str | Path) -> KinetoTrace:
+    """Load a ``.json`` or gzipped ``.json.gz`` Kineto/Chrome trace (gzip is detected by its
+    magic bytes). Raises :class:`InputError`, one line naming the file, if it is unreadable."""
+    path = Path(path)
+    doc = _read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise _bad(path, "no traceEvents list")
+    base = _int(doc.get("baseTimeNanoseconds"))
+    raw_x: list[tuple[int, int, dict[str, Any]]] = []
+    meta: list[dict[str, Any]] = []
+    skipped = 0
+    for e in doc["traceEvents"]:
+        if not isinstance(e, dict):
+            continue
+        ph = e.get("ph")
+        if ph == "M":
+            meta.append(e)
+        elif ph == "X":
+            try:
+                raw_x.append((_us_to_ns(e.get("ts")), _us_to_ns(e.get("dur", 0)), e))
+            except (TypeError, ValueError, OverflowError):
+                skipped += 1
+    min_ts = min((ts for ts, _, _ in raw_x), default=0)
+    if base is not None:
+        clock, base_ns = "wall", base
+    elif min_ts > _EPOCH_US * 1000:
+        clock, base_ns = "wall", 0
+    else:
+        clock, base_ns = "relative", 0
+    events = []
+    for ts, dur, e in raw_x:
+        args = _dict(e.get("args"))
+        dims = args.get("Input Dims")
+        events.append(
+            TraceEvent(
+                name=str(e.get("name", "")),
+                cat=str(e.get("cat", "")),
+                ts_ns=base_ns + ts,
+                dur_ns=max(dur, 0),
+                pid=e.get("pid", ""),
+                tid=e.get("tid", ""),
+                device=_int(args.get("device")),
+                external_id=_int(args.get("External id")),
+                input_dims=json.dumps(dims) if dims is not None else "",
+            )
+        )
+    dist = _dict(doc.get("distributedInfo"))
+    rank = _int(dist.get("rank"))
+    return KinetoTrace(
+        path=path,
+        rank=rank if rank is not None else rank_from_name(path),
+        world_size=_int(dist.get("world_size")),
+        backend=str(dist.get("backend", "")),
+        base_time_ns=base,
+        clock=clock,
+        devices=_devices(doc.get("deviceProperties")),
+        events=tuple(events),
+        track_names=_track_names(meta),
+        start_ns=min((ev.ts_ns for ev in events), default=0),
+        end_ns=max((ev.ts_ns + ev.dur_ns for ev in events), default=0),
+        num_skipped=skipped,
+    )
+
+
+def category_of(ev: TraceEvent) -> str | None:
+    """The :class:`~diag.schema.KernelSummary` category of an event, ``None`` if not summarized."""
+    if ev.cat in _SUMMARIZED and _COLLECTIVE_RE.search(ev.name):
+        return "collective"
+    if ev.cat in GPU_CATS or ev.cat == "cpu_op":
+        return ev.cat
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelStat:
+    """One operator or kernel over a whole trace, with :class:`~diag.schema.KernelSummary`'s
+    field names and meaning: durations summed over ``num_calls`` calls; ``step_share`` is
+    ``total_ns`` over the trace's span (nested CPU operators overlap, so CPU shares can sum past
+    1); ``device`` is "cuda:N" for GPU activity, else "cpu"; ``input_shapes`` are the longest
+    call's input dims."""
+
+    name: str
+    category: str
+    device: str
+    num_calls: int
+    total_ns: int
+    median_ns: int
+    max_ns: int
+    step_share: float
+    input_shapes: str = ""
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.startswith("cuda")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceSummary:
+    """The operators and kernels of one trace, heaviest first.
+
+    ``span_ns``: the traced time (first event start to last event end). ``gpu_busy_ns``: the
+    union of all GPU activity intervals (kernels, copies, sets; any device or stream), so
+    ``gpu_busy_ns / span_ns`` is how busy the GPUs were. ``top_share``: the summed
+    ``step_share`` of ``top`` (the listed stats of the trace's main side: GPU activity when there
+    is any, else CPU operators and collectives): share of the *span*, not of GPU busy time, so
+    it reads the same as :class:`~diag.schema.KernelSummary`'s ``step_share``.
+    """
+
+    path: Path
+    rank: int | None
+    clock: str
+    span_ns: int
+    gpu_busy_ns: int
+    num_events: int
+    kernels: tuple[KernelStat, ...]
+    top: tuple[KernelStat, ...]
+    top_share: float
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(k.on_gpu for k in self.kernels)
+
+
+def _device(ev: TraceEvent) -> str:
+    if ev.cat in GPU_CATS or ev.cat == "gpu_user_annotation":
+        dev = ev.device if ev.device is not None else ev.pid
+        return f"cuda:{dev}"
+    return "cpu"
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, cur_start, cur_end = 0, None, None
+    for start, end in sorted(intervals):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None and cur_start is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None and cur_start is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def summarize(trace: KinetoTrace, top: int | None = 10) -> TraceSummary:
+    """Per (name, category, device) stats of ``trace``; ``top`` (``None``: all) sets how many of
+    the main side's heaviest stats go into ``TraceSummary.top``. ``kernels`` always has all."""
+    groups: dict[tuple[str, str, str], list[TraceEvent]] = {}
+    gpu_intervals = []
+    for ev in trace.events:
+        cat = category_of(ev)
+        if cat is None:
+            continue
+        groups.setdefault((ev.name, cat, _device(ev)), []).append(ev)
+        if ev.cat in GPU_CATS:
+            gpu_intervals.append((ev.ts_ns, ev.ts_ns + ev.dur_ns))
+    span = trace.span_ns
+    stats = []
+    for (name, cat, device), evs in groups.items():
+        durs = [e.dur_ns for e in evs]
+        total = sum(durs)
+        heaviest = max(evs, key=lambda e: e.dur_ns)
+        stats.append(
+            KernelStat(
+                name=name,
+                category=cat,
+                device=device,
+                num_calls=len(evs),
+                total_ns=total,
+                median_ns=int(statistics.median(durs)),
+                max_ns=heaviest.dur_ns,
+                step_share=total / span if span else 0.0,
+                input_shapes=heaviest.input_dims,
+            )
+        )
+    stats.sort(key=lambda k: (-k.total_ns, k.name, k.device))
+    on_gpu = [k for k in stats if k.on_gpu]
+    main = on_gpu if on_gpu else stats
+    chosen = tuple(main if top is None else main[:top])
+    return TraceSummary(
+        path=trace.path,
+        rank=trace.rank,
+        clock=trace.clock,
+        span_ns=span,
+        gpu_busy_ns=_union_ns(gpu_intervals),
+        num_events=len(trace.events),
+        kernels=tuple(stats),
+        top=chosen,
+        top_share=sum(k.step_share for k in chosen),
+    )
+
+
+def summary_json(s: TraceSummary) -> dict[str, Any]:
+    """A :class:`TraceSummary` for ``--json`` and the renderers: ms for the trace, us per call."""
+    return {
+        "path": str(s.path),
+        "rank": s.rank,
+        "clock": s.clock,
+        "span_ms": s.span_ns / 1e6,
+        "gpu_busy_ms": s.gpu_busy_ns / 1e6,
+        "num_events": s.num_events,
+        "top_share": s.top_share,
+        "top": [
+            {
+                "name": k.name,
+                "category": k.category,
+                "device": k.device,
+                "num_calls": k.num_calls,
+                "total_ms": k.total_ns / 1e6,
+                "median_us": k.median_ns / 1e3,
+                "max_us": k.max_ns / 1e3,
+                "step_share": k.step_share,
+                "input_shapes": k.input_shapes,
+            }
+            for k in s.top
+        ],
+    }

@@ -1,0 +1,120 @@
+"""``diag trace PATH [PATH ...] [--out FILE] [--steps A:B] [--top N] [--json]``.
+
+- One run directory: writes the merged Chrome/Perfetto trace of all ranks (steps, collectives,
+  the profiler windows' kernels; :mod:`diag.analysis.timeline`) to ``--out`` (default
+  ``RUN_DIR/trace.json``; a name ending in ``.gz`` is gzipped).
+- Kineto trace files, or folders of them (searched recursively for ``*.json``/``*.json.gz``):
+  prints each rank's heaviest kernels and the cross-rank kernel table; with ``--out`` also writes
+  one merged trace of the files, a process per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "merged Perfetto timeline of a run, or kernel tables of Kineto trace files"
+PERFETTO = "https://ui.perfetto.dev"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="a run directory, or Kineto trace files / folders of them",
+    )
+    parser.add_argument("--out", type=Path, help="write the merged trace here (.json or .json.gz)")
+    parser.add_argument(
+        "--steps", metavar="A:B", help="run directory only: keep steps A..B-1 (Python slice)"
+    )
+    parser.add_argument("--top", type=int, default=10, help="kernels per table (default 10)")
+    parser.add_argument("--json", action="store_true", help="print the tables as one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from diag.errors import InputError
+
+    paths: list[Path] = args.paths
+    runs = [p for p in paths if (p / "store").is_dir()]
+    if runs and len(paths) > 1:
+        raise InputError(f"{runs[0]} is a run directory: give it alone, not with other paths")
+    if runs:
+        return _run_dir(runs[0], args)
+    if args.steps:
+        raise InputError("--steps needs a run directory (Kineto files have no step records)")
+    return _files(paths, args)
+
+
+def _run_dir(run_dir: Path, args: argparse.Namespace) -> int:
+    from diag.analysis.store import RunStore
+    from diag.analysis.timeline import merged_trace, parse_steps
+
+    trace = merged_trace(RunStore.open(run_dir), steps=parse_steps(args.steps))
+    out = args.out or run_dir / "trace.json"
+    for note in trace["metadata"]["diag"]["notes"]:
+        print(f"diag trace: {note}", file=sys.stderr)
+    _write(trace, out)
+    return 0
+
+
+def _files(paths: list[Path], args: argparse.Namespace) -> int:
+    from diag.analysis import kernels, kineto
+    from diag.errors import InputError
+
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise InputError(f"{p}: no Kineto trace files (*.json, *.json.gz) in it")
+            files.extend(found)
+        elif p.exists():
+            files.append(p)
+        else:
+            raise InputError(f"{p} does not exist")
+    traces = [kineto.load_trace(f) for f in files]
+    summaries = [kineto.summarize(t, top=args.top) for t in traces]
+    table = kernels.from_traces(summaries, top=args.top)
+    per_trace = [kineto.summary_json(s) for s in summaries]
+    if args.json:
+        doc = {"traces": per_trace, "kernels": table.to_json()}
+        json.dump(doc, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+
+        from diag.cli import render
+
+        console = Console(width=None if sys.stdout.isatty() else 120)
+        for s in per_trace:
+            console.print(render.trace_table(s))
+        if len(table.ranks) > 1:
+            console.print(render.kernel_table(table.to_json()))
+    if args.out:
+        from diag.analysis.timeline import merged_kineto
+
+        _write(merged_kineto(traces), args.out, stream=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _write(trace: dict[str, Any], out: Path, stream: Any = None) -> None:
+    from diag.errors import InputError
+
+    data = json.dumps(trace, allow_nan=False, separators=(",", ":")).encode()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(gzip.compress(data, 6) if out.name.endswith(".gz") else data)
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    num = sum(1 for e in trace["traceEvents"] if e["ph"] != "M")
+    ranks = trace["metadata"]["diag"]["num_ranks"]
+    print(
+        f"wrote {num} events for {ranks} ranks to {out} (open in {PERFETTO})",
+        file=stream or sys.stdout,
+    )
