@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from diag.analysis.kineto import TraceSummary
+from diag.analysis.kineto_summary import TraceSummary
 from diag.analysis.store import RunStore
 
 _NS_PER_MS = 1e6

@@ -64,7 +64,7 @@ def _run_dir(run_dir: Path, args: argparse.Namespace) -> int:
 
 
 def _files(paths: list[Path], args: argparse.Namespace) -> int:
-    from diag.analysis import kernels, kineto
+    from diag.analysis import kernels, kineto, kineto_summary
     from diag.errors import InputError
 
     files: list[Path] = []
@@ -79,9 +79,9 @@ def _files(paths: list[Path], args: argparse.Namespace) -> int:
         else:
             raise InputError(f"{p} does not exist")
     traces = [kineto.load_trace(f) for f in files]
-    summaries = [kineto.summarize(t, top=args.top) for t in traces]
+    summaries = [kineto_summary.summarize(t, top=args.top) for t in traces]
     table = kernels.from_traces(summaries, top=args.top)
-    per_trace = [kineto.summary_json(s) for s in summaries]
+    per_trace = [kineto_summary.summary_json(s) for s in summaries]
     if args.json:
         doc = {"traces": per_trace, "kernels": table.to_json()}
         json.dump(doc, sys.stdout, indent=2, allow_nan=False)

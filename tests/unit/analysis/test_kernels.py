@@ -10,7 +10,8 @@ import pytest
 
 from diag import schema
 from diag.analysis import kernels
-from diag.analysis.kineto import load_trace, summarize
+from diag.analysis.kineto import load_trace
+from diag.analysis.kineto_summary import summarize
 from diag.analysis.store import RunStore
 
 SHARED = Path(os.environ.get("DIAG_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))

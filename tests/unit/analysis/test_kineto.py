@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from diag.analysis.kineto import TraceEvent, category_of, load_trace, rank_from_name, summarize
+from diag.analysis.kineto import TraceEvent, load_trace, rank_from_name
+from diag.analysis.kineto_summary import category_of, summarize
 from diag.errors import InputError
 
 # shared/ lies beside the checkout (as in CI); DIAG_SHARED_DIR points elsewhere.
