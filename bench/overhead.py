@@ -10,12 +10,24 @@ Prints, per step size, the median step time with and without the hook, the media
 (relative to the no-hook median, and the median of per-block-pair overheads), and the worst case
 (p99 and max). Measured numbers only, no asserts.
 
-    .venv/bin/python bench/overhead.py [--reps 4]
+Kernel tier (``--tier kernel``, ~50 ms step): the same A/B with periodic profiler windows on. The
+default interval (a window every 1000 steps) would never fall inside a 100-step block, so this arm
+takes a window every ``--window-every`` steps (default 50: two one-step windows per block, at the
+hook's steps 20 and 70). It prints (a) the A/B overhead at that interval, (b) the step time of
+window steps against the ordinary steps of the same blocks (and of the step right after a window,
+when the hook thread summarizes it), and the cost per window: the window step's extra time
+measured from outside (median window step - median ordinary step), what switching the profiler
+cost the training thread as the hook timed it, and the hook thread's processing time (wall time of
+summarizing + writing the trace, pauses included; an upper bound on its GIL time); the amortized
+cost at the default interval is (window step extra + hook-thread time) / (1000 x median step).
+
+    .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import statistics
@@ -23,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -59,9 +72,79 @@ def percentile(values: list[int], q: float) -> float:
     return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
 
 
+def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
+    """A/B of the hook with periodic profiler windows; window steps against ordinary steps."""
+    steps_per_block, settle = 100, 20
+    default_every = HookConfig().profile_every_steps
+    times: dict[bool, list[int]] = {True: [], False: []}
+    window_t: list[int] = []
+    after_t: list[int] = []
+    ordinary_t: list[int] = []
+    costs: list[tuple[str, int, int]] = []
+    pairs: list[float] = []
+    for rep in range(reps):
+        order = (True, False) if rep % 2 == 0 else (False, True)
+        block_median: dict[bool, float] = {}
+        for on in order:
+            h = hook.install(cfg) if on else None
+            for _ in range(settle):
+                step()
+            block: list[int] = []
+            indices: list[int] = []
+            for _ in range(steps_per_block):
+                indices.append(h.tracker.step if h is not None else -1)
+                block.append(step())
+            if h is not None:
+                hook.uninstall()
+                measured = set(indices)  # a window cut short by the uninstall is left out
+                mine = [c for c in h.thread.window_costs if int(c[0][1:]) in measured]
+                costs.extend(mine)
+                starts = {int(wid[1:]) for wid, _, _ in mine}
+                for index, t in zip(indices, block, strict=True):
+                    if index in starts:
+                        window_t.append(t)
+                    elif index - 1 in starts:
+                        after_t.append(t)
+                    else:
+                        ordinary_t.append(t)
+            times[on].extend(block)
+            block_median[on] = statistics.median(block)
+        pairs.append(block_median[True] / block_median[False] - 1)
+    med_on, med_off = statistics.median(times[True]), statistics.median(times[False])
+    print(
+        f"kernel tier: step ~50 ms, a 1-step profiler window every {cfg.profile_every_steps} "
+        f"steps, record_shapes={cfg.profile_record_shapes} ({len(times[True])} steps per arm, "
+        f"{reps} ABBA reps, {len(costs)} windows)"
+    )
+    print(f"  (a) median  off {med_off / 1e6:8.3f} ms  on {med_on / 1e6:8.3f} ms  "
+          f"overhead {100 * (med_on / med_off - 1):+.3f} %  "
+          f"(median of block pairs {100 * statistics.median(pairs):+.3f} %)")  # fmt: skip
+    if not (costs and window_t and ordinary_t):
+        print("  no window fell inside a measured block")
+        return
+    med_ord, med_win = statistics.median(ordinary_t), statistics.median(window_t)
+    med_after = statistics.median(after_t) if after_t else float("nan")
+    train_ns = statistics.median(c[1] for c in costs)
+    thread_ns = statistics.median(c[2] for c in costs)
+    extra = med_win - med_ord
+    print(f"  (b) window step median {med_win / 1e6:8.3f} ms vs ordinary {med_ord / 1e6:8.3f} ms: "
+          f"{100 * (med_win / med_ord - 1):+.2f} %   step after a window "
+          f"{med_after / 1e6:8.3f} ms ({100 * (med_after / med_ord - 1):+.2f} %)")  # fmt: skip
+    print(f"  per window: step extra {extra / 1e6:.3f} ms, of which profiler enable+disable "
+          f"{train_ns / 1e6:.3f} ms (hook's timing); hook-thread processing {thread_ns / 1e6:.3f} "
+          "ms (wall, pauses included)")  # fmt: skip
+    amortized = (extra + thread_ns) / (default_every * med_ord)
+    print(f"  amortized at the default interval (every {default_every} steps): "
+          f"{100 * amortized:+.4f} % of the step")  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=4, help="ABBA repetitions per step size")
+    p.add_argument("--tier", choices=("all", "base", "kernel"), default="all")
+    p.add_argument("--window-every", type=int, default=50, help="kernel tier: steps per window")
+    p.add_argument("--trace-dir", default="", help="kernel tier: keep raw traces here")
+    p.add_argument("--no-shapes", action="store_true", help="kernel tier: record_shapes off")
     args = p.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="diag-bench-")
@@ -122,8 +205,16 @@ def main() -> None:
         per_iter = (statistics.median(step() for _ in range(10)) - base) / 50
         iters[0] = max(0, round((target_ms * 1e6 - base) / max(per_iter, 1.0)))
 
+    if args.tier in ("all", "kernel"):
+        calibrate(50.0)
+        kcfg = dataclasses.replace(
+            cfg, profile_first_step=20, profile_every_steps=args.window_every,
+            trace_dir=args.trace_dir, profile_record_shapes=not args.no_shapes,
+        )  # fmt: skip
+        kernel_tier(step, kcfg, args.reps)
     # Blocks of ~5 s, so the hook thread's pacing settles as it does in a long job.
-    for target_ms, steps_per_block, settle in ((50.0, 100, 20), (5.0, 1000, 200)):
+    sizes = ((50.0, 100, 20), (5.0, 1000, 200)) if args.tier != "kernel" else ()
+    for target_ms, steps_per_block, settle in sizes:
         calibrate(target_ms)
         times: dict[bool, list[int]] = {True: [], False: []}
         pairs: list[float] = []

@@ -13,6 +13,10 @@ finishes ``step()``; the phases partition the step (:mod:`diag.agent.phases`). T
 Python-level collectives) against ``compute_ns``. On CUDA the "local gradients done" point is when
 the CPU finished issuing backward, so GPU work still running then counts as wait.
 
+Profiler windows (:mod:`diag.agent.hook_profiler`): the training thread switches the torch
+profiler on where a window's first step begins and off at the end of its last step; the hook
+thread summarizes the result (:mod:`diag.agent.hook_kernels`).
+
 Importing this module is cheap: torch is imported only in :func:`install`.
 """
 
@@ -29,6 +33,7 @@ from typing import Any
 
 from diag.agent import hook_patches
 from diag.agent.hook_events import EventFactory
+from diag.agent.hook_profiler import ProfilerWindows
 from diag.agent.phases import BACKWARD, OPTIMIZER, StepTracker
 from diag.config import HookConfig, default_host, load_config
 
@@ -71,7 +76,10 @@ class Hook:
         self.last_error = ""
         self.active = False
         self.train_tid = threading.main_thread().ident
-        self.tracker = StepTracker(self.emit, self.clock)
+        self.profiler = ProfilerWindows(
+            cfg, torch, clock=self.clock, wall_offset_ns=self.wall_offset_ns, on_error=self.error
+        )
+        self.tracker = StepTracker(self.emit, self.clock, on_begin=self.profiler.step_begins)
         self.primary_optimizer: int | None = None
         self._bw_depth = 0
         rank = int(os.environ.get("RANK", "0"))
@@ -98,6 +106,7 @@ class Hook:
         if not self.active:
             return
         self.active = False
+        self.profiler.close()
         try:
             self._patcher.restore()
         except Exception as exc:
@@ -151,6 +160,9 @@ class Hook:
             now = self.clock()
             self.tracker.exit(OPTIMIZER, now)
             if id(optimizer) == self.primary_optimizer:
+                if self.profiler.active is not None:  # a window's disable counts in its step
+                    self.profiler.step_ends(self.tracker.step)
+                    now = self.clock()
                 self.tracker.end_step(now)
         except Exception as exc:
             self.error(exc)

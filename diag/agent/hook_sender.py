@@ -5,12 +5,16 @@ unreachable the sender retries every ``reconnect_interval_s`` and, when the back
 the oldest events and counts them (``num_dropped``). A write that fails or stalls past
 ``timeout_s`` closes the connection; the unsent batch stays in the backlog and is written again on
 the next connection (the analyzer drops repeats by ``(source, seq)``).
+
+The daemon may write control frames back on the same connection (length-prefixed serialized
+``ControlMessage``s); :meth:`FrameSender.poll_control` reads whatever has arrived without blocking.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import socket
 import time
 from collections import deque
@@ -22,6 +26,7 @@ from diag.transport import codec, frames
 log = logging.getLogger(__name__)
 
 MAX_BATCH_EVENTS = 1000
+MAX_CONTROL_BYTES = 1 << 20  # read at most this much control data per poll
 
 
 class FrameSender:
@@ -50,6 +55,7 @@ class FrameSender:
         self.num_dropped = 0
         self.last_error = ""
         self._warned = False
+        self._control = frames.FrameDecoder()
 
     @property
     def backlog(self) -> int:
@@ -86,6 +92,7 @@ class FrameSender:
             return False
         self._sock = sock
         self._warned = False
+        self._control = frames.FrameDecoder()  # a new connection starts a new control stream
         return True
 
     def _fail(self, message: str) -> None:
@@ -115,6 +122,40 @@ class FrameSender:
             for _ in range(n):
                 self._backlog.popleft()
             self.num_sent += n
+
+    def poll_control(self) -> list[bytes]:
+        """The control frames the daemon wrote since the last poll; never blocks.
+
+        A closed or failed connection is closed here (the next flush reconnects). A malformed frame
+        header (:class:`~diag.errors.SchemaError`) desynchronizes the stream: the connection is
+        closed and the error raised for the caller to count.
+        """
+        out: list[bytes] = []
+        got = 0
+        while self._sock is not None and got < MAX_CONTROL_BYTES:
+            sock = self._sock
+            try:
+                readable, _, _ = select.select([sock], [], [], 0)
+                if not readable:
+                    break
+                data = sock.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self.close()
+                self._fail(f"read from {self.path} failed: {exc}")
+                break
+            if not data:
+                self.close()
+                self._fail(f"daemon closed {self.path}")
+                break
+            got += len(data)
+            try:
+                out.extend(self._control.feed(data))
+            except Exception:
+                self.close()
+                raise
+        return out
 
     def drop_backlog(self) -> None:
         """Give up on everything unsent (at exit), counting it as dropped."""

@@ -5,6 +5,10 @@ Flight Recorder (``_dump_fr_trace`` without stack traces, parsed by the restrict
 ``health_interval_s`` it emits a :class:`~diag.schema.HookHealth`, and it writes what it built to
 the daemon socket. On stop it does a final drain, harvest and health event and one last flush.
 
+Each cycle it also reads the control frames the daemon wrote back (on-demand profile requests,
+scheduled through :attr:`Hook.profiler`'s inbox; a malformed one is counted as a hook error) and
+turns finished profiler windows into events (:func:`diag.agent.hook_kernels.process`).
+
 While the Flight Recorder works, a finished step is held until the first harvest after its end, so
 its ``num_collectives`` counts the FR entries created inside it (DDP's C++ all-reduces included);
 without the Flight Recorder it counts the Python-level collective calls of the step.
@@ -23,10 +27,13 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from diag import schema
+from diag.agent import hook_kernels
 from diag.agent.hook_events import fr_dtype_name
 from diag.agent.hook_fr import FrState, PyCall, StepWindows
+from diag.agent.hook_profiler import RequestFilter
 from diag.agent.hook_sender import FrameSender
 from diag.collectors.fr import load_fr_dump
+from diag.proto import diag_pb2 as pb
 
 if TYPE_CHECKING:
     from diag.agent.hook import Hook
@@ -83,6 +90,20 @@ class HookThread(threading.Thread):
         self._fr_top = -1  # highest FR record_id seen
         self._fr_capacity = fr_buffer_size()
         self.fr_interval_s = min(0.25, self.cfg.fr_poll_interval_s)
+        self.requests = RequestFilter(self.cfg.profile_num_steps)
+        self.traces = (
+            hook_kernels.TraceFiles(
+                self.cfg.trace_dir,
+                max_files=self.cfg.max_traces_per_rank,
+                max_bytes=self.cfg.max_trace_bytes,
+            )
+            if self.cfg.trace_dir
+            else None
+        )
+        #: (window_id, training-thread ns, hook-thread ns) of the last windows processed: what
+        #: switching the profiler cost the training thread, and what summarizing and writing the
+        #: trace took here (wall time, pauses included).
+        self.window_costs: deque[tuple[str, int, int]] = deque(maxlen=64)
 
     # ----------------------------------------------------------------- loop
     def run(self) -> None:
@@ -114,6 +135,8 @@ class HookThread(threading.Thread):
                     self._release_steps(None)
             if not self._full_rank_info:
                 self._rank_info()
+            self._control()
+            self._profile_windows()
             if self.cfg.capture_checkpoints:
                 self.hook.patch_dcp()
             if final:
@@ -129,6 +152,50 @@ class HookThread(threading.Thread):
 
     def _emit(self, event: schema.Event) -> None:
         self.sender.add((event,))
+
+    # ------------------------------------------------------- profile windows
+    def _control(self) -> None:
+        """Schedule the on-demand profile requests the daemon wrote back since the last cycle."""
+        try:
+            payloads = self.sender.poll_control()
+        except Exception as exc:
+            self.hook.error(exc)
+            return
+        for payload in payloads:
+            try:
+                msg = pb.ControlMessage.FromString(payload)
+                if msg.WhichOneof("body") != "profile":
+                    raise ValueError("control message without a known body")
+                plan = self.requests.plan(msg.profile, self.ev.rank)
+            except Exception as exc:
+                self.hook.error(exc)
+                continue
+            if plan is not None:
+                log.debug("diag hook: profile window %s requested at step %d",
+                          plan.window_id, plan.start_step)  # fmt: skip
+                self.hook.profiler.inbox.append(plan)
+
+    def _profile_windows(self) -> None:
+        profiler = self.hook.profiler
+        done = profiler.done
+        while done:
+            window = done.popleft()
+            t0 = time.perf_counter_ns()
+            try:
+                events = hook_kernels.process(
+                    window, self.ev, self.traces, record_shapes=self.cfg.profile_record_shapes
+                )
+            except Exception as exc:
+                self.hook.error(exc)
+                continue
+            finally:
+                window.result = None  # free the trace now, then allow the next window
+                if not done:
+                    profiler.busy = False
+            self.sender.add(events)
+            self.window_costs.append(
+                (window.plan.window_id, window.train_ns, time.perf_counter_ns() - t0)
+            )
 
     # ------------------------------------------------------------- records
     def _drain(self) -> None:

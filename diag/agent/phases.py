@@ -19,6 +19,9 @@ Python-level ``torch.distributed`` collectives. It overlaps the phases; ``comput
 ``duration_ns - collective_wait_ns - data_wait_ns - checkpoint_ns``.
 
 The tracker emits plain tuples (see :data:`STEP_FIELDS`); the hook thread builds the events.
+``on_begin(step)`` (optional) is called where a step begins: at the first activity for step 0, and
+right after a step ends for the next one (after the new step's start time was taken, so work done
+there, e.g. starting a profiler window, counts in the step that begins).
 """
 
 from __future__ import annotations
@@ -58,9 +61,11 @@ class StepTracker:
         self,
         emit: Callable[[tuple[Any, ...]], None],
         clock: Callable[[], int] = time.perf_counter_ns,
+        on_begin: Callable[[int], None] | None = None,
     ) -> None:
         self._emit = emit
         self._clock = clock
+        self.on_begin = on_begin
         self.step = 0  # index of the step in progress
         self.started = False
         self.primary_optimizer: int | None = None
@@ -86,6 +91,8 @@ class StepTracker:
         self.started = True
         self._reset(now)
         self._emit(("start", now))
+        if self.on_begin is not None:
+            self.on_begin(self.step)
 
     def enter(self, phase: int, now: int) -> bool:
         """Open a region; False if untracked (no step started and this one cannot start it)."""
@@ -162,3 +169,5 @@ class StepTracker:
         )
         self.step += 1
         self._reset(now)
+        if self.on_begin is not None:
+            self.on_begin(self.step)
