@@ -15,11 +15,13 @@ Numbers:
   record of who asked for what; the file is tiny and written only when a request is made.)
   If the file is unreadable, numbering resumes from the wall clock in milliseconds, which is
   larger than any sequence a run could have issued one by one.
-- ``at_step``, when not given, is the newest step seen in ingested ``StepEvent``\\s (any rank)
-  plus a lead of ``max(min_lead_steps, ceil(lead_s / median recent step duration))`` steps:
-  with the defaults, at least 3 steps and at least 2.0 s of training ahead, which covers the event
-  latency (hook flush 0.2 s + daemon flush 0.5 s) and the way back (daemon poll 0.5 s + hook poll
-  0.2 s), so every rank has the request before it reaches that step.
+- ``at_step``, when not given, is the step the job is estimated to be at now plus a lead of
+  ``max(min_lead_steps, ceil(lead_s / median recent step duration))`` steps. Step events reach the
+  analyzer seconds late (the hook holds a step until its next Flight Recorder harvest, the daemon
+  batches), so the estimate extrapolates from the newest step's end time:
+  ``newest + (now - its end_ns) / median step`` (at most 10 s of extrapolation). With the defaults
+  the lead is at least 3 steps and 1.0 s of training, which covers the way back (daemon poll
+  0.5 s + hook poll 0.2 s), so every rank has the request before it reaches that step.
 - ``expires_ns`` = ``requested_ns + ttl_s``; expired requests are no longer handed out.
 """
 
@@ -45,6 +47,7 @@ from diag.proto import diag_pb2 as pb
 log = logging.getLogger(__name__)
 
 MAX_NUM_STEPS = 100
+MAX_EXTRAPOLATE_NS = 10_000_000_000  # a job silent for longer is not assumed to be progressing
 MAX_TTL_S = 24 * 3600.0
 CONTROL_FILE = "control.json"
 _KEEP_REQUESTS = 200  # history kept in control.json (expired ones included, for the record)
@@ -60,6 +63,7 @@ class StepProgress:
     num_ranks: int
     median_step_ns: int
     lead_steps: int
+    estimated_step: int = -1  # newest_step extrapolated to now (see the module docstring)
 
 
 def _request_to_json(req: pb.ProfileRequest) -> dict[str, Any]:
@@ -101,7 +105,7 @@ class ControlBoard:
         clock: Callable[[], int] = time.time_ns,
         *,
         state_path: str | Path | None = None,
-        lead_s: float = 2.0,
+        lead_s: float = 1.0,
         min_lead_steps: int = 3,
         num_durations: int = 64,
     ) -> None:
@@ -111,6 +115,7 @@ class ControlBoard:
         self._min_lead_steps = min_lead_steps
         self._lock = threading.Lock()
         self._max_step: dict[int, int] = {}  # rank -> newest step index seen
+        self._newest_end_ns = 0  # wall-clock end of the newest step seen (any rank)
         self._durations: deque[int] = deque(maxlen=num_durations)
         self._requests: list[pb.ProfileRequest] = []  # in seq order
         self._last_seq = 0
@@ -155,16 +160,19 @@ class ControlBoard:
 
     # -- progress -----------------------------------------------------------------------------
 
-    def observe_steps(self, steps: Iterable[tuple[int, int, int]]) -> None:
-        """Note finished steps as ``(rank, step, duration_ns)``; cheap, called for every accepted
-        ``StepEvent``. Steps with a negative index or rank are ignored; durations <= 0 are not
-        counted in the median."""
+    def observe_steps(self, steps: Iterable[tuple[int, ...]]) -> None:
+        """Note finished steps as ``(rank, step, duration_ns[, end_ns])``; cheap, called for every
+        accepted ``StepEvent``. Steps with a negative index or rank are ignored; durations <= 0
+        are not counted in the median."""
         with self._lock:
-            for rank, step, duration_ns in steps:
+            for rank, step, duration_ns, *rest in steps:
                 if step < 0 or rank < 0:
                     continue
+                newest = max(self._max_step.values(), default=-1)
                 if step > self._max_step.get(rank, -1):
                     self._max_step[rank] = step
+                if rest and step >= newest:
+                    self._newest_end_ns = max(self._newest_end_ns, int(rest[0]))
                 if duration_ns > 0:
                     self._durations.append(duration_ns)
 
@@ -178,7 +186,11 @@ class ControlBoard:
         if median_ns > 0:
             lead = max(lead, math.ceil(self._lead_s * 1e9 / median_ns))
         newest = max(self._max_step.values(), default=-1)
-        return StepProgress(newest, len(self._max_step), median_ns, lead)
+        estimated = newest
+        if newest >= 0 and median_ns > 0 and self._newest_end_ns > 0:
+            behind_ns = min(max(self._clock() - self._newest_end_ns, 0), MAX_EXTRAPOLATE_NS)
+            estimated = newest + behind_ns // median_ns
+        return StepProgress(newest, len(self._max_step), median_ns, lead, estimated)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -204,7 +216,7 @@ class ControlBoard:
             now = self._clock()
             if at_step <= 0:
                 p = self._progress()
-                at_step = max(p.newest_step, 0) + p.lead_steps
+                at_step = max(p.estimated_step, 0) + p.lead_steps
             req = pb.ProfileRequest(
                 request_id=secrets.token_hex(4),
                 seq=self._last_seq + 1,

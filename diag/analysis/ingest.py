@@ -122,6 +122,7 @@ class IngestCore:
                         recent["rank"].tolist(),
                         recent["step"].tolist(),
                         recent["duration_ns"].tolist(),
+                        recent["end_ns"].tolist(),
                         strict=True,
                     )
                 )
@@ -223,7 +224,9 @@ class IngestCore:
 
     def _observe_steps(self, events: Iterable[schema.Event]) -> None:
         steps = [
-            (ev.rank, ev.step, ev.duration_ns) for ev in events if isinstance(ev, schema.StepEvent)
+            (ev.rank, ev.step, ev.duration_ns, ev.end_ns)
+            for ev in events
+            if isinstance(ev, schema.StepEvent)
         ]
         if steps:
             self.control.observe_steps(steps)
