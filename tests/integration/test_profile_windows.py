@@ -1,15 +1,20 @@
-"""One real 4-rank ``diag run`` with periodic profiler windows at steps 5, 15 and 25.
+"""One real 4-rank ``diag run`` with profiler windows: a periodic one at step 5 and one asked for
+with ``diag profile`` while the job runs; then ``diag trace`` merges the run.
 
 Every rank takes the same windows at the same step; the summaries name the burner's operators
 (``aten::mm``, ``aten::tanh``) and show that rank 2, which burns extra compute, spends far more
-time in them; gloo's collectives are there; raw traces land in ``OUT/traces/rank<r>/``.
+time in them; gloo's collectives are there; raw traces land in ``OUT/traces/rank<r>/``; the
+on-demand window arrives within about a second of steps; the merged trace has one track per rank
+with the steps aligned.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -19,35 +24,63 @@ from diag.analysis.store import RunStore
 
 pytestmark = pytest.mark.integration
 
-STEPS = 30
-WINDOWS = {"p5": 5, "p15": 15, "p25": 25}
+STEPS = 150
+WINDOWS = {"p5": 5}  # the next periodic window (p205) is past the end of the job
+STEP_LINE = re.compile(r"rank \d+ step (\d+) ")
 
 
-def test_periodic_windows_on_every_rank(tmp_path: Path) -> None:
+def _newest_step(log: Path) -> int:
+    try:
+        return max((int(m) for m in STEP_LINE.findall(log.read_text(errors="replace"))), default=-1)
+    except OSError:
+        return -1
+
+
+def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None:
     out = tmp_path / "run"
     job = torchrun(4, "--steps", str(STEPS), "--slow-rank", "2", "--slow-ms", "30",
-                   "--save-every", "0", "--print-every", "10")  # fmt: skip
+                   "--save-every", "0", "--print-every", "5")  # fmt: skip
     e = env()
-    e.update(DIAG_HOOK_PROFILE_FIRST_STEP="5", DIAG_HOOK_PROFILE_EVERY_STEPS="10")
-    res = subprocess.run(
+    e.update(DIAG_HOOK_PROFILE_FIRST_STEP="5", DIAG_HOOK_PROFILE_EVERY_STEPS="200")
+    proc = subprocess.Popen(
         diag("run", "--out", str(out), "--live", "off", "--", *job),
-        env=e, capture_output=True, text=True, timeout=240,
+        env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and _newest_step(out / "logs" / "job.log") < 40:
+        time.sleep(0.1)
+    asked = subprocess.run(
+        diag("profile", str(out), "--json"), env=env(), capture_output=True, text=True, timeout=30
+    )
+    at_request = _newest_step(out / "logs" / "job.log")
+    _stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert asked.returncode == 0, asked.stderr
+    request = json.loads(asked.stdout)
     store = RunStore.open(out)
 
     wins = store.frame("profile_window")
+    demand = wins[wins["trigger"] == "on_demand"]
+    # The requested window: every rank, the same step, the one the analyzer chose, in time.
+    assert sorted(demand["rank"]) == [0, 1, 2, 3], wins[["rank", "window_id", "step", "late"]]
+    assert set(demand["window_id"]) == {f"d-{request['request_id']}"}
+    assert set(demand["step"]) == {request["at_step"]} and not demand["late"].any()
+    assert 0 < request["at_step"] - at_request <= 60, (request, at_request)
+    periodic = wins[wins["trigger"] == "periodic"]
+    periodic = periodic[periodic["window_id"].isin(WINDOWS)]
+    wins = periodic
     assert len(wins) == 4 * len(WINDOWS), wins[["rank", "window_id", "step"]]
     for rank in range(4):
         mine = wins[wins["rank"] == rank]
         assert dict(zip(mine["window_id"], mine["step"], strict=True)) == WINDOWS
     assert wins["ok"].all() and not wins["late"].any()
-    assert (wins["trigger"] == "periodic").all() and (wins["num_steps"] == 1).all()
+    assert (wins["num_steps"] == 1).all()
     assert (wins["duration_ns"] == wins["end_ns"] - wins["start_ns"]).all()
     assert (wins["duration_ns"] > 0).all() and (wins["num_ops"] > 0).all()
 
     kern = store.frame("kernel")
-    assert set(kern["window_id"]) == set(WINDOWS)
+    assert set(WINDOWS) <= set(kern["window_id"])
+    kern = kern[kern["window_id"].isin(WINDOWS)]
 
     def total(rank: int, name: str) -> int:
         rows = kern[(kern["rank"] == rank) & (kern["name"] == name)]
@@ -69,10 +102,32 @@ def test_periodic_windows_on_every_rank(tmp_path: Path) -> None:
         assert slow_mm > 3 * total(rank, "aten::mm")
 
     traces = sorted((out / "traces").glob("rank*/*.json.gz"))
-    assert len(traces) == 4 * len(WINDOWS)  # default bound (20 per rank) not reached
+    assert len(traces) == 4 * (len(WINDOWS) + 1)  # default bound (20 per rank) not reached
     kept = {str(p.relative_to(out / "traces")) for p in traces}
-    assert kept == set(wins["trace_path"])
+    assert kept == set(wins["trace_path"]) | set(demand["trace_path"])
     trace = json.loads(gzip.decompress(traces[0].read_bytes()))
     assert "baseTimeNanoseconds" in trace and trace["traceEvents"]
-    print("rank 2 tanh/mm total ns:", slow_tanh, slow_mm,
-          "rank 0:", total(0, "aten::tanh"), total(0, "aten::mm"))  # fmt: skip
+
+    # diag trace: one merged Chrome trace, a process per rank, steps aligned across ranks.
+    merged_path = out / "merged.json"
+    res = subprocess.run(
+        diag("trace", str(out), "--out", str(merged_path), "--steps", "0:30"),
+        env=env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    merged = json.loads(merged_path.read_text())
+    events = merged["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert sorted(procs) == [0, 1, 2, 3]
+    ends: dict[int, dict[int, float]] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "step":
+            ends.setdefault(e["args"]["step"], {})[e["pid"]] = e["ts"] + e["dur"]
+    assert sorted(ends) == list(range(30))
+    for step, by_rank in ends.items():
+        assert len(by_rank) == 4
+        # Synchronous DDP: every rank's step ends with the same all-reduce (microseconds).
+        assert max(by_rank.values()) - min(by_rank.values()) < 20_000, (step, by_rank)
+    # The windows' kernels sit inside their step on each rank's track.
+    mm = [e for e in events if e.get("ph") == "X" and e.get("name") == "aten::mm"]
+    assert {e["pid"] for e in mm} == {0, 1, 2, 3}
