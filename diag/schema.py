@@ -316,7 +316,8 @@ class ProfileWindow(Event):
     ``trigger`` is "periodic" (the hook's schedule) or "on_demand" (``request_id`` names the
     request pulled from the daemon). ``late`` is set when the request reached this rank after its
     step had passed, so the window was taken at a later step than on the other ranks.
-    ``trace_path`` is the raw trace file, relative to the node's run directory ("" if not kept).
+    ``trace_path`` is the raw trace file (gzipped Chrome trace JSON), relative to the node's trace
+    directory, ``RUN_DIR/traces`` under ``diag run`` (e.g. ``rank0/p20.json.gz``; "" if not kept).
     """
 
     kind: ClassVar[str] = "profile_window"
