@@ -126,6 +126,8 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     assert sorted(ends) == list(range(30))
     for step, by_rank in ends.items():
         assert len(by_rank) == 4
+        if step in WINDOWS.values():
+            continue  # a window step ends after the profiler's stop, which takes each rank its time
         # Synchronous DDP: every rank's step ends with the same all-reduce (microseconds).
         assert max(by_rank.values()) - min(by_rank.values()) < 20_000, (step, by_rank)
     # The windows' kernels sit inside their step on each rank's track.
