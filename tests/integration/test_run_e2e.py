@@ -112,8 +112,7 @@ def test_analyzer_killed_and_restarted_loses_nothing(tmp_path: Path) -> None:
     assert len(final) == 2 and (final["num_dropped"] == 0).all()
     for row in final.itertuples():
         stored = sum(
-            int((store.frame(kind)["source"] == row.source).sum())
-            for kind in store.kinds()
+            int((store.frame(kind)["source"] == row.source).sum()) for kind in store.kinds()
         )
         assert stored == row.num_emitted
     assert printed_losses(stdout).keys() == {(int(r.rank), int(r.step)) for r in steps.itertuples()}
