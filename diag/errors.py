@@ -25,3 +25,7 @@ class TransportError(DiagError):
 
 class InputError(DiagError):
     """A file given to diag is missing, truncated, corrupt or not what it should be."""
+
+
+class NotReady(DiagError):
+    """A request that needs something not there yet (e.g. a profile window before any step)."""

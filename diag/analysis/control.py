@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diag.errors import ConfigError
+from diag.errors import ConfigError, NotReady
 from diag.proto import diag_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,14 @@ class ControlBoard:
             now = self._clock()
             if at_step <= 0:
                 p = self._progress()
-                at_step = max(p.estimated_step, 0) + p.lead_steps
+                if p.newest_step < 0:
+                    # No step seen: any step chosen now could already be past on the ranks, and
+                    # each would then take its window at a different step.
+                    raise NotReady(
+                        "the analyzer has seen no training step yet; ask again once the job "
+                        "is training, or give the step explicitly"
+                    )
+                at_step = p.estimated_step + p.lead_steps
             req = pb.ProfileRequest(
                 request_id=secrets.token_hex(4),
                 seq=self._last_seq + 1,

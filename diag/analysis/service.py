@@ -25,7 +25,7 @@ from diag import schema
 from diag.analysis.ingest import IngestCore
 from diag.analysis.store import RunStore
 from diag.config import AnalyzerConfig
-from diag.errors import ConfigError, SchemaError, TransportError
+from diag.errors import ConfigError, NotReady, SchemaError, TransportError
 from diag.proto import diag_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,8 @@ class AnalyzerServicer:
             )
         except ConfigError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, " ".join(str(exc).split()))
+        except NotReady as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, " ".join(str(exc).split()))
         except (OSError, TransportError) as exc:
             message = " ".join(str(exc).split())
             log.error("cannot issue a profile request: %s", message)

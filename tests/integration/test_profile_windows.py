@@ -49,9 +49,15 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and _newest_step(out / "logs" / "job.log") < 40:
         time.sleep(0.1)
-    asked = subprocess.run(
-        diag("profile", str(out), "--json"), env=env(), capture_output=True, text=True, timeout=30
-    )
+    while True:  # until the analyzer has seen a step (it cannot choose one before)
+        asked = subprocess.run(
+            diag("profile", str(out), "--json"), env=env(), capture_output=True, text=True,
+            timeout=30,
+        )  # fmt: skip
+        if asked.returncode == 0 or "no training step yet" not in asked.stderr:
+            break
+        assert time.monotonic() < deadline, asked.stderr
+        time.sleep(0.2)
     at_request = _newest_step(out / "logs" / "job.log")
     _stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr[-3000:]

@@ -117,7 +117,7 @@ def test_a_request_reaches_connected_and_later_hooks(
     again = ReadingHook(tmp_path / "d.sock")  # a reconnecting hook gets it again
     assert _profiles(again.read_for(1.0, until_count=1)) == [req]
 
-    second = analyzer.core.request_profile()
+    second = analyzer.core.request_profile(at_step=50)
     for hook in (late, again):
         assert _profiles(hook.read_for(2.0, until_count=2)) == [req, second]
     # Each message once per connection: the next polls bring nothing new.
@@ -129,7 +129,7 @@ def test_a_request_reaches_connected_and_later_hooks(
 def test_expired_requests_are_not_given_to_new_connections(
     tmp_path: Path, analyzer: Analyzer, daemon: Running
 ) -> None:
-    analyzer.core.request_profile(ttl_s=0.8)
+    analyzer.core.request_profile(ttl_s=0.8, at_step=50)
     wait_for(lambda: daemon.daemon.num_control_messages == 1, what="the relay")
     time.sleep(0.9)
     late = ReadingHook(tmp_path / "d.sock")
@@ -148,7 +148,7 @@ def test_a_hook_that_never_reads_stalls_nothing(
     wait_for(lambda: d.listener.num_control_skipped > 0, what="frames skipped for the stuck hook")
 
     hook = ReadingHook(tmp_path / "d.sock")
-    req = analyzer.core.request_profile()
+    req = analyzer.core.request_profile(at_step=50)
     assert _profiles(hook.read_for(2.0, until_count=1)) == [req]
     # Ingest goes on: the reading hook's events (and the stuck one's) reach the analyzer.
     hook.send(hook_events("node1", 0, 11, range(0, 20)))
@@ -191,7 +191,7 @@ def test_an_unreachable_analyzer_only_delays_the_control_path(tmp_path: Path) ->
         )
         try:
             assert bound == port
-            req = core.request_profile()
+            req = core.request_profile(at_step=50)
             assert _profiles(hook.read_for(5.0, until_count=1)) == [req]
         finally:
             running.stop()

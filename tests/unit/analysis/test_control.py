@@ -16,7 +16,7 @@ from diag.analysis.ingest import IngestCore
 from diag.analysis.service import serve
 from diag.analysis.store import RunStore
 from diag.config import AnalyzerConfig
-from diag.errors import ConfigError
+from diag.errors import ConfigError, NotReady
 from diag.proto import diag_pb2 as pb
 from diag.proto import diag_pb2_grpc as pb_grpc
 
@@ -33,8 +33,9 @@ class Clock:
 
 def test_lead_is_one_second_of_steps_but_at_least_three() -> None:
     board = ControlBoard(Clock())
-    # Nothing seen yet: the minimum lead from step 0.
-    assert board.request_profile().at_step == 3
+    # Nothing seen yet: no step can be chosen (one could already be past on the ranks).
+    with pytest.raises(NotReady, match="no training step yet"):
+        board.request_profile()
     # 100 ms steps: 1.0 s ahead = 10 steps past the newest step of any rank.
     board.observe_steps([(0, 40, 100 * MS), (1, 41, 100 * MS), (1, 39, 100 * MS)])
     p = board.progress()
@@ -68,7 +69,7 @@ def test_explicit_step_ranks_seq_and_times() -> None:
     board = ControlBoard(clock)
     board.observe_steps([(0, 10, 100 * MS)])
     a = board.request_profile(num_steps=3, ranks=(2, 0, 2), at_step=500, ttl_s=30)
-    b = board.request_profile()
+    b = board.request_profile(at_step=20)
     assert (a.seq, b.seq) == (1, 2) and board.last_seq == 2
     assert len(a.request_id) == 8 and int(a.request_id, 16) >= 0 and a.request_id != b.request_id
     assert (a.at_step, a.num_steps, list(a.ranks)) == (500, 3, [0, 2])
@@ -80,8 +81,8 @@ def test_poll_filters_by_seq_and_drops_expired() -> None:
     clock = Clock()
     board = ControlBoard(clock)
     assert board.poll(0) == []
-    short = board.request_profile(ranks=[1], ttl_s=10)
-    long = board.request_profile(ttl_s=60)
+    short = board.request_profile(ranks=[1], ttl_s=10, at_step=5)
+    long = board.request_profile(ttl_s=60, at_step=5)
     msgs = board.poll(0)
     assert [m.WhichOneof("body") for m in msgs] == ["profile", "profile"]
     assert [m.profile for m in msgs] == [short, long]
@@ -131,7 +132,7 @@ def test_unreadable_state_resumes_numbering_from_the_clock(tmp_path: Path) -> No
     path.write_text("{not json")
     clock = Clock(1_700_000_000 * S)
     board = ControlBoard(clock, state_path=path)
-    assert board.request_profile().seq == 1_700_000_000_000 + 1
+    assert board.request_profile(at_step=5).seq == 1_700_000_000_000 + 1
 
 
 # -- fed by ingest ----------------------------------------------------------------------------
@@ -195,7 +196,7 @@ def test_request_profile_then_poll_control(stub) -> None:
     reply = analyzer.PollControl(pb.ControlPoll(after_seq=1), timeout=5)
     assert [m.profile.seq for m in reply.messages] == [2]
     # The in-process path shares the sequence.
-    assert core.request_profile().seq == 3
+    assert core.request_profile(at_step=9).seq == 3
 
 
 @pytest.mark.parametrize(

@@ -62,10 +62,13 @@ def _polled(target: str) -> list[pb.ProfileRequest]:
 
 def test_profile_through_run_json_and_through_analyzer(analyzer: tuple[Path, str]) -> None:
     run_dir, target = analyzer
-    res = _diag("profile", str(run_dir))
+    # No steps seen yet: the analyzer cannot choose a step, and says so in one line.
+    line = _one_error_line(_diag("profile", str(run_dir)))
+    assert "FAILED_PRECONDITION: the analyzer has seen no training step yet" in line
+    assert _polled(target) == []
+    res = _diag("profile", str(run_dir), "--at-step", "3")
     assert res.returncode == 0, res.stderr
     (first,) = _polled(target)
-    # No steps seen yet: the minimum lead of 3 steps from step 0.
     assert res.stdout == f"profile request {first.request_id}: 1 step at step 3 on all ranks\n"
 
     res = _diag(
@@ -75,7 +78,7 @@ def test_profile_through_run_json_and_through_analyzer(analyzer: tuple[Path, str
     second = _polled(target)[1]
     assert res.stdout == f"profile request {second.request_id}: 2 steps at step 57 on ranks 0, 2\n"
 
-    res = _diag("profile", str(run_dir), "--ranks", "1", "--json")
+    res = _diag("profile", str(run_dir), "--ranks", "1", "--json", "--at-step", "3")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     third = _polled(target)[2]
