@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -24,8 +25,8 @@ from diag.analysis.store import RunStore
 
 pytestmark = pytest.mark.integration
 
-STEPS = 150
-WINDOWS = {"p5": 5}  # the next periodic window (p205) is past the end of the job
+STEPS = 300
+WINDOWS = {"p5": 5}  # the next periodic window (p1005) is past the end of the job
 STEP_LINE = re.compile(r"rank \d+ step (\d+) ")
 
 
@@ -41,7 +42,7 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     job = torchrun(4, "--steps", str(STEPS), "--slow-rank", "2", "--slow-ms", "30",
                    "--save-every", "0", "--print-every", "5")  # fmt: skip
     e = env()
-    e.update(DIAG_HOOK_PROFILE_FIRST_STEP="5", DIAG_HOOK_PROFILE_EVERY_STEPS="200")
+    e.update(DIAG_HOOK_PROFILE_FIRST_STEP="5", DIAG_HOOK_PROFILE_EVERY_STEPS="1000")
     proc = subprocess.Popen(
         diag("run", "--out", str(out), "--live", "off", "--", *job),
         env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -63,6 +64,7 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     assert proc.returncode == 0, stderr[-3000:]
     assert asked.returncode == 0, asked.stderr
     request = json.loads(asked.stdout)
+    assert request["at_step"] < STEPS - 10, ("the job ended before the window", request)
     store = RunStore.open(out)
 
     wins = store.frame("profile_window")
@@ -71,7 +73,7 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     assert sorted(demand["rank"]) == [0, 1, 2, 3], wins[["rank", "window_id", "step", "late"]]
     assert set(demand["window_id"]) == {f"d-{request['request_id']}"}
     assert set(demand["step"]) == {request["at_step"]} and not demand["late"].any()
-    assert 0 < request["at_step"] - at_request <= 60, (request, at_request)
+    assert 0 < request["at_step"] - at_request <= 150, (request, at_request)
     periodic = wins[wins["trigger"] == "periodic"]
     periodic = periodic[periodic["window_id"].isin(WINDOWS)]
     wins = periodic
@@ -130,12 +132,16 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
         if e.get("ph") == "X" and e.get("cat") == "step":
             ends.setdefault(e["args"]["step"], {})[e["pid"]] = e["ts"] + e["dur"]
     assert sorted(ends) == list(range(30))
+    spreads = []
     for step, by_rank in ends.items():
         assert len(by_rank) == 4
         if step in WINDOWS.values():
             continue  # a window step ends after the profiler's stop, which takes each rank its time
-        # Synchronous DDP: every rank's step ends with the same all-reduce (microseconds).
-        assert max(by_rank.values()) - min(by_rank.values()) < 20_000, (step, by_rank)
+        # Synchronous DDP: every rank's step ends with the same all-reduce (microseconds); four
+        # ranks share two cores here, so one may be descheduled for a while before its step ends.
+        spreads.append(max(by_rank.values()) - min(by_rank.values()))
+        assert spreads[-1] < 150_000, (step, by_rank)
+    assert statistics.median(spreads) < 10_000, spreads
     # The windows' kernels sit inside their step on each rank's track.
     mm = [e for e in events if e.get("ph") == "X" and e.get("name") == "aten::mm"]
     assert {e["pid"] for e in mm} == {0, 1, 2, 3}
