@@ -73,7 +73,7 @@ class DaemonConfig:
     clock_sync_interval_s: float = 10.0
     spool_max_bytes: int = 1024 * 1024 * 1024
     rpc_timeout_s: float = 5.0
-    control_poll_interval_s: float = 0.5  # ask the analyzer for control requests this often
+    control_poll_interval_s: float = 0.25  # ask the analyzer for control requests this often
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

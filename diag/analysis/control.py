@@ -20,8 +20,9 @@ Numbers:
   analyzer seconds late (the hook holds a step until its next Flight Recorder harvest, the daemon
   batches), so the estimate extrapolates from the newest step's end time:
   ``newest + (now - its end_ns) / median step`` (at most 10 s of extrapolation). With the defaults
-  the lead is at least 3 steps and 1.0 s of training, which covers the way back (daemon poll
-  0.5 s + hook poll 0.2 s), so every rank has the request before it reaches that step.
+  the lead is at least 3 steps and 2.0 s of training: the way back takes up to ~0.5 s (daemon
+  poll 0.25 s, hook cycle 0.2 s) and the estimate can be off by a few hundred ms on a loaded node,
+  so every rank has the request before it reaches that step.
 - ``expires_ns`` = ``requested_ns + ttl_s``; expired requests are no longer handed out.
 """
 
@@ -105,7 +106,7 @@ class ControlBoard:
         clock: Callable[[], int] = time.time_ns,
         *,
         state_path: str | Path | None = None,
-        lead_s: float = 1.0,
+        lead_s: float = 2.0,
         min_lead_steps: int = 3,
         num_durations: int = 64,
     ) -> None:

@@ -4,7 +4,7 @@ with ``diag profile`` while the job runs; then ``diag trace`` merges the run.
 Every rank takes the same windows at the same step; the summaries name the burner's operators
 (``aten::mm``, ``aten::tanh``) and show that rank 2, which burns extra compute, spends far more
 time in them; gloo's collectives are there; raw traces land in ``OUT/traces/rank<r>/``; the
-on-demand window arrives within about a second of steps; the merged trace has one track per rank
+on-demand window arrives within about two seconds of steps; the merged trace has one track per rank
 with the steps aligned.
 """
 
@@ -25,7 +25,7 @@ from diag.analysis.store import RunStore
 
 pytestmark = pytest.mark.integration
 
-STEPS = 300
+STEPS = 400
 WINDOWS = {"p5": 5}  # the next periodic window (p1005) is past the end of the job
 STEP_LINE = re.compile(r"rank \d+ step (\d+) ")
 
@@ -73,7 +73,7 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     assert sorted(demand["rank"]) == [0, 1, 2, 3], wins[["rank", "window_id", "step", "late"]]
     assert set(demand["window_id"]) == {f"d-{request['request_id']}"}
     assert set(demand["step"]) == {request["at_step"]} and not demand["late"].any()
-    assert 0 < request["at_step"] - at_request <= 150, (request, at_request)
+    assert 0 < request["at_step"] - at_request <= 250, (request, at_request)
     periodic = wins[wins["trigger"] == "periodic"]
     periodic = periodic[periodic["window_id"].isin(WINDOWS)]
     wins = periodic

@@ -31,23 +31,23 @@ class Clock:
         return self.now_ns
 
 
-def test_lead_is_one_second_of_steps_but_at_least_three() -> None:
+def test_lead_is_two_seconds_of_steps_but_at_least_three() -> None:
     board = ControlBoard(Clock())
     # Nothing seen yet: no step can be chosen (one could already be past on the ranks).
     with pytest.raises(NotReady, match="no training step yet"):
         board.request_profile()
-    # 100 ms steps: 1.0 s ahead = 10 steps past the newest step of any rank.
+    # 100 ms steps: 2.0 s ahead = 20 steps past the newest step of any rank.
     board.observe_steps([(0, 40, 100 * MS), (1, 41, 100 * MS), (1, 39, 100 * MS)])
     p = board.progress()
-    assert (p.newest_step, p.num_ranks, p.median_step_ns, p.lead_steps) == (41, 2, 100 * MS, 10)
-    assert board.request_profile().at_step == 51
+    assert (p.newest_step, p.num_ranks, p.median_step_ns, p.lead_steps) == (41, 2, 100 * MS, 20)
+    assert board.request_profile().at_step == 61
     # Slow steps (the median, so one outlier does not matter): the minimum of 3 steps wins.
     board.observe_steps([(0, 42 + i, 5 * S) for i in range(70)] + [(0, 200, 10 * MS)])
     assert board.progress().lead_steps == 3
     assert board.request_profile().at_step == 203
-    # 300 ms median: ceil(1.0 / 0.3) = 4.
+    # 300 ms median: ceil(2.0 / 0.3) = 7.
     board.observe_steps([(2, 300, 300 * MS)] * 64)
-    assert board.request_profile().at_step == 304
+    assert board.request_profile().at_step == 307
 
 
 def test_at_step_extrapolates_from_the_newest_step_end() -> None:
@@ -58,7 +58,7 @@ def test_at_step_extrapolates_from_the_newest_step_end() -> None:
     # Step events arrive late: 1.55 s after step 40 ended the job is at about step 55.
     clock.now_ns = end + 1550 * MS
     assert board.progress().estimated_step == 55
-    assert board.request_profile().at_step == 55 + 10
+    assert board.request_profile().at_step == 55 + 20
     # A job silent for long is not assumed to run on: at most 10 s of extrapolation.
     clock.now_ns = end + 3600 * S
     assert board.progress().estimated_step == 40 + 100
@@ -142,19 +142,19 @@ def test_ingest_feeds_the_board_and_a_restart_reseeds_it(tmp_path: Path) -> None
     ranks = [Source(rank=r) for r in range(2)]
     clock = Clock(ranks[1].step(10).end_ns)  # now = the end of the newest step: no extrapolation
     core = IngestCore(RunStore.create(tmp_path), clock)
-    # Source.step lasts 125 ms: ceil(1.0 / 0.125) = 8 steps of lead.
+    # Source.step lasts 125 ms: ceil(2.0 / 0.125) = 16 steps of lead.
     core.ingest(batch([s.step(i) for i in range(10) for s in ranks]))
     core.ingest(batch([ranks[1].step(10)]))
     assert core.control.progress().newest_step == 10
     req = core.request_profile(num_steps=2)
-    assert (req.at_step, req.num_steps) == (18, 2)
+    assert (req.at_step, req.num_steps) == (26, 2)
     assert [m.profile for m in core.poll_control(0)] == [req]
     core.close()
 
     again = IngestCore(RunStore.open(tmp_path), clock)
     try:
         p = again.control.progress()
-        assert (p.newest_step, p.num_ranks, p.lead_steps) == (10, 2, 8)
+        assert (p.newest_step, p.num_ranks, p.lead_steps) == (10, 2, 16)
         assert [m.profile for m in again.poll_control(0)] == [req]
         assert again.request_profile().seq == 2
     finally:
@@ -183,8 +183,8 @@ def test_request_profile_then_poll_control(stub) -> None:
     issued = analyzer.RequestProfile(pb.ProfileRequest(num_steps=2, ranks=[3, 1]), timeout=5)
     assert issued.seq == 1 and len(issued.request_id) == 8
     # The synthetic steps ended in 2023, so the estimate extrapolates the 10 s maximum (80 steps
-    # of 125 ms) past step 4, plus a lead of 1 s (8 steps).
-    assert (issued.num_steps, list(issued.ranks), issued.at_step) == (2, [1, 3], 4 + 80 + 8)
+    # of 125 ms) past step 4, plus a lead of 2 s (16 steps).
+    assert (issued.num_steps, list(issued.ranks), issued.at_step) == (2, [1, 3], 4 + 80 + 16)
     assert issued.expires_ns - issued.requested_ns == 120 * S
     # Fields the analyzer owns are its own, whatever the caller sent.
     explicit = analyzer.RequestProfile(
