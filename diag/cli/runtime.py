@@ -355,4 +355,8 @@ def print_final(summary: Mapping[str, Any] | None, *, out: Path, exit_code: int)
         console.print(render.report(summary))
     else:
         console.print("diag: no summary available (the analyzer was not reachable)")
-    console.print(f"run directory: {out}   (diag report {out})   job exit code: {exit_code}")
+    console.print(f"run directory: {out}   job exit code: {exit_code}")
+    console.print(
+        f"next: diag report {out} --kernels   |   diag trace {out}  (a Perfetto timeline)",
+        markup=False,
+    )
