@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from hook_sink import FrameSink, of_kind
 from torch import nn
 
@@ -31,19 +30,6 @@ from diag.transport import frames
 FAST = {"flush_interval_s": 0.02, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
 NO_PERIODIC = {"profile_every_steps": 0}
 BURN_ITERS = 8
-
-
-@pytest.fixture(scope="module")
-def world() -> Iterator[None]:
-    short = tempfile.mkdtemp(prefix="dh")
-    hook.install(HookConfig(**FAST))
-    hook.uninstall()
-    dist.init_process_group(
-        "gloo", store=dist.FileStore(os.path.join(short, "store"), 1), rank=0, world_size=1
-    )
-    yield
-    dist.destroy_process_group()
-    shutil.rmtree(short, ignore_errors=True)
 
 
 class ControlSink(FrameSink):
