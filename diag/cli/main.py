@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "daemon": "diag.cli.daemon_cmd",
     "analyzer": "diag.cli.analyzer_cmd",
     "profile": "diag.cli.profile_cmd",
+    "triage": "diag.cli.triage_cmd",
 }
 
 _HELP: dict[str, str] = {
@@ -35,6 +36,9 @@ _HELP: dict[str, str] = {
     "daemon": "the per-node daemon: collect from local ranks and GPUs, ship to the analyzer",
     "analyzer": "the analyzer service: ingest events over gRPC into a run directory",
     "profile": "ask a running job for a profiler window on every rank",
+    "triage": (
+        "diagnose a run: which rank, host, link, kernel, data loader or checkpoint is to blame"
+    ),
 }
 
 

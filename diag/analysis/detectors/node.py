@@ -1,0 +1,209 @@
+"""Node detector: a rank (or every rank of a host) whose compute is persistently above its peers'.
+
+In synchronous training a slow rank makes everyone else wait in the collectives, so the signature
+is two-sided: the culprit's ``compute_ms`` is above the median of its peers' (the other ranks at
+the same step) while the peers' ``wait_ms`` grows by about that excess.
+
+Per step and rank: ``ratio = compute_ms / median(peers' compute_ms)``; the step is *flagged* when
+``ratio >= min_ratio``. The rank is slow when flagged in ``>= min_frac`` of a sliding window of
+``window`` steps (warm-up steps skipped). ``onset_step`` is the first flagged step of the first
+such window; when that is within the first ``window`` analysed steps the imbalance was there from
+the start: cause ``structural``, ``onset_step`` None.
+
+- ``slowdown`` (onset): ``(median job step in the anomaly - median job step before onset) /
+  median job step in the anomaly``; the job step is the per-step median of ``duration_ms``.
+- ``slowdown`` (structural): the culprit's median excess compute over its peers' median, divided
+  by the median job step.
+- The peers' wait must explain the excess: peers' median ``wait_ms`` grows (onset: after - before;
+  structural: peers' wait - culprit's wait) by at least ``min_wait_explained`` x the excess.
+- ``confidence = consistency x (0.5 + 0.5 x min(1, (median ratio - 1) / confident_gap))``, capped
+  at 0.99: consistency is the fraction of flagged steps from onset to the end of the anomaly; a
+  gap of ``confident_gap`` (20%) or more counts fully.
+- severity: ``critical`` if slowdown >= 0.3, ``warning`` if >= 0.1, else ``info``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from diag.analysis.features import Features, Persistence, peer_median, persistence
+from diag.analysis.findings import Evidence, Finding
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    """Thresholds of the node detector (see the module docstring for how each is used)."""
+
+    warmup_steps: int = 5  # first steps of the run ignored (compilation, allocator warm-up)
+    min_ratio: float = 1.08  # per-step compute / peers' median that flags a step
+    window: int = 10  # sliding window, in steps
+    min_frac: float = 0.8  # flagged fraction of a window that makes it persistent
+    min_wait_explained: float = 0.5  # peers' wait growth / culprit's excess compute
+    confident_gap: float = 0.2  # compute gap (ratio - 1) that counts fully toward confidence
+    warning: float = 0.1  # slowdown for severity "warning"
+    critical: float = 0.3  # slowdown for severity "critical"
+
+
+def severity(slowdown: float, warning: float, critical: float) -> str:
+    """``critical`` / ``warning`` / ``info`` for a slowdown (fraction of step time lost)."""
+    return "critical" if slowdown >= critical else "warning" if slowdown >= warning else "info"
+
+
+def confidence(consistency: float, gap: float, confident_gap: float) -> float:
+    """``consistency x (0.5 + 0.5 x min(1, gap / confident_gap))``, in [0, 0.99]."""
+    size = min(1.0, max(0.0, gap) / confident_gap)
+    return float(min(0.99, max(0.0, consistency * (0.5 + 0.5 * size))))
+
+
+@dataclass(frozen=True, slots=True)
+class _Slow:
+    rank: int
+    run: Persistence
+    onset: int | None  # step, None for structural
+    detected: int
+    slowdown: float
+    gap: float  # median ratio - 1 in the anomaly
+    culprit_ms: float
+    peers_ms: float
+    wait_before: float | None
+    wait_after: float
+
+
+def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
+    """Slow ranks, grouped into a slow host when every rank of that host is slow."""
+    cfg = cfg or NodeConfig()
+    compute = features.wide("compute_ms", cfg.warmup_steps)
+    if compute.shape[1] < 2 or len(compute) < cfg.window:
+        return []
+    wait = features.wide("wait_ms", cfg.warmup_steps).reindex_like(compute)
+    job_step = features.wide("duration_ms", cfg.warmup_steps).reindex_like(compute).median(axis=1)
+    peers = peer_median(compute)
+    ratio = compute / peers
+    slow = []
+    for rank in compute.columns:
+        found = _slow_rank(int(rank), compute, wait, job_step, peers, ratio, cfg)
+        if found is not None:
+            slow.append(found)
+    return _group_by_host(slow, features.hosts_of(), cfg)
+
+
+def _slow_rank(
+    rank: int,
+    compute: pd.DataFrame,
+    wait: pd.DataFrame,
+    job_step: pd.Series,
+    peers: pd.DataFrame,
+    ratio: pd.DataFrame,
+    cfg: NodeConfig,
+) -> _Slow | None:
+    flags = (ratio[rank] >= cfg.min_ratio).to_numpy()
+    run = persistence(flags, cfg.window, cfg.min_frac)
+    if run is None:
+        return None
+    steps = compute.index.to_numpy()
+    anomaly = slice(run.onset_pos, run.end_pos + 1)
+    others = [c for c in compute.columns if c != rank]
+    culprit_ms = float(compute[rank].iloc[anomaly].median())
+    peers_ms = float(peers[rank].iloc[anomaly].median())
+    excess = culprit_ms - peers_ms
+    peers_wait = wait[others].median(axis=1)
+    wait_after = float(peers_wait.iloc[anomaly].median())
+    gap = float(ratio[rank].iloc[anomaly].median()) - 1.0
+    structural = run.onset_pos < cfg.window
+    if structural:
+        wait_before = None
+        grown = wait_after - float(wait[rank].iloc[anomaly].median())
+        step_ms = float(job_step.iloc[anomaly].median())
+        slowdown = excess / step_ms if step_ms > 0 else 0.0
+    else:
+        wait_before = float(peers_wait.iloc[: run.onset_pos].median())
+        grown = wait_after - wait_before
+        after = float(job_step.iloc[anomaly].median())
+        before = float(job_step.iloc[: run.onset_pos].median())
+        slowdown = (after - before) / after if after > 0 else 0.0
+    if excess <= 0 or grown < cfg.min_wait_explained * excess:
+        return None
+    return _Slow(
+        rank=rank,
+        run=run,
+        onset=None if structural else int(steps[run.onset_pos]),
+        detected=int(steps[run.detected_pos]),
+        slowdown=max(0.0, slowdown),
+        gap=gap,
+        culprit_ms=culprit_ms,
+        peers_ms=peers_ms,
+        wait_before=wait_before,
+        wait_after=wait_after,
+    )
+
+
+def _group_by_host(slow: list[_Slow], hosts: dict[int, str], cfg: NodeConfig) -> list[Finding]:
+    by_host: dict[str, list[_Slow]] = {}
+    for s in slow:
+        by_host.setdefault(hosts.get(s.rank, ""), []).append(s)
+    out = []
+    for host, group in sorted(by_host.items()):
+        all_of_host = bool(host) and len(group) == sum(1 for h in hosts.values() if h == host)
+        if all_of_host and len(group) > 1:
+            out.append(_finding(group, host, cfg, whole_host=True))
+        else:
+            out.extend(_finding([s], host, cfg, whole_host=False) for s in group)
+    return out
+
+
+def _finding(group: list[_Slow], host: str, cfg: NodeConfig, *, whole_host: bool) -> Finding:
+    """One finding for a slow host (``whole_host``: all its ranks) or one slow rank on ``host``."""
+    ranks = tuple(s.rank for s in group)
+    lead = max(group, key=lambda s: s.slowdown)
+    onsets = [s.onset for s in group]
+    onset = None if any(o is None for o in onsets) else min(o for o in onsets if o is not None)
+    structural = onset is None
+    conf = float(np.mean([confidence(s.run.consistency, s.gap, cfg.confident_gap) for s in group]))
+    if whole_host:
+        who = f"host {host} (ranks {', '.join(map(str, ranks))})"
+    else:
+        who = f"rank {ranks[0]} on {host}" if host else f"rank {ranks[0]}"
+    when = "from the start (structural)" if structural else f"from step {onset}"
+    summary = (
+        f"{who} computes {lead.gap:.0%} longer than its peers {when}; "
+        f"peers wait {lead.wait_after:.1f} ms/step in collectives; job steps {lead.slowdown:.0%} "
+        "slower"
+    )
+    evidence = [
+        Evidence(
+            metric="compute_ms",
+            subject=f"rank {s.rank}",
+            value=s.culprit_ms,
+            reference=s.peers_ms,
+            unit="ms",
+            note="median in the anomaly vs the peers' median",
+        )
+        for s in group
+    ]
+    evidence.append(
+        Evidence(
+            metric="peers_wait_ms",
+            subject=who,
+            value=lead.wait_after,
+            reference=lead.wait_before,
+            unit="ms",
+            note="peers' median collective wait in the anomaly vs before onset",
+        )
+    )
+    return Finding(
+        id=f"node-{host}" if whole_host else f"node-rank{ranks[0]}",
+        symptom="slowdown",
+        cause="structural" if structural else "node",
+        severity=severity(lead.slowdown, cfg.warning, cfg.critical),
+        ranks=ranks,
+        hosts=(host,) if host else (),
+        onset_step=onset,
+        detected_step=min(s.detected for s in group),
+        slowdown=lead.slowdown,
+        confidence=conf,
+        summary=summary,
+        evidence=tuple(evidence),
+    )

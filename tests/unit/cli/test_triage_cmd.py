@@ -1,0 +1,63 @@
+"""``diag triage``: --json shape and order, findings.jsonl, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "analysis"))
+from scenarios import Scenario
+
+
+def _diag(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diag.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_json_shape_sorting_and_findings_file(tmp_path: Path) -> None:
+    sc = Scenario(slow_ranks=(2,), onset_step=50, severity=0.2, ckpt_every=40, ckpt_ms=800)
+    sc.write(tmp_path)
+    res = _diag("triage", str(tmp_path), "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert set(out) == {"run", "findings"}
+    assert out["run"]["world_size"] == 4 and out["run"]["steps"] == 120
+    ids = [f["id"] for f in out["findings"]]
+    assert sorted(ids) == ["checkpoint", "node-rank2"]
+    confs = [f["confidence"] for f in out["findings"]]
+    assert confs == sorted(confs, reverse=True)
+    lines = (tmp_path / "findings.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ids
+
+
+def test_table_output(tmp_path: Path) -> None:
+    Scenario(slow_ranks=(2, 3), onset_step=50, severity=0.2).write(tmp_path)
+    res = _diag("triage", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert "node1" in res.stdout and "warning" in res.stdout
+
+
+def _truncated_part(target: Path) -> None:
+    Scenario(steps=20).write(target)
+    part = next((target / "store" / "step").glob("part-*.parquet"))
+    part.write_bytes(part.read_bytes()[:100])
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "truncated"])
+def test_bad_input_is_one_line(tmp_path: Path, make: str) -> None:
+    target = tmp_path / "x"
+    if make == "empty":
+        target.mkdir()
+    elif make == "truncated":
+        _truncated_part(target)
+    res = _diag("triage", str(target), "--json")
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr
+    assert lines[0].startswith("diag triage: error:") and str(target) in lines[0]
+    assert not (target / "findings.jsonl").exists()
