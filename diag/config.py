@@ -83,6 +83,7 @@ class AnalyzerConfig:
     bind: str = "127.0.0.1:0"
     run_dir: str = ""
     flush_interval_s: float = 1.0
+    triage_interval_s: float = 5.0  # run the detectors on the live run this often (0 = never)
     max_message_bytes: int = 64 * 1024 * 1024
 
 

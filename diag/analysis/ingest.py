@@ -31,8 +31,11 @@ from google.protobuf.message import DecodeError
 from diag import schema
 from diag.analysis import wal as wal_mod
 from diag.analysis.control import CONTROL_FILE, ControlBoard
+from diag.analysis.detectors.registry import run_all
+from diag.analysis.features import Features
 from diag.analysis.store import RunStore
 from diag.analysis.summary import RunSummary, summarize
+from diag.analysis.triage import TriageResult
 from diag.errors import InputError, SchemaError, TransportError
 from diag.proto import diag_pb2 as pb
 from diag.transport import codec
@@ -101,6 +104,7 @@ class IngestCore:
         self.clock = clock
         self.control = control or ControlBoard(clock, state_path=store.run_dir / CONTROL_FILE)
         self._lock = threading.RLock()
+        self.latest_triage: TriageResult | None = None
         self._high_water: dict[str, int] = {}
         self._closed = False
         store.wal_dir.mkdir(parents=True, exist_ok=True)
@@ -291,6 +295,19 @@ class IngestCore:
         with self._lock:
             return summarize(self.store)
 
+    def triage(self) -> TriageResult:
+        """The detectors on the store as it is now: the frames are read under the lock, the
+        detectors run outside it (ingest goes on meanwhile). Remembered as ``latest_triage``."""
+        with self._lock:
+            features = Features.from_store(self.store)
+            run = summarize(self.store).to_json()["run"]
+        result = TriageResult(run=run, findings=tuple(run_all(features)))
+        self.latest_triage = result
+        return result
+
     def summary_json(self) -> dict[str, Any]:
         """``summarize().to_json()``: the ``diag report --json`` object (works after close too)."""
-        return self.summarize().to_json()
+        out = self.summarize().to_json()
+        if self.latest_triage is not None:
+            out["findings"] = [f.to_json() for f in self.latest_triage.findings]
+        return out

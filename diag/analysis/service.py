@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 from diag import schema
 from diag.analysis.ingest import IngestCore
 from diag.analysis.store import RunStore
+from diag.analysis.triage import write_findings
 from diag.config import AnalyzerConfig
 from diag.errors import ConfigError, NotReady, SchemaError, TransportError
 from diag.proto import diag_pb2 as pb
@@ -142,6 +143,27 @@ def _flush_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> N
             log.exception("periodic flush failed; will retry")
 
 
+def _triage_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> None:
+    """Run the detectors on the live run every ``interval_s``; new findings are logged and
+    ``RUN_DIR/findings.jsonl`` is rewritten whenever the findings change."""
+    seen: list[dict[str, Any]] = []
+    while not stop.wait(interval_s) and not core.closed:
+        try:
+            result = core.triage()
+        except Exception:  # a half-written run, a detector bug: the analyzer keeps ingesting
+            log.exception("live triage failed; will retry")
+            continue
+        current = [f.to_json() for f in result.findings]
+        if current != seen:
+            write_findings(core.store.run_dir, result.findings)
+            known = {f["id"] for f in seen}
+            for f in current:
+                if f["id"] not in known:
+                    log.warning("finding: %s (%s, confidence %.2f)", f["summary"], f["cause"],
+                                f["confidence"])  # fmt: skip
+            seen = current
+
+
 def serve(cfg: AnalyzerConfig) -> tuple[grpc.Server, int, IngestCore]:
     """Open (recovering) the store at ``cfg.run_dir``, start the server on ``cfg.bind`` and the
     flush thread. Returns the started server, the bound port and the core.
@@ -173,4 +195,11 @@ def serve(cfg: AnalyzerConfig) -> tuple[grpc.Server, int, IngestCore]:
         target=_flush_loop, args=(core, cfg.flush_interval_s, stop), name="diag-flush", daemon=True
     )
     thread.start()
+    if cfg.triage_interval_s > 0:
+        threading.Thread(
+            target=_triage_loop,
+            args=(core, cfg.triage_interval_s, stop),
+            name="diag-triage",
+            daemon=True,
+        ).start()
     return server, port, core

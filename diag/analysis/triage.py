@@ -2,7 +2,9 @@
 
 The ``diag triage --json`` object is :meth:`TriageResult.to_json`: ``{"run": {...}, "findings":
 [...]}`` where ``run`` is the run section of ``diag report --json`` (id, world_size, steps, hosts,
-...) and ``findings`` are :meth:`Finding.to_json`, sorted by confidence, highest first.
+...) and ``findings`` are :meth:`Finding.to_json`, sorted by confidence, highest first. For a
+timing table (:mod:`diag.analysis.timing_table`) ``run`` is ``{"id": the file's stem, "source":
+"timing table", "world_size": ranks, "steps": ...}``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from diag.analysis.features import Features
 from diag.analysis.findings import Finding
 from diag.analysis.store import RunStore, fsync_dir
 from diag.analysis.summary import summarize
+from diag.analysis.timing_table import features_from_table, read_timing_table, run_info
 
 FINDINGS_FILE = "findings.jsonl"
 
@@ -38,6 +41,14 @@ def triage(store: RunStore) -> TriageResult:
     features = Features.from_store(store)
     run = summarize(store).to_json()["run"]
     return TriageResult(run=run, findings=tuple(run_all(features)))
+
+
+def triage_table(path: Path) -> TriageResult:
+    """Run every registered detector on a timing table (Parquet or CSV) at ``path``;
+    :class:`~diag.errors.InputError` (one line naming the file) when it is not one."""
+    table = read_timing_table(path)
+    features = features_from_table(table)
+    return TriageResult(run=run_info(path, table), findings=tuple(run_all(features)))
 
 
 def write_findings(run_dir: Path, findings: tuple[Finding, ...]) -> Path:

@@ -1,7 +1,8 @@
 """``diag demo``: the built-in demonstration, a real 4-rank CPU DDP job with one slow rank.
 
 It runs ``diag/demo/train_ddp.py`` (a small model, DDP on gloo) under ``diag run`` with rank 2
-doing extra compute every step, and ends with the per-rank table in which that rank stands out.
+doing extra compute every step from step 20 on, and ends with the per-rank table in which that
+rank stands out and the finding that names it, its cause and the step it started at.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
     parser.add_argument("--slow-rank", type=int, default=2, help="the rank made slow (default 2)")
     parser.add_argument("--slow-ms", type=float, default=40.0, help="its extra compute per step")
+    parser.add_argument("--slow-from", type=int, default=20, help="the step it slows down at")
 
 
 def demo_command(args: argparse.Namespace) -> list[str]:
@@ -33,6 +35,7 @@ def demo_command(args: argparse.Namespace) -> list[str]:
         "--steps", str(args.steps),
         "--slow-rank", str(args.slow_rank),
         "--slow-ms", str(args.slow_ms),
+        "--slow-from-step", str(args.slow_from),
         "--print-every", "10",
     ]  # fmt: skip
 
@@ -41,8 +44,9 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         args.out = Path("runs") / f"demo-{run_cmd.new_run_id()}"
     print(
-        f"diag demo: {args.nproc} ranks of DDP on gloo (CPU), rank {args.slow_rank} made slow by "
-        f"{args.slow_ms:.0f} ms of extra compute per step; GPU telemetry is simulated "
+        f"diag demo: {args.nproc} ranks of DDP on gloo (CPU); from step {args.slow_from} rank "
+        f"{args.slow_rank} is made slow by {args.slow_ms:.0f} ms of extra compute per step; "
+        "GPU telemetry is simulated "
         "(fake backend)",
         flush=True,
     )

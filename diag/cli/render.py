@@ -122,12 +122,47 @@ def headline(summary: Mapping[str, Any]) -> Text:
     return text
 
 
+def culprit(finding: Mapping[str, Any]) -> str:
+    """Who a finding blames, shortest first: a kernel on ranks, a link, ranks on hosts."""
+    ranks = ", ".join(f"r{r}" for r in finding.get("ranks") or [])
+    hosts = ", ".join(finding.get("hosts") or [])
+    link = finding.get("link")
+    if link:
+        return f"link {' <-> '.join(link.get('hosts') or [])} ({link.get('group') or '?'})"
+    who = f"{ranks} ({hosts})" if ranks and hosts else ranks or hosts or "-"
+    if finding.get("kernel"):
+        return f"{finding['kernel']} on {who}"
+    return who
+
+
+def findings_table(findings: list[Mapping[str, Any]], *, title: str = "Findings") -> Table:
+    """Findings, as ranked: culprit, cause, severity, confidence, share of step time, summary."""
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for col in ("culprit", "cause", "severity", "conf", "slowdown", "summary"):
+        table.add_column(col, overflow="fold")
+    for f in findings:
+        slow = "-" if f.get("slowdown") is None else f"{float(f['slowdown']):.1%}"
+        style = {"critical": "bold red", "warning": "yellow"}.get(str(f.get("severity")))
+        table.add_row(
+            culprit(f),
+            str(f.get("cause")),
+            str(f.get("severity")),
+            f"{float(f.get('confidence', 0)):.2f}",
+            slow,
+            str(f.get("summary", "")),
+            style=style,
+        )
+    return table
+
+
 def report(summary: Mapping[str, Any]) -> Group:
-    """The whole ``diag report`` view."""
+    """The whole ``diag report`` view (with findings when the summary carries them)."""
     parts: list[Any] = [headline(summary), ranks_table(summary)]
     gpus = gpu_table(summary)
     if gpus is not None:
         parts.append(gpus)
+    if summary.get("findings"):
+        parts.append(findings_table(list(summary["findings"])))
     return Group(*parts)
 
 
@@ -143,6 +178,8 @@ def live(
     gpus = gpu_table(summary)
     if gpus is not None:
         parts.append(gpus)
+    if summary.get("findings"):
+        parts.append(findings_table(list(summary["findings"])[:5], title="Findings (live)"))
     return Group(*parts)
 
 

@@ -131,10 +131,11 @@ def worker_env(
 class EmbeddedAnalyzer:
     """An analyzer served from this process on 127.0.0.1 (port chosen by the OS)."""
 
-    def __init__(self, server: Any, port: int, core: Any) -> None:
+    def __init__(self, server: Any, port: int, core: Any, run_dir: Path) -> None:
         self._server = server
         self.port = port
         self._core = core
+        self.run_dir = run_dir
 
     @classmethod
     def start(cls, run_dir: Path) -> EmbeddedAnalyzer:
@@ -142,7 +143,7 @@ class EmbeddedAnalyzer:
         from diag.config import AnalyzerConfig
 
         server, port, core = serve(AnalyzerConfig(bind="127.0.0.1:0", run_dir=str(run_dir)))
-        return cls(server, port, core)
+        return cls(server, port, core, run_dir)
 
     @property
     def target(self) -> str:
@@ -156,8 +157,16 @@ class EmbeddedAnalyzer:
             return None
 
     def stop(self) -> dict[str, Any] | None:
+        """Stop serving, fold everything into the store, run the detectors once more on the whole
+        run (``findings.jsonl``) and return the summary with the findings."""
         self._server.stop(grace=2.0).wait(5.0)
         self._core.close()
+        try:
+            from diag.analysis.triage import write_findings
+
+            write_findings(self.run_dir, self._core.triage().findings)
+        except Exception as exc:  # the run is stored; only the findings are missing
+            print(f"diag run: triage of the run failed: {exc}", file=sys.stderr)
         return self.summary()
 
 

@@ -4,7 +4,8 @@
 
 Every rank prints ``rank <r> step <i> loss <repr(float)>`` after each optimizer step (the exact
 float, so a test can compare it with what the hook recorded). ``--slow-rank`` does about
-``--slow-ms`` of extra real compute (matrix products) inside its forward each step; a
+``--slow-ms`` of extra real compute (matrix products) inside its forward each step from
+``--slow-from-step`` on; a
 ``--data-stall-rank`` sleeps ``--data-stall-ms`` per batch inside its dataset. Rank 0 saves a
 checkpoint with ``torch.save`` every ``--save-every`` steps.
 """
@@ -30,6 +31,7 @@ class Burner:
     def __init__(self, ms: float) -> None:
         self.a = torch.randn(128, 128)
         self.iters = 0
+        self.active = True
         if ms > 0:
             self.run(20)  # warm up
             t0 = time.perf_counter()
@@ -51,7 +53,7 @@ class Net(nn.Module):
         self.burner = burner
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.burner is not None:
+        if self.burner is not None and self.burner.active:
             self.burner.run()
         return self.head(self.body(x))
 
@@ -80,6 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=30.0)
+    p.add_argument("--slow-from-step", type=int, default=0, help="the slow rank slows from here")
     p.add_argument("--data-stall-rank", type=int, default=-1)
     p.add_argument("--data-stall-ms", type=float, default=20.0)
     p.add_argument("--save-every", type=int, default=20, help="0 = never")
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     while step < args.steps:
         sampler.set_epoch(epoch)
         for x, y in loader:
+            if burner is not None:
+                burner.active = step >= args.slow_from_step
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
             loss.backward()

@@ -120,7 +120,10 @@ def _slow_rank(
         slowdown = excess / step_ms if step_ms > 0 else 0.0
     else:
         wait_before = float(peers_wait.iloc[: run.onset_pos].median())
-        grown = wait_after - wait_before
+        # The peers wait for the culprit: their wait grew since the onset, or (when the run was
+        # already noisy before it) they wait more than the culprit does in the anomaly.
+        own_wait = float(wait[rank].iloc[anomaly].median())
+        grown = max(wait_after - wait_before, wait_after - own_wait)
         after = float(job_step.iloc[anomaly].median())
         before = float(job_step.iloc[: run.onset_pos].median())
         slowdown = (after - before) / after if after > 0 else 0.0
