@@ -38,6 +38,7 @@ from typing import Any
 from diag import schema
 from diag.agent.hook_events import EventFactory
 from diag.agent.hook_profiler import WindowResult
+from diag.kernel_category import kernel_category
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +46,11 @@ TOP_N = 50
 CHUNK_EVENTS = 2000  # events processed between two pauses
 CHUNK_BYTES = 1 << 20  # trace bytes compressed between two pauses
 PAUSE_S = 0.001
-_CATEGORIES = {"cpu_op": "cpu_op", "kernel": "kernel", "gpu_memcpy": "gpu_memcpy",
-               "gpu_memset": "gpu_memset"}  # fmt: skip
-_ANNOTATIONS = frozenset({"user_annotation", "gpu_user_annotation"})
-COLLECTIVE_MARKERS = ("gloo:", "nccl", "c10d::")
 
 
 def category_of(name: str, activity: str) -> str | None:
     """The KernelSummary category of a Kineto event, or None when it is not summarized."""
-    collective = any(marker in name.lower() for marker in COLLECTIVE_MARKERS)
-    if activity in _CATEGORIES:
-        return "collective" if collective else _CATEGORIES[activity]
-    if activity in _ANNOTATIONS and collective:
-        return "collective"
-    return None
+    return kernel_category(name, activity)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ traces); a ``ts`` above ``1e15`` us (2001) is read that way. Anything else is a 
 clock (``clock == "relative"``): its events keep that clock and :meth:`KinetoTrace.wall_offset_ns`
 aligns its first event to a known window start.
 
-**Categories** (:func:`category_of`, the same rule as the hook's ``diag.agent.hook_kernels``):
+**Categories** (:func:`diag.kernel_category.kernel_category`, the rule the hook uses too):
 Kineto's ``kernel``, ``gpu_memcpy``, ``gpu_memset`` and ``cpu_op`` keep their names, except that
 one whose name contains ``gloo:``, ``nccl`` or ``c10d::`` (any case) is a ``collective``; a
 ``user_annotation``/``gpu_user_annotation`` of that kind (``nccl:all_reduce``,
@@ -38,9 +38,6 @@ from diag.errors import InputError
 
 #: Kineto categories that are activity on a GPU.
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-COLLECTIVE_RE = re.compile(r"gloo:|nccl|c10d::", re.IGNORECASE)
-ANNOTATION_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
-SUMMARIZED_CATS = GPU_CATS | ANNOTATION_CATS | {"cpu_op"}
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _EPOCH_US = 1e15  # a ts above this (microseconds) is an absolute Unix time (after 2001-09)
 

@@ -12,21 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from diag.analysis.kineto import (
-    COLLECTIVE_RE,
     GPU_CATS,
-    SUMMARIZED_CATS,
     KinetoTrace,
     TraceEvent,
 )
+from diag.kernel_category import kernel_category
 
 
 def category_of(ev: TraceEvent) -> str | None:
     """The :class:`~diag.schema.KernelSummary` category of an event, ``None`` if not summarized."""
-    if ev.cat in SUMMARIZED_CATS and COLLECTIVE_RE.search(ev.name):
-        return "collective"
-    if ev.cat in GPU_CATS or ev.cat == "cpu_op":
-        return ev.cat
-    return None
+    return kernel_category(ev.name, ev.cat)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
