@@ -6,17 +6,23 @@ Every rank prints ``rank <r> step <i> loss <repr(float)>`` after each optimizer 
 float, so a test can compare it with what the hook recorded). ``--slow-rank`` does about
 ``--slow-ms`` of extra real compute (matrix products) inside its forward each step from
 ``--slow-from-step`` on; a
-``--data-stall-rank`` sleeps ``--data-stall-ms`` per batch inside its dataset. Rank 0 saves a
-checkpoint with ``torch.save`` every ``--save-every`` steps.
+``--data-stall-rank`` sleeps ``--data-stall-ms`` per batch inside its dataset from
+``--data-stall-from-step`` on. Rank 0 saves a checkpoint with ``torch.save`` every ``--save-every``
+steps; ``--slow-ckpt-ms`` simulates slow checkpoint storage: each of those saves stalls that long
+in total inside ``torch.save`` (which still gets the file's path, so a hook that times it sees the
+path and the file's size).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
 import tempfile
 import time
+import types
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -64,13 +70,33 @@ class Stalling(Dataset[tuple[torch.Tensor, ...]]):
     def __init__(self, inner: TensorDataset, per_item_s: float) -> None:
         self.inner = inner
         self.per_item_s = per_item_s
+        self.active = True
 
     def __len__(self) -> int:
         return len(self.inner)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        time.sleep(self.per_item_s)
+        if self.active:
+            time.sleep(self.per_item_s)
         return self.inner[index]
+
+
+def slow_storage(ms: float) -> types.ModuleType:
+    """A ``pickle_module`` for ``torch.save`` that stalls ``ms`` per save before pickling.
+
+    The stall happens inside ``torch.save(obj, path)``, so the call is timed as a checkpoint and a
+    hook sees the real path (a file object would hide it); the file written is an ordinary one.
+    """
+    delay_s = ms / 1000
+
+    class Pickler(pickle.Pickler):
+        def dump(self, obj: object) -> None:
+            time.sleep(delay_s)
+            super().dump(obj)
+
+    module = types.ModuleType("slow_storage_pickle")
+    module.Pickler = Pickler  # type: ignore[attr-defined]
+    return module
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,8 +111,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-from-step", type=int, default=0, help="the slow rank slows from here")
     p.add_argument("--data-stall-rank", type=int, default=-1)
     p.add_argument("--data-stall-ms", type=float, default=20.0)
+    p.add_argument(
+        "--data-stall-from-step", type=int, default=0, help="the data-stall rank stalls from here"
+    )
     p.add_argument("--save-every", type=int, default=20, help="0 = never")
     p.add_argument("--ckpt-dir", default="", help="default: a new temporary directory")
+    p.add_argument(
+        "--slow-ckpt-ms", type=float, default=0.0, help="extra ms per checkpoint save (0 = off)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--print-every", type=int, default=1, help="print the loss every N steps")
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code at the end")
@@ -103,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     n = args.batch * world * 16
     data = TensorDataset(torch.randn(n, args.dim), torch.randn(n, 1))
     dataset: Dataset[tuple[torch.Tensor, ...]] = data
+    stalling = None
     if rank == args.data_stall_rank:
-        dataset = Stalling(data, args.data_stall_ms / 1000 / args.batch)
+        stalling = Stalling(data, args.data_stall_ms / 1000 / args.batch)
+        stalling.active = args.data_stall_from_step <= 0
+        dataset = stalling
     sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
         dataset, num_replicas=world, rank=rank, seed=args.seed
     )
@@ -116,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     loss_fn = nn.MSELoss()
     tmp = tempfile.TemporaryDirectory(prefix="diag-demo-") if not args.ckpt_dir else None
     ckpt_dir = args.ckpt_dir or (tmp.name if tmp else "")
+    pickle_module: Any = slow_storage(args.slow_ckpt_ms) if args.slow_ckpt_ms > 0 else pickle
 
     step, epoch = 0, 0
     while step < args.steps:
@@ -132,10 +168,13 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stdout.write(f"rank {rank} step {step} loss {loss.item()!r}\n")
                 sys.stdout.flush()
             step += 1
+            if stalling is not None:  # the next batch is fetched for this (new) step
+                stalling.active = step >= args.data_stall_from_step
             if rank == 0 and args.save_every and step % args.save_every == 0:
                 torch.save(
                     {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()},
                     os.path.join(ckpt_dir, f"step{step}.pt"),
+                    pickle_module=pickle_module,
                 )
             if step >= args.steps:
                 break
