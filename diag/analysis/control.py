@@ -117,6 +117,7 @@ class ControlBoard:
         self._lock = threading.Lock()
         self._max_step: dict[int, int] = {}  # rank -> newest step index seen
         self._newest_end_ns = 0  # wall-clock end of the newest step seen (any rank)
+        self._newest = -1  # the newest step index seen on any rank (max of _max_step)
         self._durations: deque[int] = deque(maxlen=num_durations)
         self._requests: list[pb.ProfileRequest] = []  # in seq order
         self._last_seq = 0
@@ -169,11 +170,11 @@ class ControlBoard:
             for rank, step, duration_ns, *rest in steps:
                 if step < 0 or rank < 0:
                     continue
-                newest = max(self._max_step.values(), default=-1)
+                if rest and step >= self._newest:
+                    self._newest_end_ns = max(self._newest_end_ns, int(rest[0]))
                 if step > self._max_step.get(rank, -1):
                     self._max_step[rank] = step
-                if rest and step >= newest:
-                    self._newest_end_ns = max(self._newest_end_ns, int(rest[0]))
+                    self._newest = max(self._newest, step)
                 if duration_ns > 0:
                     self._durations.append(duration_ns)
 
@@ -186,7 +187,7 @@ class ControlBoard:
         lead = self._min_lead_steps
         if median_ns > 0:
             lead = max(lead, math.ceil(self._lead_s * 1e9 / median_ns))
-        newest = max(self._max_step.values(), default=-1)
+        newest = self._newest
         estimated = newest
         if newest >= 0 and median_ns > 0 and self._newest_end_ns > 0:
             behind_ns = min(max(self._clock() - self._newest_end_ns, 0), MAX_EXTRAPOLATE_NS)

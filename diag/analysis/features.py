@@ -162,14 +162,43 @@ def _pick(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
 
 def peer_median(wide: pd.DataFrame) -> pd.DataFrame:
     """For each step and rank, the median of the *other* ranks' values at that step (the rank's
-    peers); NaN with a single rank."""
+    peers); NaN with a single rank (and, as ``np.median``, NaN when a peer's value is NaN).
+
+    Vectorized: each row is sorted once; leaving out the value at sorted position ``p`` shifts
+    the middle positions at or after ``p`` by one, so each rank's peer median is one or two
+    entries of the sorted row (the same values, and the same arithmetic, as ``np.median`` of the
+    row without that rank)."""
     values = wide.to_numpy(dtype=float)
     out = np.full_like(values, np.nan)
-    for j in range(values.shape[1]):
-        others = np.delete(values, j, axis=1)
-        if others.shape[1]:
-            out[:, j] = np.median(others, axis=1)
+    num_rows, n = values.shape
+    if n >= 2 and num_rows:
+        m = n - 1  # peers per rank
+        order = np.argsort(values, axis=1, kind="stable")  # NaNs sort last
+        ordered = np.take_along_axis(values, order, axis=1)
+        pos = np.empty_like(order)
+        np.put_along_axis(pos, order, np.broadcast_to(np.arange(n), values.shape), axis=1)
+
+        def peer_at(k: int) -> np.ndarray:  # k-th smallest peer value of every (row, rank)
+            return np.take_along_axis(ordered, np.where(k < pos, k, k + 1), axis=1)
+
+        out = peer_at(m // 2) if m % 2 else (peer_at(m // 2 - 1) + peer_at(m // 2)) / 2.0
+        isnan = np.isnan(values)
+        num_nan = isnan.sum(axis=1)
+        if num_nan.any():  # a NaN among a rank's peers makes its peer median NaN
+            out[(num_nan[:, None] - isnan) > 0] = np.nan
     return pd.DataFrame(out, index=wide.index, columns=wide.columns)
+
+
+def persistent_columns(flags: np.ndarray, window: int, min_frac: float) -> np.ndarray:
+    """For a steps x columns bool table, which columns :func:`persistence` would find a
+    persistent run in (``persistence(flags[:, j], ...) is not None``), all columns at once."""
+    n = flags.shape[0]
+    if n < window or window < 1:
+        return np.zeros(flags.shape[1], dtype=bool)
+    sums = np.zeros((n + 1, flags.shape[1]), dtype=np.int64)
+    np.cumsum(flags, axis=0, out=sums[1:])
+    counts = sums[window:] - sums[:-window]  # windows ending at position i + window - 1
+    return np.asarray((counts >= min_frac * window - 1e-9).any(axis=0), dtype=bool)
 
 
 @dataclass(frozen=True, slots=True)

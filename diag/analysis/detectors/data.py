@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from diag.analysis.detectors.node import confidence, severity
-from diag.analysis.features import Features, peer_median, persistence
+from diag.analysis.features import Features, peer_median, persistence, persistent_columns
 from diag.analysis.findings import Evidence, Finding
 
 
@@ -83,7 +83,9 @@ def _one_rank(data: pd.DataFrame, job_step: pd.Series, cfg: DataConfig) -> list[
     excess = data - peer_median(data)
     floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * job_step.to_numpy())
     out = []
-    for rank in data.columns:
+    # Only ranks with a persistent run of flagged steps can be named: find them all at once.
+    flagged = excess.to_numpy() > floor[:, None]
+    for rank in data.columns[persistent_columns(flagged, cfg.window, cfg.min_frac)]:
         flags = excess[rank].to_numpy() > floor
         run = persistence(flags, cfg.window, cfg.min_frac)
         if run is None:

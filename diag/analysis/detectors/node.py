@@ -29,7 +29,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from diag.analysis.features import Features, Persistence, peer_median, persistence
+from diag.analysis.features import (
+    Features,
+    Persistence,
+    peer_median,
+    persistence,
+    persistent_columns,
+)
 from diag.analysis.findings import Evidence, Finding
 
 
@@ -83,7 +89,9 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     peers = peer_median(compute)
     ratio = compute / peers
     slow = []
-    for rank in compute.columns:
+    # Only ranks with a persistent run of flagged steps can be slow: find them all at once.
+    flagged = (ratio >= cfg.min_ratio).to_numpy()
+    for rank in compute.columns[persistent_columns(flagged, cfg.window, cfg.min_frac)]:
         found = _slow_rank(int(rank), compute, wait, job_step, peers, ratio, cfg)
         if found is not None:
             slow.append(found)

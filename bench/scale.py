@@ -1,0 +1,301 @@
+"""Analysis cost at scale: one window of per-step summaries from 1,024 and 16,384 ranks.
+
+For each world size a seeded synthetic window of ``--steps`` steps (default 50) is generated the
+way a synchronous data-parallel job behaves (see ``tests/unit/analysis/scenarios.py``): every rank
+loads data, computes and meets its peers in the collectives, so its collective wait is the
+slowest rank's busy time minus its own. Ranks live 8 to a host. Two culprits are injected with
+their onsets inside the window: one slow rank (compute +``--rank-extra`` from step ``steps // 2``
++ 5) and one slow host (all 8 ranks' compute +``--host-extra`` from step ``steps // 2 - 5``).
+
+The events are real :class:`~diag.schema.StepEvent` s, encoded with
+:func:`diag.transport.codec.batch_to_proto` in batches of ``--batch`` events and fed through the
+real analyzer path, ``IngestCore(RunStore.create(tmp)).ingest(batch)`` (decode, dedup, WAL with
+fsync, buffer), flushed to Parquet every ``--flush-every`` steps. Then it times:
+
+- ``core.triage()`` end to end (features + every detector + the run summary; the first read of
+  the Parquet parts is paid here);
+- the split, each timed on its own afterwards (parts cached, as the analyzer's periodic triage
+  sees them): ``Features.from_store``, each entry of ``DETECTORS``, and ``summarize`` (the run
+  section triage attaches). "analysis" = features + detectors;
+- peak RSS (``ru_maxrss``) after ingest and after analysis;
+- whether the injected culprits are named: the top-ranked finding is one of them (top-1), and
+  each culprit appears in some finding (the slow host as one whole-host finding).
+
+Each world size runs in its own child process so each peak RSS is its own. Everything runs in one
+Python thread, so on one core. Measured numbers only, no asserts. The goal this measures against:
+an analysis window over 16,384 ranks in <= 5 s on one core.
+
+    .venv/bin/python bench/scale.py [--ranks 1024 16384] [--steps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from diag import schema
+from diag.analysis.detectors.registry import DEFAULT_CONFIGS, DETECTORS
+from diag.analysis.features import Features
+from diag.analysis.ingest import IngestCore
+from diag.analysis.store import RunStore
+from diag.analysis.summary import summarize
+from diag.transport import codec
+
+MS = 1_000_000
+T0 = 1_700_000_000_000_000_000
+RANKS_PER_HOST = 8
+
+
+def host_of(rank: int) -> str:
+    return f"node{rank // RANKS_PER_HOST:05d}"
+
+
+class Window:
+    """The synthetic window: which culprits, when, and the events step by step."""
+
+    def __init__(self, args: argparse.Namespace, ranks: int) -> None:
+        self.ranks = ranks
+        self.steps = args.steps
+        self.seed = args.seed
+        self.compute_ms, self.data_ms, self.comm_ms = 100.0, 5.0, 20.0
+        self.noise = 0.03
+        self.warmup_steps, self.warmup_factor = 3, 3.0
+        num_hosts = ranks // RANKS_PER_HOST
+        # Culprits away from rank 0 and host 0 (and from each other).
+        self.slow_host = host_of((num_hosts * 2 // 3) * RANKS_PER_HOST)
+        self.host_ranks = [r for r in range(ranks) if host_of(r) == self.slow_host]
+        self.slow_rank = ranks // 3 + 1
+        self.host_onset = args.steps // 2 - 5
+        self.rank_onset = args.steps // 2 + 5
+        self.host_extra = args.host_extra
+        self.rank_extra = args.rank_extra
+        self._seq = [0] * ranks
+
+    def step_events(self, step: int, rng: np.random.Generator, t: int) -> tuple[list, int]:
+        n = self.ranks
+        compute = self.compute_ms * (1 + self.noise * rng.standard_normal(n))
+        data = self.data_ms * (1 + self.noise * rng.standard_normal(n))
+        if step < self.warmup_steps:
+            compute *= self.warmup_factor
+        if step >= self.host_onset:
+            compute[self.host_ranks] += self.host_extra
+        if step >= self.rank_onset:
+            compute[self.slow_rank] += self.rank_extra
+        busy = compute + data
+        wait = busy.max() - busy + self.comm_ms
+        dur_ms = float(busy.max() + self.comm_ms)
+        dur = int(dur_ms * MS)
+        out = []
+        for r in range(n):
+            c, w = float(compute[r]), float(wait[r])
+            seq = self._seq[r]
+            self._seq[r] = seq + 1
+            out.append(
+                schema.StepEvent(
+                    ts_ns=t + dur,
+                    host=host_of(r),
+                    rank=r,
+                    local_rank=r % RANKS_PER_HOST,
+                    job_id="scale",
+                    source=f"{host_of(r)}/rank{r}/{1000 + r}",
+                    seq=seq,
+                    step=step,
+                    start_ns=t,
+                    end_ns=t + dur,
+                    duration_ns=dur,
+                    data_wait_ns=int(data[r] * MS),
+                    forward_ns=int(c * 0.3 * MS),
+                    backward_ns=int((c * 0.6 + w) * MS),
+                    optimizer_ns=int(c * 0.1 * MS),
+                    compute_ns=int(c * MS),
+                    collective_wait_ns=int(w * MS),
+                    loss=1.0,
+                    num_backward=1,
+                    num_collectives=3,
+                )
+            )
+        return out, t + dur
+
+    def batches(self, batch_size: int) -> Iterator[tuple[int, list]]:
+        """(step, events) chunks of at most ``batch_size`` events, step by step."""
+        rng = np.random.default_rng(self.seed)
+        t = T0
+        for step in range(self.steps):
+            events, t = self.step_events(step, rng, t)
+            for i in range(0, len(events), batch_size):
+                yield step, events[i : i + batch_size]
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+def culprits(findings, win: Window) -> dict:
+    """Which injected culprits the findings name, and whether the top finding is one."""
+
+    def is_host(f) -> bool:
+        return set(f.ranks) == set(win.host_ranks) and win.slow_host in f.hosts
+
+    def is_rank(f) -> bool:
+        return tuple(f.ranks) == (win.slow_rank,)
+
+    top = findings[0] if findings else None
+    return {
+        "num_findings": len(findings),
+        "top1": None if top is None else top.id,
+        "top1_correct": top is not None and (is_host(top) or is_rank(top)),
+        "slow_host_named": any(is_host(f) for f in findings),
+        "slow_rank_named": any(is_rank(f) for f in findings),
+        "others": [f.id for f in findings if not (is_host(f) or is_rank(f))][:5],
+        "found": [
+            {
+                "id": f.id,
+                "cause": f.cause,
+                "onset": f.onset_step,
+                "slowdown": round(f.slowdown, 3),
+                "conf": round(f.confidence, 3),
+            }
+            for f in findings[:4]
+        ],
+    }
+
+
+def run_one(args: argparse.Namespace, ranks: int) -> dict:
+    win = Window(args, ranks)
+    res: dict = {
+        "ranks": ranks,
+        "hosts": ranks // RANKS_PER_HOST,
+        "steps": args.steps,
+        "slow_rank": win.slow_rank,
+        "slow_host": win.slow_host,
+        "host_onset": win.host_onset,
+        "rank_onset": win.rank_onset,
+    }
+    gen_s = enc_s = ingest_s = flush_s = 0.0
+    num_events = 0
+    with tempfile.TemporaryDirectory(prefix="diag-scale-") as tmp:
+        core = IngestCore(RunStore.create(tmp))
+        gen_t0 = time.perf_counter()
+        last_step = -1
+        for step, events in win.batches(args.batch):
+            if step != last_step and last_step >= 0 and step % args.flush_every == 0:
+                _, dt = timed(core.flush)
+                flush_s += dt
+            last_step = step
+            batch, dt = timed(
+                lambda ev=events: codec.batch_to_proto(ev, sender="bench", sent_ns=T0)
+            )
+            enc_s += dt
+            result, dt = timed(core.ingest, batch)
+            ingest_s += dt
+            num_events += result.num_accepted
+        _, dt = timed(core.flush)
+        flush_s += dt
+        gen_s = time.perf_counter() - gen_t0 - enc_s - ingest_s - flush_s
+        res.update(
+            events=num_events,
+            generate_s=gen_s,
+            encode_s=enc_s,
+            ingest_s=ingest_s,
+            ingest_events_per_s=num_events / ingest_s,
+            flush_s=flush_s,
+            rss_after_ingest_mib=rss_mib(),
+        )
+
+        triage, res["triage_s"] = timed(core.triage)
+        features, res["features_s"] = timed(Features.from_store, core.store)
+        det: dict[str, float] = {}
+        for name, detect in DETECTORS.items():
+            _, det[name] = timed(detect, features, DEFAULT_CONFIGS[name])
+        res["detectors_s"] = det
+        _, res["summarize_s"] = timed(summarize, core.store)
+        res["analysis_s"] = res["features_s"] + sum(det.values())
+        res["rss_peak_mib"] = rss_mib()
+        res.update(culprits(list(triage.findings), win))
+        core.close()
+    return res
+
+
+def report(r: dict) -> None:
+    det = r["detectors_s"]
+    print(
+        f"\n== {r['ranks']:,} ranks ({r['hosts']:,} hosts x {RANKS_PER_HOST}), {r['steps']} steps: "
+        f"{r['events']:,} StepEvents; culprits: rank {r['slow_rank']} from step "
+        f"{r['rank_onset']}, host {r['slow_host']} from step {r['host_onset']}"
+    )
+    print(
+        f"  generate {r['generate_s']:.2f} s   encode (batch_to_proto) {r['encode_s']:.2f} s   "
+        f"ingest {r['ingest_s']:.2f} s ({r['ingest_events_per_s']:,.0f} events/s)   "
+        f"flush {r['flush_s']:.2f} s"
+    )
+    print(f"  core.triage() end to end (features + detectors + run summary): {r['triage_s']:.2f} s")
+    split = "  ".join(f"{k} {v:.3f}" for k, v in det.items())
+    print(
+        f"  split (s): features {r['features_s']:.3f}  {split}  | summarize {r['summarize_s']:.3f}"
+    )
+    print(
+        f"  analysis (features + detectors) {r['analysis_s']:.2f} s; "
+        f"with summarize {r['analysis_s'] + r['summarize_s']:.2f} s   (goal at 16,384: <= 5 s)"
+    )
+    print(
+        f"  peak RSS: {r['rss_after_ingest_mib']:,.0f} MiB after ingest, "
+        f"{r['rss_peak_mib']:,.0f} MiB after analysis"
+    )
+    yn = {True: "yes", False: "NO"}
+    print(
+        f"  culprits: top-1 {r['top1']} correct: {yn[r['top1_correct']]}; slow host named: "
+        f"{yn[r['slow_host_named']]}; slow rank named: {yn[r['slow_rank_named']]}; "
+        f"{r['num_findings']} findings, others: {r['others'] or 'none'}"
+    )
+    for f in r["found"]:
+        print(f"    {f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[1024, 16384])
+    ap.add_argument("--steps", type=int, default=50, help="steps in the window (default 50)")
+    ap.add_argument("--batch", type=int, default=4096, help="events per ingested batch")
+    ap.add_argument("--flush-every", type=int, default=10, help="flush to Parquet every N steps")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--host-extra", type=float, default=25.0, help="slow host: extra compute ms")
+    ap.add_argument("--rank-extra", type=float, default=40.0, help="slow rank: extra compute ms")
+    ap.add_argument("--json", action="store_true", help="print one JSON object per world size")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(run_one(args, args.ranks[0])))
+        return
+    print(
+        "one Python process per world size, single-threaded (one core); "
+        f"python {sys.version.split()[0]}"
+    )
+    for ranks in args.ranks:
+        cmd = [sys.executable, __file__, "--child", "--ranks", str(ranks)]
+        for opt in ("steps", "batch", "flush_every", "seed", "host_extra", "rank_extra"):
+            cmd += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(json.dumps(r)) if args.json else report(r)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
