@@ -10,11 +10,12 @@ Three signatures, each a finding with cause ``data``:
    duration_ms`` (the data share) is above ``share_threshold`` and above its own baseline (the
    median share of the first ``window`` analysed steps) by ``min_share_growth``, persistently.
    ``slowdown`` = job step after vs before onset.
-3. *Imbalance that moves* (``data-moving``): the per-step ratio ``max / median`` of compute over
+3. *Imbalance that moves* (``data-moving``; only ``info`` when a host's CPUs are saturated, since
+   ranks descheduled in turn look the same): the per-step ratio ``max / median`` of compute over
    ranks is ``>= min_ratio`` in ``>= min_imbalanced_frac`` of steps, yet no rank is the slowest in
    more than ``max_top_share`` of those steps: the work itself is uneven (sequence lengths, sample
-   sizes), not a node. ``ranks`` are the ``num_named`` most frequent slowest ranks; ``slowdown``
-   is the median over imbalanced steps of ``(max - median compute) / job step``.
+   sizes), not a node. ``ranks`` are the ``num_named`` most frequent slowest ranks; ``slowdown`` is
+   the median over imbalanced steps of ``(max - median compute) / job step``.
 
 Confidence: (1, 2) as in the node detector, ``consistency x (0.5 + 0.5 x min(1, gap /
 confident_gap))`` with ``gap`` the excess as a fraction of the job step; (3) ``0.9 x imbalanced
@@ -49,6 +50,7 @@ class DataConfig:
     min_imbalanced_frac: float = 0.5  # moving: fraction of steps that are imbalanced
     max_top_share: float = 0.4  # moving: most frequent slowest rank's share of those steps
     num_named: int = 3  # moving: ranks named
+    saturated_cpu_pct: float = 90.0  # moving: host CPU use at which it is only "info"
     confident_gap: float = 0.2
     warning: float = 0.1
     critical: float = 0.3
@@ -69,8 +71,17 @@ def detect(features: Features, cfg: DataConfig | None = None) -> list[Finding]:
         out.extend(_all_ranks(data, duration, job_step, cfg))
     compute = features.wide("compute_ms", cfg.warmup_steps)
     if compute.shape[1] >= 3:
-        out.extend(_moving(compute, job_step.reindex(compute.index), cfg))
+        out.extend(_moving(compute, job_step.reindex(compute.index), cfg, _cpu_busy(features)))
     return out
+
+
+def _cpu_busy(features: Features) -> float | None:
+    """The median CPU use (0-100) of the run's busiest host, from the daemon's host samples."""
+    host = features.host
+    if host.empty or "cpu_busy_pct" not in host:
+        return None
+    per_host = host.groupby("host")["cpu_busy_pct"].median()
+    return float(per_host.max()) if len(per_host) else None
 
 
 def _before_after(job_step: pd.Series, onset: int, end: int) -> float:
@@ -170,7 +181,9 @@ def _all_ranks(
     ]
 
 
-def _moving(compute: pd.DataFrame, job_step: pd.Series, cfg: DataConfig) -> list[Finding]:
+def _moving(
+    compute: pd.DataFrame, job_step: pd.Series, cfg: DataConfig, cpu_busy: float | None = None
+) -> list[Finding]:
     median = compute.median(axis=1)
     ratio = compute.max(axis=1) / median
     imbalanced = ratio >= cfg.min_ratio
@@ -186,12 +199,22 @@ def _moving(compute: pd.DataFrame, job_step: pd.Series, cfg: DataConfig) -> list
     lost = ((compute.max(axis=1) - median) / job_step)[imbalanced]
     slowdown = float(lost.median())
     gap = float(ratio[imbalanced].median()) - 1.0
+    # On a host whose CPUs are saturated, ranks descheduled in turn look exactly like uneven
+    # batches: say so, and do not raise it above info.
+    saturated = cpu_busy is not None and cpu_busy >= cfg.saturated_cpu_pct
+    level = "info" if saturated else severity(slowdown, cfg.warning, cfg.critical)
+    caveat = (
+        f"; but the host CPUs are {cpu_busy:.0f}% busy, so ranks taking turns for CPU time look "
+        "the same: check for contention first"
+        if saturated and cpu_busy is not None
+        else ""
+    )
     return [
         Finding(
             id="data-moving",
             symptom="slowdown",
             cause="data",
-            severity=severity(slowdown, cfg.warning, cfg.critical),
+            severity=level,
             ranks=tuple(named),
             slowdown=slowdown,
             confidence=float(min(0.9, 0.9 * frac * (1.0 - top_share))),
@@ -199,6 +222,7 @@ def _moving(compute: pd.DataFrame, job_step: pd.Series, cfg: DataConfig) -> list
                 f"compute is uneven across ranks in {frac:.0%} of steps (slowest rank "
                 f"{gap:.0%} above the median) but the slowest rank keeps changing (none in more "
                 f"than {top_share:.0%}): uneven batches (e.g. sequence lengths), not a node"
+                f"{caveat}"
             ),
             evidence=(
                 Evidence(

@@ -5,13 +5,18 @@ is two-sided: the culprit's ``compute_ms`` is above the median of its peers' (th
 the same step) while the peers' ``wait_ms`` grows by about that excess.
 
 Per step and rank: ``ratio = compute_ms / median(peers' compute_ms)``; the step is *flagged* when
-``ratio >= min_ratio``. The rank is slow when flagged in ``>= min_frac`` of a sliding window of
-``window`` steps (warm-up steps skipped). ``onset_step`` is the first flagged step of the first
-such window; when that is within the first ``window`` analysed steps the imbalance was there from
+``ratio >= min_ratio`` and the excess ``compute_ms - peers' median`` is at least
+``max(min_excess_ms, min_excess_frac x job step)`` (scheduler jitter on a busy node makes a 2 ms
+compute look 2x slow now and then). The rank is slow when flagged in ``>= min_frac`` of a sliding
+window of ``window`` steps (warm-up steps skipped). ``onset_step`` is the change point of the
+rank's ratio near the first such window (the step that best separates a lower median ratio before
+from a higher one after, ``window`` steps each side); when it is within the first ``window``
+analysed steps, or the rank was flagged from the first window on, the imbalance was there from
 the start: cause ``structural``, ``onset_step`` None.
 
 - ``slowdown`` (onset): ``(median job step in the anomaly - median job step before onset) /
-  median job step in the anomaly``; the job step is the per-step median of ``duration_ms``.
+  median job step in the anomaly``, at most the culprit's excess compute over that same step; the
+  job step is the per-step median of ``duration_ms``.
 - ``slowdown`` (structural): the culprit's median excess compute over its peers' median, divided
   by the median job step.
 - The peers' wait must explain the excess: peers' median ``wait_ms`` grows (onset: after - before;
@@ -45,6 +50,8 @@ class NodeConfig:
 
     warmup_steps: int = 5  # first steps of the run ignored (compilation, allocator warm-up)
     min_ratio: float = 1.08  # per-step compute / peers' median that flags a step
+    min_excess_ms: float = 1.0  # ... and compute above the peers' median by at least this much
+    min_excess_frac: float = 0.05  # ... and by at least this share of the job's step
     window: int = 10  # sliding window, in steps
     min_frac: float = 0.8  # flagged fraction of a window that makes it persistent
     min_wait_explained: float = 0.5  # peers' wait growth / culprit's excess compute
@@ -88,11 +95,15 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     job_step = features.wide("duration_ms", cfg.warmup_steps).reindex_like(compute).median(axis=1)
     peers = peer_median(compute)
     ratio = compute / peers
+    # A step is flagged when the rank is slower than its peers both relatively and absolutely:
+    # on a busy node scheduler jitter makes 2 ms of compute look 2x slow now and then.
+    floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * job_step.to_numpy())
+    flagged_frame = (ratio >= cfg.min_ratio) & ((compute - peers).ge(floor, axis=0))
     slow = []
     # Only ranks with a persistent run of flagged steps can be slow: find them all at once.
-    flagged = (ratio >= cfg.min_ratio).to_numpy()
+    flagged = flagged_frame.to_numpy()
     for rank in compute.columns[persistent_columns(flagged, cfg.window, cfg.min_frac)]:
-        found = _slow_rank(int(rank), compute, wait, job_step, peers, ratio, cfg)
+        found = _slow_rank(int(rank), compute, wait, job_step, peers, ratio, flagged_frame, cfg)
         if found is not None:
             slow.append(found)
     return _group_by_host(slow, features.hosts_of(), cfg)
@@ -105,12 +116,14 @@ def _slow_rank(
     job_step: pd.Series,
     peers: pd.DataFrame,
     ratio: pd.DataFrame,
+    flagged: pd.DataFrame,
     cfg: NodeConfig,
 ) -> _Slow | None:
-    flags = (ratio[rank] >= cfg.min_ratio).to_numpy()
+    flags = flagged[rank].to_numpy()
     run = persistence(flags, cfg.window, cfg.min_frac)
     if run is None:
         return None
+    run = _refine_onset(run, flags, ratio[rank].to_numpy(), cfg)
     steps = compute.index.to_numpy()
     anomaly = slice(run.onset_pos, run.end_pos + 1)
     others = [c for c in compute.columns if c != rank]
@@ -134,7 +147,9 @@ def _slow_rank(
         grown = max(wait_after - wait_before, wait_after - own_wait)
         after = float(job_step.iloc[anomaly].median())
         before = float(job_step.iloc[: run.onset_pos].median())
-        slowdown = (after - before) / after if after > 0 else 0.0
+        # The job got slower by this much, but no more than this rank's own excess explains.
+        growth = (after - before) / after if after > 0 else 0.0
+        slowdown = min(growth, excess / after) if after > 0 else 0.0
     if excess <= 0 or grown < cfg.min_wait_explained * excess:
         return None
     return _Slow(
@@ -149,6 +164,32 @@ def _slow_rank(
         wait_before=wait_before,
         wait_after=wait_after,
     )
+
+
+def _refine_onset(
+    run: Persistence, flags: np.ndarray, ratio: np.ndarray, cfg: NodeConfig
+) -> Persistence:
+    """Move the onset to the change point of the rank's compute ratio near the first persistent
+    window: the step that best separates a lower median ratio before it from a higher one after
+    (``window`` steps each side). Noise flags just before a real onset would otherwise pull the
+    onset early (and into the "structural" range). A run flagged from the first window on keeps
+    its onset: there is no "before" to compare with."""
+    w = cfg.window
+    if run.onset_pos < w and flags[:w].mean() >= cfg.min_frac:
+        return run
+    lo, hi = max(1, run.onset_pos - w), min(len(ratio) - 1, run.detected_pos)
+    best, best_score = run.onset_pos, -np.inf
+    for t in range(lo, hi + 1):
+        before = ratio[max(0, t - w) : t]
+        after = ratio[t : t + w]
+        score = float(np.median(after) - np.median(before))
+        if score > best_score:
+            best, best_score = t, score
+    onset = best if flags[best] else best + int(np.argmax(flags[best:]))
+    if onset > run.detected_pos:
+        return run
+    end = run.end_pos
+    return Persistence(onset, run.detected_pos, end, float(flags[onset : end + 1].mean()))
 
 
 def _group_by_host(slow: list[_Slow], hosts: dict[int, str], cfg: NodeConfig) -> list[Finding]:
