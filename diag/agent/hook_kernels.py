@@ -38,7 +38,7 @@ from typing import Any
 from diag import schema
 from diag.agent.hook_events import EventFactory
 from diag.agent.hook_profiler import WindowResult
-from diag.kernel_category import kernel_category
+from diag.kernel_category import KernelStat, kernel_category
 
 log = logging.getLogger(__name__)
 
@@ -53,26 +53,11 @@ def category_of(name: str, activity: str) -> str | None:
     return kernel_category(name, activity)
 
 
-@dataclass(frozen=True, slots=True)
-class KernelRow:
-    """One KernelSummary payload (see :class:`~diag.schema.KernelSummary`)."""
-
-    name: str
-    category: str
-    device: str
-    num_calls: int
-    total_ns: int
-    median_ns: int
-    max_ns: int
-    step_share: float
-    input_shapes: str
-
-
 @dataclass(slots=True)
 class WindowSummary:
     """``num_ops``: CPU operator events recorded; ``num_kernels``: GPU kernels (collectives too)."""
 
-    rows: list[KernelRow] = field(default_factory=list)
+    rows: list[KernelStat] = field(default_factory=list)
     num_ops: int = 0
     num_kernels: int = 0
 
@@ -136,9 +121,18 @@ def summarize(
             recorded = acc.heaviest.shapes()
             shapes = str(recorded) if any(recorded) else ""
         out.rows.append(
-            KernelRow(name, category, device, len(acc.durations), total,
-                      int(statistics.median(acc.durations)), acc.max_ns, total / window, shapes)
-        )  # fmt: skip
+            KernelStat(
+                name=name,
+                category=category,
+                device=device,
+                num_calls=len(acc.durations),
+                total_ns=total,
+                median_ns=int(statistics.median(acc.durations)),
+                max_ns=acc.max_ns,
+                step_share=total / window,
+                input_shapes=shapes,
+            )
+        )
     return out
 
 

@@ -67,7 +67,8 @@ class StepProgress:
     estimated_step: int = -1  # newest_step extrapolated to now (see the module docstring)
 
 
-def _request_to_json(req: pb.ProfileRequest) -> dict[str, Any]:
+def request_to_json(req: pb.ProfileRequest) -> dict[str, Any]:
+    """A ``ProfileRequest`` as JSON (integers stay integers): ``control.json``, ``diag profile``."""
     return {
         "request_id": req.request_id,
         "seq": req.seq,
@@ -149,7 +150,7 @@ class ControlBoard:
             return
         data = {
             "last_seq": self._last_seq,
-            "requests": [_request_to_json(r) for r in self._requests[-_KEEP_REQUESTS:]],
+            "requests": [request_to_json(r) for r in self._requests[-_KEEP_REQUESTS:]],
         }
         tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}.tmp")
         self._path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,35 +16,12 @@ from diag.analysis.kineto import (
     KinetoTrace,
     TraceEvent,
 )
-from diag.kernel_category import kernel_category
+from diag.kernel_category import KernelStat, kernel_category
 
 
 def category_of(ev: TraceEvent) -> str | None:
     """The :class:`~diag.schema.KernelSummary` category of an event, ``None`` if not summarized."""
     return kernel_category(ev.name, ev.cat)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KernelStat:
-    """One operator or kernel over a whole trace, with :class:`~diag.schema.KernelSummary`'s
-    field names and meaning: durations summed over ``num_calls`` calls; ``step_share`` is
-    ``total_ns`` over the trace's span (nested CPU operators overlap, so CPU shares can sum past
-    1); ``device`` is "cuda:N" for GPU activity, else "cpu"; ``input_shapes`` are the longest
-    call's input dims."""
-
-    name: str
-    category: str
-    device: str
-    num_calls: int
-    total_ns: int
-    median_ns: int
-    max_ns: int
-    step_share: float
-    input_shapes: str = ""
-
-    @property
-    def on_gpu(self) -> bool:
-        return self.device.startswith("cuda")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from diag.errors import ConfigError, InputError
 
@@ -66,19 +66,6 @@ def analyzer_of(run_dir: Path) -> str:
     return target
 
 
-def request_json(req: pb.ProfileRequest) -> dict[str, Any]:
-    """A ``ProfileRequest`` as the ``--json`` object (integers stay integers)."""
-    return {
-        "request_id": req.request_id,
-        "seq": req.seq,
-        "at_step": req.at_step,
-        "num_steps": req.num_steps,
-        "ranks": list(req.ranks),
-        "requested_ns": req.requested_ns,
-        "expires_ns": req.expires_ns,
-    }
-
-
 def describe(req: pb.ProfileRequest) -> str:
     """One line: ``profile request 1a2b3c4d: 1 step at step 57 on all ranks``."""
     steps = f"{req.num_steps} step{'s' if req.num_steps != 1 else ''}"
@@ -96,12 +83,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--at-step must be >= 0 (0 = a few steps ahead), got {args.at_step}")
     ranks = parse_ranks(args.ranks)
     target = args.analyzer or analyzer_of(args.run_dir)
+    from diag.analysis.control import request_to_json
     from diag.transport.client import AnalyzerClient  # grpc only for this command
 
     with AnalyzerClient(target, timeout_s=5.0) as client:
         req = client.request_profile(num_steps=args.steps, ranks=ranks, at_step=args.at_step)
     if args.json:
-        json.dump(request_json(req), sys.stdout, indent=2)
+        json.dump(request_to_json(req), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(describe(req))
