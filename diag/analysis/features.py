@@ -50,6 +50,7 @@ CKPT_COLUMNS = (
 HOST_COLUMNS = (
     "host",
     "ts_ns",
+    "num_cpus",  # logical CPUs of the host
     "cpu_busy_pct",
     "cpu_iowait_pct",
     "load_1m",
@@ -78,6 +79,12 @@ class Features:
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: GPU telemetry (GpuSample, keyed by host + ``gpu_index``), XID errors and the ranks'
+    #: announcements (RankInfo: ``device`` says which GPU a rank uses), as stored: the node
+    #: detector's corroboration reads them.
+    gpu: pd.DataFrame = field(default_factory=pd.DataFrame)
+    xid: pd.DataFrame = field(default_factory=pd.DataFrame)
+    rank_info: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @classmethod
     def from_store(cls, store: RunStore) -> Features:
@@ -92,6 +99,9 @@ class Features:
             collectives=store.frame("collective"),
             kernels=store.frame("kernel"),
             windows=store.frame("profile_window"),
+            gpu=store.frame("gpu"),
+            xid=store.frame("xid"),
+            rank_info=store.frame("rank_info"),
         )
 
     def wide(self, column: str, warmup_steps: int = 0) -> pd.DataFrame:

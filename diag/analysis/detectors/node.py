@@ -23,7 +23,15 @@ the start: cause ``structural``, ``onset_step`` None.
   structural: peers' wait - culprit's wait) by at least ``min_wait_explained`` x the excess.
 - ``confidence = consistency x (0.5 + 0.5 x min(1, (median ratio - 1) / confident_gap))``, capped
   at 0.99: consistency is the fraction of flagged steps from onset to the end of the anomaly; a
-  gap of ``confident_gap`` (20%) or more counts fully.
+  gap of ``confident_gap`` (20%) or more counts fully (a slow host: the mean over its ranks).
+- Corroboration (:mod:`~diag.analysis.detectors.node_evidence`): the finding's evidence adds
+  what else says the culprit is slow over the anomaly's wall-clock span: its GPU against its
+  peers' GPUs (SM clock, throttle reasons, temperature, power), XID/ECC errors on its GPU, other
+  processes' CPU on its host, and (onset findings) its own compute before onset vs after. Each
+  independent source that agrees (``gpu``, ``gpu_errors``, ``host``; own history is not one, it
+  restates the detection) raises the confidence:
+  ``confidence = min(0.99, confidence + 0.05 x number of corroborating sources)``; without
+  telemetry it is unchanged.
 - severity: ``critical`` if slowdown >= 0.3, ``warning`` if >= 0.1, else ``info``.
 """
 
@@ -34,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from diag.analysis.detectors import node_evidence
 from diag.analysis.features import (
     Features,
     Persistence,
@@ -83,6 +92,9 @@ class _Slow:
     peers_ms: float
     wait_before: float | None
     wait_after: float
+    anomaly: tuple[int, int]  # first and last step of the anomaly
+    before: tuple[int, int] | None  # first and last analysed step before onset; None: structural
+    own_before_ms: float | None  # the rank's median compute before onset; None: structural
 
 
 def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
@@ -106,7 +118,7 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
         found = _slow_rank(int(rank), compute, wait, job_step, peers, ratio, flagged_frame, cfg)
         if found is not None:
             slow.append(found)
-    return _group_by_host(slow, features.hosts_of(), cfg)
+    return _group_by_host(slow, features, cfg)
 
 
 def _slow_rank(
@@ -163,6 +175,9 @@ def _slow_rank(
         peers_ms=peers_ms,
         wait_before=wait_before,
         wait_after=wait_after,
+        anomaly=(int(steps[run.onset_pos]), int(steps[run.end_pos])),
+        before=None if structural else (int(steps[0]), int(steps[run.onset_pos - 1])),
+        own_before_ms=None if structural else float(compute[rank].iloc[: run.onset_pos].median()),
     )
 
 
@@ -192,7 +207,8 @@ def _refine_onset(
     return Persistence(onset, run.detected_pos, end, float(flags[onset : end + 1].mean()))
 
 
-def _group_by_host(slow: list[_Slow], hosts: dict[int, str], cfg: NodeConfig) -> list[Finding]:
+def _group_by_host(slow: list[_Slow], features: Features, cfg: NodeConfig) -> list[Finding]:
+    hosts = features.hosts_of()
     by_host: dict[str, list[_Slow]] = {}
     for s in slow:
         by_host.setdefault(hosts.get(s.rank, ""), []).append(s)
@@ -200,13 +216,15 @@ def _group_by_host(slow: list[_Slow], hosts: dict[int, str], cfg: NodeConfig) ->
     for host, group in sorted(by_host.items()):
         all_of_host = bool(host) and len(group) == sum(1 for h in hosts.values() if h == host)
         if all_of_host and len(group) > 1:
-            out.append(_finding(group, host, cfg, whole_host=True))
+            out.append(_finding(group, host, features, cfg, whole_host=True))
         else:
-            out.extend(_finding([s], host, cfg, whole_host=False) for s in group)
+            out.extend(_finding([s], host, features, cfg, whole_host=False) for s in group)
     return out
 
 
-def _finding(group: list[_Slow], host: str, cfg: NodeConfig, *, whole_host: bool) -> Finding:
+def _finding(
+    group: list[_Slow], host: str, features: Features, cfg: NodeConfig, *, whole_host: bool
+) -> Finding:
     """One finding for a slow host (``whole_host``: all its ranks) or one slow rank on ``host``."""
     ranks = tuple(s.rank for s in group)
     lead = max(group, key=lambda s: s.slowdown)
@@ -245,6 +263,21 @@ def _finding(group: list[_Slow], host: str, cfg: NodeConfig, *, whole_host: bool
             note="peers' median collective wait in the anomaly vs before onset",
         )
     )
+    evidence.extend(
+        node_evidence.history(s.rank, s.own_before_ms, s.culprit_ms)
+        for s in group
+        if s.own_before_ms is not None
+    )
+    befores = [s.before for s in group if s.before is not None]
+    found = node_evidence.corroborate(
+        features,
+        ranks=ranks,
+        host=host,
+        anomaly=(min(s.anomaly[0] for s in group), max(s.anomaly[1] for s in group)),
+        before=None if structural else (min(b[0] for b in befores), min(b[1] for b in befores)),
+    )
+    evidence.extend(found.evidence)
+    conf = min(0.99, conf + 0.05 * len(found.sources))  # conf <= 0.99: unchanged without sources
     return Finding(
         id=f"node-{host}" if whole_host else f"node-rank{ranks[0]}",
         symptom="slowdown",
