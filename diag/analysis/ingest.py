@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -91,6 +91,7 @@ class IngestCore:
     ``clock`` gives the analyzer's wall time in nanoseconds (the ``analyzer_time_ns`` of replies).
     ``control`` is the board of on-demand requests (default: one on ``RUN_DIR/control.json`` with
     ``clock``); the core feeds it every accepted ``StepEvent`` (and, at start-up, the stored ones).
+    ``detectors`` (name -> config) are the detector configs :meth:`triage` runs with.
     """
 
     def __init__(
@@ -99,8 +100,10 @@ class IngestCore:
         clock: Callable[[], int] = time.time_ns,
         *,
         control: ControlBoard | None = None,
+        detectors: Mapping[str, object] | None = None,
     ) -> None:
         self.store = store
+        self.detectors = dict(detectors or {})
         self.clock = clock
         self.control = control or ControlBoard(clock, state_path=store.run_dir / CONTROL_FILE)
         self._lock = threading.RLock()
@@ -301,7 +304,7 @@ class IngestCore:
         with self._lock:
             features = Features.from_store(self.store)
             run = summarize(self.store).to_json()["run"]
-        result = TriageResult(run=run, findings=tuple(run_all(features)))
+        result = TriageResult(run=run, findings=tuple(run_all(features, self.detectors)))
         self.latest_triage = result
         return result
 

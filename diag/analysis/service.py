@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from concurrent import futures
 from typing import Any
 
@@ -164,15 +165,18 @@ def _triage_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> 
             seen = current
 
 
-def serve(cfg: AnalyzerConfig) -> tuple[grpc.Server, int, IngestCore]:
+def serve(
+    cfg: AnalyzerConfig, *, detectors: Mapping[str, object] | None = None
+) -> tuple[grpc.Server, int, IngestCore]:
     """Open (recovering) the store at ``cfg.run_dir``, start the server on ``cfg.bind`` and the
-    flush thread. Returns the started server, the bound port and the core.
+    flush thread (and the live triage, with ``detectors``: name -> config, defaults for the
+    others). Returns the started server, the bound port and the core.
 
     To stop: ``server.stop(grace).wait()`` then ``core.close()`` (final flush; ends the thread).
     """
     if not cfg.run_dir:
         raise TransportError("the analyzer needs a run directory")
-    core = IngestCore(RunStore.create(cfg.run_dir))
+    core = IngestCore(RunStore.create(cfg.run_dir), detectors=detectors)
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),

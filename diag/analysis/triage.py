@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,19 +37,22 @@ class TriageResult:
         return {"run": self.run, "findings": [f.to_json() for f in self.findings]}
 
 
-def triage(store: RunStore) -> TriageResult:
-    """Run every registered detector on ``store``; :class:`~diag.errors.InputError` on bad parts."""
+def triage(store: RunStore, detectors: Mapping[str, object] | None = None) -> TriageResult:
+    """Run every registered detector on ``store`` (``detectors``: name -> config, e.g. from
+    :func:`~diag.analysis.detector_config.load_detector_config`; defaults for the others);
+    :class:`~diag.errors.InputError` on bad parts."""
     features = Features.from_store(store)
     run = summarize(store).to_json()["run"]
-    return TriageResult(run=run, findings=tuple(run_all(features)))
+    return TriageResult(run=run, findings=tuple(run_all(features, detectors)))
 
 
-def triage_table(path: Path) -> TriageResult:
-    """Run every registered detector on a timing table (Parquet or CSV) at ``path``;
-    :class:`~diag.errors.InputError` (one line naming the file) when it is not one."""
+def triage_table(path: Path, detectors: Mapping[str, object] | None = None) -> TriageResult:
+    """Run every registered detector (configs as in :func:`triage`) on a timing table (Parquet or
+    CSV) at ``path``; :class:`~diag.errors.InputError` (one line naming the file) when it is not
+    one."""
     table = read_timing_table(path)
     features = features_from_table(table)
-    return TriageResult(run=run_info(path, table), findings=tuple(run_all(features)))
+    return TriageResult(run=run_info(path, table), findings=tuple(run_all(features, detectors)))
 
 
 def write_findings(run_dir: Path, findings: tuple[Finding, ...]) -> Path:

@@ -30,6 +30,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bind", default=None, help="HOST:PORT to listen on (127.0.0.1:0)")
     parser.add_argument("--port-file", default=None, help="write the bound port to this file")
     parser.add_argument("--config", default=None, help="TOML config file ([analyzer] table)")
+    parser.add_argument(
+        "--detector-config",
+        default=None,
+        metavar="FILE.toml",
+        help="detector thresholds for the live triage ([node] min_ratio = 1.1, ...)",
+    )
 
 
 def is_loopback(host: str) -> bool:
@@ -73,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
     cfg: AnalyzerConfig = load_config(
         "analyzer", file=args.config, overrides={"run_dir": args.run_dir, "bind": args.bind}
     )
+    detectors = None
+    if args.detector_config:
+        from diag.analysis.detector_config import load_detector_config
+
+        detectors = load_detector_config(args.detector_config)
     run_dir = Path(cfg.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"{run_dir} is not a directory")
@@ -91,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
 
     try:
-        server, port, core = serve(cfg)
+        server, port, core = serve(cfg, detectors=detectors)
         previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             if core.recovery.num_wal_files or core.recovery.corrupt_parts:

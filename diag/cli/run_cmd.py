@@ -46,6 +46,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--fake-gpus", type=int, default=0, help="devices of the fake backend")
     parser.add_argument(
+        "--detector-config",
+        type=Path,
+        metavar="FILE.toml",
+        help="detector thresholds for the embedded analyzer's triage ([node] min_ratio = 1.1)",
+    )
+    parser.add_argument(
         "--live",
         choices=("auto", "on", "off"),
         default="auto",
@@ -70,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_job(command: list[str], args: argparse.Namespace) -> int:
     """Run ``command`` under diag with the options of :func:`add_run_arguments`."""
+    detectors = _detector_config(args)
     if shutil.which(command[0]) is None:
         raise ConfigError(f"cannot start {command[0]!r}: no such command")
     out: Path = args.out or Path("runs") / new_run_id()
@@ -89,7 +96,7 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
     try:
         if target is None:
             try:
-                analyzer = runtime.EmbeddedAnalyzer.start(out)
+                analyzer = runtime.EmbeddedAnalyzer.start(out, detectors)
                 target = analyzer.target
             except Exception as exc:  # diag failing must not stop the job
                 print(f"diag run: analyzer failed ({exc}); running without it", file=sys.stderr)
@@ -123,6 +130,20 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
         summary = runtime.SummarySource(None, target).get()
     runtime.print_final(summary, out=out, exit_code=exit_code)
     return exit_code
+
+
+def _detector_config(args: argparse.Namespace) -> dict[str, object] | None:
+    """The ``--detector-config`` file, read before anything starts (a bad one: exit 2)."""
+    if args.detector_config is None:
+        return None
+    if args.analyzer is not None:
+        raise ConfigError(
+            f"--detector-config {args.detector_config} sets the embedded analyzer's detectors; "
+            "with --analyzer give it to diag analyzer instead"
+        )
+    from diag.analysis.detector_config import load_detector_config
+
+    return load_detector_config(args.detector_config)
 
 
 def _run_and_watch(

@@ -138,11 +138,15 @@ class EmbeddedAnalyzer:
         self.run_dir = run_dir
 
     @classmethod
-    def start(cls, run_dir: Path) -> EmbeddedAnalyzer:
+    def start(
+        cls, run_dir: Path, detectors: Mapping[str, object] | None = None
+    ) -> EmbeddedAnalyzer:
+        """Serve ``run_dir``; live and final triage use ``detectors`` (name -> config)."""
         from diag.analysis.service import serve
         from diag.config import AnalyzerConfig
 
-        server, port, core = serve(AnalyzerConfig(bind="127.0.0.1:0", run_dir=str(run_dir)))
+        cfg = AnalyzerConfig(bind="127.0.0.1:0", run_dir=str(run_dir))
+        server, port, core = serve(cfg, detectors=detectors)
         return cls(server, port, core, run_dir)
 
     @property

@@ -5,6 +5,7 @@ Writes ``DIR/findings.jsonl`` (one finding per line) and prints a table, or with
 object ``{"run": {...}, "findings": [...]}`` (findings sorted by confidence, highest first).
 ``TABLE`` is a timing table from another tool (``.parquet`` or ``.csv``, see
 :mod:`diag.analysis.timing_table`): the same detectors run on it, and nothing is written.
+``--config FILE.toml`` sets detector thresholds (:mod:`diag.analysis.detector_config`).
 """
 
 from __future__ import annotations
@@ -25,17 +26,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a run directory written by diag run/analyzer, or a timing table (.parquet/.csv)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE.toml",
+        help="detector thresholds: a table per detector, e.g. [node] min_ratio = 1.1",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from diag.analysis.detector_config import load_detector_config
     from diag.analysis.store import RunStore
     from diag.analysis.timing_table import is_timing_table
     from diag.analysis.triage import triage, triage_table, write_findings
 
+    detectors = load_detector_config(args.config) if args.config else None
     if is_timing_table(args.run_dir):
-        result = triage_table(args.run_dir)  # a table: print only, write nothing next to it
+        # A table: print only, write nothing next to it.
+        result = triage_table(args.run_dir, detectors)
     else:
-        result = triage(RunStore.open(args.run_dir))
+        result = triage(RunStore.open(args.run_dir), detectors)
         write_findings(args.run_dir, result.findings)
     out = result.to_json()
     if args.json:
