@@ -25,7 +25,7 @@ def test_slow_rank_with_onset(tmp_path: Path) -> None:
     assert found.detected_step is not None and 50 <= found.detected_step <= 60
     assert found.slowdown == pytest.approx(0.2, abs=0.03)
     assert found.confidence > 0.9
-    compute, wait = found.evidence
+    compute, wait = found.evidence[:2]
     assert compute.subject == "rank 2" and compute.value > 1.2 * (compute.reference or 0)
     assert wait.reference is not None and wait.value > wait.reference + 20
     assert [x.id for x in run_all(f)] == ["node-rank2"]

@@ -31,7 +31,7 @@ def test_nccl_job_traces_top_kernels(rank: int) -> None:
     # No baseTimeNanoseconds: ts are integer epoch microseconds, kept exact.
     assert trace.clock == "wall" and trace.base_time_ns is None
     assert trace.start_ns == (1682725897226747 if rank == 0 else 1682725897227300) * 1000
-    start = dt.datetime.fromtimestamp(trace.start_ns / 1e9, dt.timezone.utc)
+    start = dt.datetime.fromtimestamp(trace.start_ns / 1e9, dt.UTC)
     assert start.date() == dt.date(2023, 4, 28)
     assert len(trace.events) > 4000 and trace.num_skipped == 0
     s = summarize(trace, top=10)
@@ -59,7 +59,7 @@ def test_cpu_only_trace_has_cpu_ops_and_gloo_collectives() -> None:
     assert (trace.rank, trace.world_size, trace.backend) == (34, 300, "gloo")
     assert trace.base_time_ns == 1719853884000000000 and trace.clock == "wall"
     # base + ts: 2024-07-15 17:52 UTC; the file name says Jul_15_10_52_41 (US Pacific).
-    start = dt.datetime.fromtimestamp(trace.start_ns / 1e9, dt.timezone.utc)
+    start = dt.datetime.fromtimestamp(trace.start_ns / 1e9, dt.UTC)
     assert (start.date(), start.hour, start.minute) == (dt.date(2024, 7, 15), 17, 52)
     s = summarize(trace)
     assert not s.has_gpu and s.gpu_busy_ns == 0
