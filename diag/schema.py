@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 SCHEMA_MAJOR = 1
 
 
@@ -68,6 +68,10 @@ class StepEvent(Event):
     ``compute_ns = duration_ns - collective_wait_ns - data_wait_ns - checkpoint_ns``. In synchronous
     training every rank's ``duration_ns`` is about the same; the slow rank has the largest compute
     and the smallest wait.
+
+    ``cpu_wait_ns`` is how long the training thread was ready to run but waited for a CPU (Linux
+    run-queue delay, 0 where unknown): part of ``compute_ns`` on a CPU-contended host that is the
+    host's doing, not the rank's device.
     """
 
     kind: ClassVar[str] = "step"
@@ -86,6 +90,7 @@ class StepEvent(Event):
     loss: float | None = None
     num_backward: int = 0
     num_collectives: int = 0
+    cpu_wait_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

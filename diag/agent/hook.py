@@ -35,6 +35,7 @@ from diag.agent import hook_patches
 from diag.agent.hook_events import EventFactory
 from diag.agent.hook_profiler import ProfilerWindows
 from diag.agent.phases import BACKWARD, OPTIMIZER, StepTracker
+from diag.agent.sched import runqueue_clock
 from diag.config import HookConfig, default_host, load_config
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,14 @@ class Hook:
         self.profiler = ProfilerWindows(
             cfg, torch, clock=self.clock, wall_offset_ns=self.wall_offset_ns, on_error=self.error
         )
-        self.tracker = StepTracker(self.emit, self.clock, on_begin=self.profiler.step_begins)
+        # The run-queue clock follows the thread that opens it: only the training (main) thread's.
+        on_main = threading.current_thread() is threading.main_thread()
+        self.tracker = StepTracker(
+            self.emit,
+            self.clock,
+            on_begin=self.profiler.step_begins,
+            runqueue=runqueue_clock() if on_main else None,
+        )
         self.primary_optimizer: int | None = None
         self._bw_depth = 0
         rank = int(os.environ.get("RANK", "0"))

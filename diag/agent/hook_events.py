@@ -82,7 +82,7 @@ class EventFactory:
 
     def step_event(self, rec: tuple[Any, ...], wall_offset_ns: int, num_coll: int) -> schema.Event:
         """A :class:`~diag.schema.StepEvent` from a tracker ``("step", ...)`` record."""
-        (_, step, start, end, data, fwd, bwd, opt, ckpt, other, wait, loss, n_bw, _n_py) = rec
+        (_, step, start, end, data, fwd, bwd, opt, ckpt, other, wait, loss, n_bw, _n_py, runq) = rec
         duration = end - start
         return self.make(
             schema.StepEvent,
@@ -101,6 +101,7 @@ class EventFactory:
             loss=loss_value(loss),
             num_backward=n_bw,
             num_collectives=num_coll,
+            cpu_wait_ns=runq,
         )
 
     def checkpoint_event(self, rec: tuple[Any, ...], wall_offset_ns: int) -> schema.Event:

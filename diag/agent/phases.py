@@ -47,6 +47,7 @@ STEP_FIELDS = (
     "loss",
     "num_backward",
     "num_collectives",
+    "cpu_wait_ns",
 )
 
 
@@ -62,9 +63,12 @@ class StepTracker:
         emit: Callable[[tuple[Any, ...]], None],
         clock: Callable[[], int] = time.perf_counter_ns,
         on_begin: Callable[[int], None] | None = None,
+        runqueue: Callable[[], int] | None = None,
     ) -> None:
         self._emit = emit
         self._clock = clock
+        self._runqueue = runqueue  # the training thread's cumulative run-queue delay (ns)
+        self._runq0 = 0
         self.on_begin = on_begin
         self.step = 0  # index of the step in progress
         self.started = False
@@ -90,6 +94,8 @@ class StepTracker:
     def _begin(self, now: int) -> None:
         self.started = True
         self._reset(now)
+        if self._runqueue is not None:
+            self._runq0 = self._runqueue()
         self._emit(("start", now))
         if self.on_begin is not None:
             self.on_begin(self.step)
@@ -149,6 +155,8 @@ class StepTracker:
         data, backward, optimizer, checkpoint = self._acc
         forward = self._forward_ns
         other = duration - data - backward - optimizer - checkpoint - forward
+        runq_now = self._runq0 if self._runqueue is None else self._runqueue()
+        runq = max(0, runq_now - self._runq0)
         self._emit(
             (
                 "step",
@@ -165,9 +173,11 @@ class StepTracker:
                 self._loss,
                 self._num_backward,
                 self._num_coll,
+                min(runq, duration),
             )
         )
         self.step += 1
         self._reset(now)
+        self._runq0 = runq_now
         if self.on_begin is not None:
             self.on_begin(self.step)

@@ -25,7 +25,11 @@ STEP_COLUMNS = (
     "step",  # optimizer step number
     "host",  # host the rank runs on
     "duration_ms",  # the whole step (StepEvent.duration_ns)
-    "compute_ms",  # the step minus collective wait, data wait and checkpoint (compute_ns)
+    # the rank's own compute: the step minus collective wait, data wait, checkpoint and the time
+    # its training thread waited for a CPU (compute_ns - cpu_wait_ns): a rank descheduled on a
+    # busy host is not a slow device
+    "compute_ms",
+    "cpu_wait_ms",  # run-queue delay of the training thread (cpu_wait_ns; 0 where unknown)
     "wait_ms",  # blocked on collectives (collective_wait_ns): large on ranks waiting for a slow one
     "data_ms",  # waiting for the data loader (data_wait_ns)
     "ckpt_ms",  # checkpoint save/load inside the step (checkpoint_ns)
@@ -122,13 +126,18 @@ class Features:
 
 def _steps(df: pd.DataFrame) -> pd.DataFrame:
     df = df[df["rank"] >= 0]
+    if "cpu_wait_ns" in df:
+        cpu_wait = df["cpu_wait_ns"].fillna(0).astype(float).clip(lower=0)
+    else:  # runs recorded before schema 1.2
+        cpu_wait = pd.Series(0.0, index=df.index)
     out = pd.DataFrame(
         {
             "rank": df["rank"].astype("int64"),
             "step": df["step"].astype("int64"),
             "host": df["host"].astype(str),
             "duration_ms": df["duration_ns"].astype(float) / _NS_PER_MS,
-            "compute_ms": df["compute_ns"].astype(float) / _NS_PER_MS,
+            "compute_ms": (df["compute_ns"].astype(float) - cpu_wait) / _NS_PER_MS,
+            "cpu_wait_ms": cpu_wait / _NS_PER_MS,
             "wait_ms": df["collective_wait_ns"].astype(float) / _NS_PER_MS,
             "data_ms": df["data_wait_ns"].astype(float) / _NS_PER_MS,
             "ckpt_ms": df["checkpoint_ns"].astype(float) / _NS_PER_MS,

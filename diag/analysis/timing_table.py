@@ -158,6 +158,7 @@ def _steps(table: pd.DataFrame) -> pd.DataFrame:
             "host": span["host"].astype(str),
             "duration_ms": duration,
             "compute_ms": (duration - wait - data - ckpt).clip(lower=0.0),
+            "cpu_wait_ms": 0.0,  # a timing table does not know run-queue delays
             "wait_ms": wait,
             "data_ms": data,
             "ckpt_ms": ckpt,

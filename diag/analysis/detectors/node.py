@@ -4,15 +4,18 @@ In synchronous training a slow rank makes everyone else wait in the collectives,
 is two-sided: the culprit's ``compute_ms`` is above the median of its peers' (the other ranks at
 the same step) while the peers' ``wait_ms`` grows by about that excess.
 
-Per step and rank: ``ratio = compute_ms / median(peers' compute_ms)``; the step is *flagged* when
-``ratio >= min_ratio`` and the excess ``compute_ms - peers' median`` is at least
+``compute_ms`` is the rank's own compute (:mod:`diag.analysis.features`: less the time its training
+thread waited for a CPU), so a rank descheduled on an oversubscribed host is not taken for a slow
+device. Per step and rank: ``ratio = compute_ms / median(peers' compute_ms)``; the step is
+*flagged* when ``ratio >= min_ratio`` and the excess ``compute_ms - peers' median`` is at least
 ``max(min_excess_ms, min_excess_frac x job step)`` (scheduler jitter on a busy node makes a 2 ms
 compute look 2x slow now and then). The rank is slow when flagged in ``>= min_frac`` of a sliding
 window of ``window`` steps (warm-up steps skipped). ``onset_step`` is the change point of the
 rank's ratio near the first such window (the step that best separates a lower median ratio before
 from a higher one after, ``window`` steps each side); when it is within the first ``window``
-analysed steps, or the rank was flagged from the first window on, the imbalance was there from
-the start: cause ``structural``, ``onset_step`` None.
+analysed steps, or the rank was flagged from the first window on, or its median ratio before the
+onset already held ``>= structural_share`` of the gap after it (noise hid some flags early on),
+the imbalance was there from the start: cause ``structural``, ``onset_step`` None.
 
 - ``slowdown`` (onset): ``(median job step in the anomaly - median job step before onset) /
   median job step in the anomaly``, at most the culprit's excess compute over that same step; the
@@ -65,6 +68,7 @@ class NodeConfig:
     min_frac: float = 0.8  # flagged fraction of a window that makes it persistent
     min_wait_explained: float = 0.5  # peers' wait growth / culprit's excess compute
     confident_gap: float = 0.2  # compute gap (ratio - 1) that counts fully toward confidence
+    structural_share: float = 0.5  # gap before the onset / gap after it that means "no onset"
     warning: float = 0.1  # slowdown for severity "warning"
     critical: float = 0.3  # slowdown for severity "critical"
 
@@ -145,7 +149,10 @@ def _slow_rank(
     peers_wait = wait[others].median(axis=1)
     wait_after = float(peers_wait.iloc[anomaly].median())
     gap = float(ratio[rank].iloc[anomaly].median()) - 1.0
-    structural = run.onset_pos < cfg.window
+    before_gap = float(ratio[rank].iloc[: run.onset_pos].median()) - 1.0 if run.onset_pos else 0.0
+    structural = run.onset_pos < cfg.window or (
+        gap > 0 and before_gap >= cfg.structural_share * gap
+    )
     if structural:
         wait_before = None
         grown = wait_after - float(wait[rank].iloc[anomaly].median())

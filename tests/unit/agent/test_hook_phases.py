@@ -58,3 +58,29 @@ def test_wait_loss_and_counts() -> None:
     step = dict(zip(STEP_FIELDS, out[-1][1:], strict=True))
     assert step["collective_wait_ns"] == 50 and step["loss"] == 1.5
     assert step["num_backward"] == 1 and step["num_collectives"] == 2
+
+
+def test_run_queue_delay_per_step_from_the_injected_clock() -> None:
+    delays = iter([100, 130, 500])  # cumulative run-queue ns, read at each step boundary
+    out: list[tuple[Any, ...]] = []
+    t = StepTracker(out.append, clock=lambda: 0, runqueue=lambda: next(delays))
+    t.enter(DATA, 0)  # step 0 begins (reads 100)
+    t.exit(DATA, 10)
+    t.end_step(1000)  # reads 130: the end of step 0 and the start of step 1
+    t.end_step(1100)  # reads 500: 370 ns, more than the 100 ns step: clamped to the step
+    steps = [dict(zip(STEP_FIELDS, rec[1:], strict=True)) for rec in out if rec[0] == "step"]
+    assert [s["cpu_wait_ns"] for s in steps] == [30, 100]
+
+
+def test_run_queue_clock_reads_this_threads_schedstat(tmp_path: Any) -> None:
+    from diag.agent.sched import runqueue_clock
+
+    clock = runqueue_clock()
+    if clock is not None:  # Linux with schedstats: cumulative, never decreasing
+        first = clock()
+        sum(i * i for i in range(200_000))
+        assert clock() >= first >= 0
+    assert runqueue_clock(str(tmp_path / "missing")) is None
+    bad = tmp_path / "schedstat"
+    bad.write_text("garbage\n")
+    assert runqueue_clock(str(bad)) is None

@@ -48,3 +48,26 @@ def test_persistence_onset_end_and_consistency() -> None:
     assert run.consistency == pytest.approx(14 / 15)
     assert persistence(flags[:12], window=10, min_frac=0.8) is None
     assert persistence(np.zeros(30, dtype=bool), window=10, min_frac=0.8) is None
+
+
+def test_compute_is_the_ranks_own_less_its_run_queue_delay(tmp_path: Path) -> None:
+    import dataclasses
+
+    from diag import schema
+    from diag.analysis.store import RunStore
+
+    events = Scenario(ranks=2, steps=3).events()
+    delayed = [
+        dataclasses.replace(e, cpu_wait_ns=7_000_000)
+        if isinstance(e, schema.StepEvent) and e.rank == 1
+        else e
+        for e in events
+    ]
+    store = RunStore.create(tmp_path)
+    store.append(delayed)
+    store.flush()
+    steps = Features.from_store(RunStore.open(tmp_path)).steps.set_index(["rank", "step"])
+    raw = {(e.rank, e.step): e.compute_ns / 1e6 for e in events if isinstance(e, schema.StepEvent)}
+    assert steps.loc[(1, 2), "cpu_wait_ms"] == pytest.approx(7.0)
+    assert steps.loc[(1, 2), "compute_ms"] == pytest.approx(raw[(1, 2)] - 7.0)
+    assert steps.loc[(0, 2), "compute_ms"] == pytest.approx(raw[(0, 2)])
