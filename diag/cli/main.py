@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "analyzer": "diag.cli.analyzer_cmd",
     "profile": "diag.cli.profile_cmd",
     "triage": "diag.cli.triage_cmd",
+    "faults": "diag.cli.faults_cmd",
 }
 
 _HELP: dict[str, str] = {
@@ -39,6 +40,7 @@ _HELP: dict[str, str] = {
     "triage": (
         "diagnose a run: which rank, host, link, kernel, data loader or checkpoint is to blame"
     ),
+    "faults": "inject a fault into a real CPU torchrun job and check that diag names it",
 }
 
 

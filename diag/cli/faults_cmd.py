@@ -1,0 +1,121 @@
+"""``diag faults``: the fault-injection suite against this machine's setup.
+
+    diag faults list
+    diag faults run CAUSE [--severity 0.2] [--rank R] [--onset 30] [--steps 80] [--nproc 4]
+                          [--seed 0] [--out DIR] [--json]
+
+``run`` injects one fault (:mod:`diag.faults.cases`: ``node``, ``data``, ``checkpoint``,
+``kernel``, ``structural``, ``link`` — which needs root for network namespaces — or ``clean``)
+into a real torchrun job under ``diag run`` (:mod:`diag.faults.live`), triages the run and says
+whether diag named the injected culprit and cause (:mod:`diag.faults.score`). Exit status 0 when
+it did, 1 when it did not. ``bench/accuracy.py`` runs the whole suite over severities and seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from diag.errors import ConfigError
+
+HELP = "inject a fault into a real CPU torchrun job and check that diag names it"
+
+_DESCRIPTIONS = {
+    "node": "one rank does extra compute every step from the onset (a slow GPU or node)",
+    "data": "one rank's data loader stalls every batch from the onset",
+    "checkpoint": "rank 0's checkpoint saves stall (slow storage) from the onset",
+    "kernel": "one operator (diagfault::scale_input) runs slower on one rank from the onset",
+    "link": "the network link of one of two nodes is rate-limited (tc tbf; root only)",
+    "structural": "one rank does extra compute from the start (a by-design imbalance)",
+    "clean": "no fault: warm-up, eval passes and checkpoints only; must give no warning",
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="faults_action", metavar="ACTION", required=True)
+    sub.add_parser("list", help="the injectable causes")
+    run = sub.add_parser("run", help="run one fault case and judge diag's diagnosis")
+    run.add_argument("cause", choices=sorted(_DESCRIPTIONS))
+    run.add_argument("--severity", type=float, default=0.2, help="fraction of the step lost")
+    run.add_argument("--rank", type=int, default=1, help="the culprit rank (default 1)")
+    run.add_argument("--onset", type=int, default=30, help="the step the fault starts at")
+    run.add_argument("--steps", type=int, default=80)
+    run.add_argument("--nproc", type=int, default=4, help="ranks (default 4)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--out", type=Path, help="keep the run here (default: a temporary dir)")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.faults_action == "list":
+        for cause, text in _DESCRIPTIONS.items():
+            print(f"{cause:<11} {text}")
+        return 0
+    return _run_case(args)
+
+
+def _run_case(args: argparse.Namespace) -> int:
+    from diag.faults.cases import CLEAN, Case
+    from diag.faults.live import run_case
+    from diag.faults.score import judge
+
+    if not 2 <= args.nproc <= 64:
+        raise ConfigError("--nproc must be between 2 and 64")
+    if args.cause != CLEAN and not 0 < args.severity < 1:
+        raise ConfigError("--severity must be in (0, 1)")
+    if not 0 <= args.rank < args.nproc:
+        raise ConfigError(f"--rank must be a rank of the job (0..{args.nproc - 1})")
+    if args.cause not in (CLEAN, "structural") and not 10 <= args.onset < args.steps - 20:
+        raise ConfigError("--onset must leave 10 steps before it and 20 after it")
+    ranks: tuple[int, ...] = (args.rank,)
+    if args.cause == "checkpoint":
+        ranks = (0,)
+    elif args.cause in ("link", CLEAN):
+        ranks = ()
+    case = Case(
+        cause=args.cause,
+        severity=0.0 if args.cause == CLEAN else args.severity,
+        ranks=ranks,
+        onset_step=None if args.cause in (CLEAN, "structural") else args.onset,
+        seed=args.seed,
+        world_size=args.nproc,
+        steps=args.steps,
+    )
+    if args.out is not None:
+        case, findings = run_case(case, args.out)
+        where = str(args.out / "run")
+    else:
+        with tempfile.TemporaryDirectory(prefix="diag-faults-") as tmp:
+            case, findings = run_case(case, Path(tmp))
+        where = ""
+    outcome = judge(case, findings)
+    if args.json:
+        out = {
+            "case": case.name,
+            "ok": outcome.ok,
+            "culprit_ok": outcome.culprit_ok,
+            "cause_ok": outcome.cause_ok,
+            "latency_steps": outcome.latency,
+            "run_dir": where or None,
+            "findings": findings,
+        }
+        json.dump(out, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+        return 0 if outcome.ok else 1
+    from rich.console import Console
+
+    from diag.cli import render
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    console.print(f"injected: {case.name} — {_DESCRIPTIONS[case.cause]}")
+    if findings:
+        console.print(render.findings_table(findings, title="diag triage"))
+    verdict = "named" if outcome.ok else "NOT named"
+    extra = f", detected {outcome.latency} steps after onset" if outcome.latency is not None else ""
+    console.print(f"{verdict}: top finding {outcome.top}{extra}")
+    if where:
+        console.print(f"run directory: {where}")
+    return 0 if outcome.ok else 1

@@ -1,0 +1,40 @@
+"""``diag faults``: the causes it can inject, and one-line errors for cases it cannot run
+(the runs themselves are real torchrun jobs: tests/integration/test_fault_causes.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from diag.faults.cases import CLEAN, FAULT_CAUSES
+
+
+def _diag(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diag.cli.main", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_list_names_every_cause_of_the_suite() -> None:
+    res = _diag("faults", "list")
+    assert res.returncode == 0, res.stderr
+    listed = {line.split()[0] for line in res.stdout.splitlines()}
+    assert listed == {*FAULT_CAUSES, CLEAN}
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("node", "--rank", "4"), "--rank must be a rank of the job (0..3)"),
+        (("data", "--severity", "1.5"), "--severity must be in (0, 1)"),
+        (("node", "--onset", "70", "--steps", "80"), "--onset must leave"),
+        (("kernel", "--nproc", "1"), "--nproc must be between 2 and 64"),
+    ],
+)
+def test_a_case_that_cannot_run_is_one_line(args: tuple[str, ...], says: str) -> None:
+    res = _diag("faults", "run", *args)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("diag faults: error:") and says in lines[0]
