@@ -10,13 +10,18 @@ rank's summed ``kernel``-category time, or the summed ``cpu_op`` time).
 
 - **Cross-rank** (``kernel:<name>:rank<r>``): in a window, rank r is slow when its time over the
   median over ranks is >= ``rank_ratio`` and the excess (time - median) is >= ``min_excess_frac``
-  of the window; flagged when that holds in >= ``consistent_frac`` of the windows (at least
-  ``min_windows``), with >= ``min_ranks`` ranks.
-- **Regression** (``kernel:<name>:regression``): a rank's baseline is its median over the first
-  ``baseline_windows`` windows; a later window regresses when time / baseline >= ``regress_ratio``
-  and the excess is >= ``min_excess_frac`` of the window; a rank regresses when, from an onset
-  window on, >= ``consistent_frac`` of the windows do. One finding lists every regressing rank
-  (not already flagged cross-rank for that kernel).
+  of the window (the excess says it matters, the ratio that it is more than noise); flagged when,
+  from an onset window on, that holds in >= ``consistent_frac`` of the windows (at least
+  ``min_windows``), with >= ``min_ranks`` ranks. Windows before the onset do not count against
+  it: a kernel that slows down mid-run was fine before.
+- **Regression** (``kernel:<name>:regression``): per call (``total_ns / num_calls``; a window that
+  calls the kernel more often, e.g. with an eval pass, does more work, it does not run a slower
+  kernel). A rank's baseline is its median per-call time over the first ``baseline_windows``
+  windows; a later window regresses when per call / baseline >= ``regress_ratio`` and the time
+  lost, ``(per call - baseline) x calls``, is >= ``min_excess_frac`` of the window; a rank
+  regresses when, from an onset window on, >= ``consistent_frac`` of the windows do. One finding
+  lists every regressing rank (not already flagged cross-rank for that kernel); its excess is the
+  time lost, its reference the baseline x calls.
 
 ``slowdown`` = median over flagged windows of the mean excess over the named ranks / window
 duration. Nested wrappers: a flagged CPU operator is dropped when a flagged operator of the same
@@ -32,6 +37,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from diag.analysis.findings import Evidence, Finding
@@ -44,7 +50,7 @@ _IGNORED = ("collective",)
 class KernelConfig:
     """Thresholds of the kernel detector (see the module doc for the formulas)."""
 
-    rank_ratio: float = 1.3  # rank's time / median over ranks for a slow window
+    rank_ratio: float = 1.15  # rank's time / median over ranks for a slow window
     regress_ratio: float = 1.3  # window time / the rank's early baseline for a regressed window
     min_excess_frac: float = 0.05  # the excess must be >= 5% of the window to matter
     consistent_frac: float = 0.6  # share of windows (from the onset) that must agree
@@ -73,11 +79,9 @@ def detect(kernels: pd.DataFrame, windows: pd.DataFrame, cfg: KernelConfig) -> l
     )
     if k.empty:
         return []
-    table = (
-        k.groupby(["name", "category", "window_id", "rank"])["total_ns"]
-        .sum()
-        .unstack("rank", fill_value=0.0)
-    )
+    sums = k.groupby(["name", "category", "window_id", "rank"])[["total_ns", "num_calls"]].sum()
+    table = sums["total_ns"].unstack("rank", fill_value=0.0)
+    calls = sums["num_calls"].unstack("rank", fill_value=0).reindex_like(table).fillna(0)
     ranks = [int(r) for r in table.columns]
     order, first_step, dur = _windows(k, windows)
     if len(ranks) < 1 or not order:
@@ -85,10 +89,11 @@ def detect(kernels: pd.DataFrame, windows: pd.DataFrame, cfg: KernelConfig) -> l
     found: list[dict] = []
     for (name, cat), t in table.groupby(level=["name", "category"]):
         t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float)
+        n = calls.loc[(name, cat)].reindex(order).fillna(0).astype(float)
         if len(ranks) >= cfg.min_ranks:
             found += _cross_rank(name, cat, t, dur, cfg)
         found += _regression(
-            name, cat, t, dur, cfg, {c["ranks"] for c in found if c["name"] == name}
+            name, cat, t, n, dur, cfg, {c["ranks"] for c in found if c["name"] == name}
         )
     kept = _drop_wrappers(found, cfg)
     return [
@@ -130,38 +135,65 @@ def _cross_rank(
     for r in t.columns:
         excess = t[r] - med
         slow = (t[r] >= cfg.rank_ratio * med) & (med > 0) & (excess >= cfg.min_excess_frac * dur)
-        if slow.sum() >= cfg.min_windows and slow.mean() >= cfg.consistent_frac:
-            wins = list(slow.index[slow])
-            out.append(
-                _cand(
-                    "rank",
-                    name,
-                    cat,
-                    (int(r),),
-                    wins,
-                    excess[slow],
-                    dur,
-                    float(slow.mean()),
-                    med[slow],
-                    t[r][slow],
-                )
+        onset = _onset(slow.to_numpy(), cfg)
+        if onset is None:
+            continue
+        # Consistency counts from the first slow window: windows before a mid-run onset are
+        # fine by definition and say nothing against it.
+        after = slow.iloc[onset:]
+        wins = list(after.index[after])
+        out.append(
+            _cand(
+                "rank",
+                name,
+                cat,
+                (int(r),),
+                wins,
+                excess[wins],
+                dur,
+                float(after.mean()),
+                med[wins],
+                t[r][wins],
             )
+        )
     return out
 
 
+def _onset(flags: np.ndarray, cfg: KernelConfig) -> int | None:
+    """The first flagged position from which >= ``consistent_frac`` of the windows, and at least
+    ``min_windows``, are flagged; ``None`` when there is none."""
+    for i in range(len(flags)):
+        rest = flags[i:]
+        if rest[0] and rest.sum() >= cfg.min_windows and rest.mean() >= cfg.consistent_frac:
+            return i
+    return None
+
+
 def _regression(
-    name: str, cat: str, t: pd.DataFrame, dur: pd.Series, cfg: KernelConfig, taken: set
+    name: str,
+    cat: str,
+    t: pd.DataFrame,
+    calls: pd.DataFrame,
+    dur: pd.Series,
+    cfg: KernelConfig,
+    taken: set,
 ) -> list[dict]:
     if len(t) <= cfg.baseline_windows:
         return []
-    base = t.iloc[: cfg.baseline_windows].median()
-    later = t.iloc[cfg.baseline_windows :]
+    # Per call when the calls are known: a window that runs the kernel more often (an eval pass,
+    # more micro-batches) does more work, it does not run a slower kernel.
+    known = calls > 0
+    per_call = (t / calls.where(known)).where(known, t)
+    weight = calls.where(known, 1.0)
+    base = per_call.iloc[: cfg.baseline_windows].median()
+    later = per_call.iloc[cfg.baseline_windows :]
+    lost = (later - base) * weight.iloc[cfg.baseline_windows :]  # time lost in the window
     ranks, wins, consist = [], set(), []
     for r in t.columns:
         if (int(r),) in taken or base[r] <= 0:
             continue
         flags = (later[r] >= cfg.regress_ratio * base[r]) & (
-            later[r] - base[r] >= cfg.min_excess_frac * dur.reindex(later.index)
+            lost[r] >= cfg.min_excess_frac * dur.reindex(later.index)
         )
         f = flags.to_numpy()
         for i in range(len(f)):
@@ -177,7 +209,7 @@ def _regression(
     if not ranks:
         return []
     w = [x for x in t.index if x in wins]
-    excess = (t.loc[w, ranks] - base[ranks]).mean(axis=1)
+    excess = lost.loc[w, ranks].mean(axis=1)
     return [
         _cand(
             "regression",
@@ -188,7 +220,7 @@ def _regression(
             excess,
             dur,
             statistics.mean(consist),
-            base[ranks].mean(),
+            (base[ranks] * weight.loc[w, ranks]).mean(axis=1),
             t.loc[w, ranks].mean(axis=1),
         )
     ]

@@ -13,6 +13,7 @@ from typing import Any
 from diag.analysis.detectors import checkpoint, data, kernel, link, node
 from diag.analysis.features import Features
 from diag.analysis.findings import Finding, ranked
+from diag.analysis.reconcile import reconcile
 
 
 def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
@@ -44,7 +45,9 @@ DEFAULT_CONFIGS: dict[str, object] = {
 
 def run_all(features: Features, cfg: Mapping[str, object] | None = None) -> list[Finding]:
     """Every registered detector on ``features`` (``cfg``: name -> config, defaults otherwise),
-    findings ranked by confidence then slowdown (:func:`~diag.analysis.findings.ranked`)."""
+    reconciled across detectors (:func:`~diag.analysis.reconcile.reconcile`: a slow kernel that
+    explains a slow rank is one kernel finding; a kernel the steps do not show is only info) and
+    ranked by confidence then slowdown (:func:`~diag.analysis.findings.ranked`)."""
     cfg = cfg or {}
     unknown = sorted(set(cfg) - set(DETECTORS))
     if unknown:
@@ -52,4 +55,4 @@ def run_all(features: Features, cfg: Mapping[str, object] | None = None) -> list
     findings: list[Finding] = []
     for name, detect in DETECTORS.items():
         findings.extend(detect(features, cfg.get(name, DEFAULT_CONFIGS[name])))
-    return ranked(findings)
+    return ranked(reconcile(findings, features))

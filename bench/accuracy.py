@@ -1,0 +1,188 @@
+"""Fail-slow detection accuracy: every fault cause at several severities and seeds, judged.
+
+The suite (:func:`diag.faults.cases.suite`) injects each cause — node, data, checkpoint, kernel,
+link, structural — at each ``--severities`` value (the fraction of the job's step time the fault
+costs) for each ``--seeds`` value, with the onset at step ``--onset`` of ``--steps`` on
+``--world-size`` ranks (2 per host), plus clean runs (by default one per seed and severity, so
+they weigh as much as one cause). Each case runs in one of two modes:
+
+- ``replay`` (default): :func:`diag.faults.simulate.replay` writes the case's synthetic event
+  stream (a synchronous data-parallel job with realistic noise, warm-up, periodic checkpoints,
+  eval steps, profiler windows and collectives: see that module) into a real run store and runs
+  ``diag triage`` on it. About a second per case, no GPU.
+- ``live``: :func:`diag.faults.live.run_case` runs a real torchrun job under ``diag run`` with
+  the fault injected and returns its findings (minutes per case).
+
+Each case is judged with :func:`diag.faults.score.judge` against the prepared case (the runner
+names the slow kernel and the slow link's hosts). Printed: the confusion matrix (injected cause
+rows, the top finding's cause columns; a clean run's column is its top warning-or-above
+finding's cause, else ``none``), top-1 culprit and cause accuracy (overall, per cause, per
+severity), the median and p95 detection latency in steps after the onset per severity (right
+diagnoses with an onset only), warning-or-above findings on clean runs, and one line per failed
+case with its top finding. ``--json`` prints :meth:`diag.faults.score.Summary.to_json` instead.
+Measured numbers only, no asserts. The goals: top-1 culprit >= 95%, top-1 cause >= 90%, no
+warning-or-above finding on a clean run, median detection within 10 steps of the onset at
+severities >= 20% and within 50 steps at 10%.
+
+    .venv/bin/python bench/accuracy.py [--mode replay|live] [--severities 0.1 0.2 0.5]
+        [--seeds 0 1 2] [--causes node data ...] [--steps 80] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from diag.faults.cases import CLEAN, FAULT_CAUSES, Case, suite
+from diag.faults.score import NONE, Outcome, Summary, judge
+
+Runner = Callable[[Case, Path], tuple[Case, list[dict[str, Any]]]]
+
+
+def replay_runner(case: Case, workdir: Path) -> tuple[Case, list[dict[str, Any]]]:
+    from diag.faults.simulate import prepare, replay
+
+    return prepare(case), replay(case, workdir / "run")
+
+
+def live_runner(case: Case, workdir: Path) -> tuple[Case, list[dict[str, Any]]]:
+    from diag.faults.live import run_case  # lazily: it needs torch and starts real jobs
+
+    return run_case(case, workdir)
+
+
+def run_suite(cases: list[Case], runner: Runner, *, verbose: bool) -> Summary:
+    outcomes: list[Outcome] = []
+    for i, case in enumerate(cases, 1):
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="diag-accuracy-") as tmp:
+            prepared, findings = runner(case, Path(tmp))
+        outcome = judge(prepared, findings)
+        outcomes.append(outcome)
+        if verbose:
+            mark = "ok  " if outcome.ok else "FAIL"
+            print(
+                f"[{i}/{len(cases)}] {mark} {case.name} ({time.perf_counter() - start:.1f} s): "
+                f"{outcome.top}",
+                file=sys.stderr,
+            )
+    return Summary(tuple(outcomes))
+
+
+def _pct(x: float | None) -> str:
+    return "    -" if x is None else f"{100 * x:5.1f}%"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _acc(outcomes: list[Outcome]) -> tuple[float | None, float | None]:
+    if not outcomes:
+        return None, None
+    n = len(outcomes)
+    return sum(o.culprit_ok for o in outcomes) / n, sum(o.cause_ok for o in outcomes) / n
+
+
+def render(summary: Summary, causes: tuple[str, ...], severities: tuple[float, ...]) -> str:
+    lines: list[str] = []
+    confusion = summary.confusion()
+    predicted = {p for row in confusion.values() for p in row}
+    cols = [*causes, *sorted(predicted - {*causes, NONE}), NONE]
+    width = max(10, *(len(c) + 1 for c in cols))
+    lines.append("confusion (rows: injected cause; columns: the top finding's cause)")
+    lines.append(" " * 12 + "".join(f"{c:>{width}}" for c in cols))
+    for row in [*causes, CLEAN]:
+        if row in confusion:
+            counts = confusion[row]
+            lines.append(f"{row:<12}" + "".join(f"{counts.get(c, 0):>{width}}" for c in cols))
+    lines.append("")
+    lines.append(f"{'top-1':<12}{'culprit':>9}{'cause':>9}{'n':>5}")
+    faults = summary.faults
+    groups: list[tuple[str, list[Outcome]]] = [("all faults", faults)]
+    groups += [(c, [o for o in faults if o.case.cause == c]) for c in causes]
+    groups += [
+        (f"{round(s * 100)}%", [o for o in faults if o.case.severity == s]) for s in severities
+    ]
+    for label, group in groups:
+        culprit, cause = _acc(group)
+        lines.append(f"{label:<12}{_pct(culprit):>9}{_pct(cause):>9}{len(group):>5}")
+    lines.append("")
+    lines.append("detection latency, steps after the onset (right diagnoses with an onset)")
+    lat = summary.to_json()["latency_steps"]
+    for s in severities:
+        row = lat.get(f"{round(s * 100)}%", {"n": 0, "median": None, "p95": None})
+        lines.append(
+            f"  {round(s * 100):>3}%: n={row['n']:<4} median={_num(row['median'])}  "
+            f"p95={_num(row['p95'])}"
+        )
+    extra = [o for o in faults if o.ok and o.warnings > 1]
+    lines.append("")
+    lines.append(
+        f"right diagnoses with a second warning-or-above finding: {len(extra)} of "
+        f"{sum(o.ok for o in faults)}"
+    )
+    cleans = summary.cleans
+    loud = sum(1 for o in cleans if o.warnings)
+    lines.append("")
+    lines.append(
+        f"clean runs: {loud} of {len(cleans)} with a warning-or-above finding "
+        f"({summary.clean_warnings()} such findings in all)"
+    )
+    failed = [o for o in summary.outcomes if not o.ok]
+    lines.append("")
+    lines.append(f"failed cases: {len(failed)}")
+    lines.extend(f"  {o.case.name}: {o.top}" for o in failed)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("replay", "live"), default="replay")
+    p.add_argument("--severities", type=float, nargs="+", default=[0.1, 0.2, 0.5])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--causes", nargs="+", choices=FAULT_CAUSES, default=list(FAULT_CAUSES))
+    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--onset", type=int, default=30)
+    p.add_argument("--world-size", type=int, default=4)
+    p.add_argument("--clean-runs", type=int, default=None, help="default: seeds x severities")
+    p.add_argument("--json", action="store_true", help="print Summary.to_json()")
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per case on stderr")
+    args = p.parse_args(argv)
+    severities, causes = tuple(args.severities), tuple(args.causes)
+    cases = suite(
+        severities,
+        tuple(args.seeds),
+        causes,
+        world_size=args.world_size,
+        steps=args.steps,
+        onset_step=args.onset,
+        clean_runs=args.clean_runs,
+    )
+    runner = replay_runner if args.mode == "replay" else live_runner
+    start = time.perf_counter()
+    summary = run_suite(cases, runner, verbose=args.verbose)
+    elapsed = time.perf_counter() - start
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+        return 0
+    print(
+        f"{args.mode}: {len(cases)} cases ({len(summary.faults)} faults, {len(summary.cleans)} "
+        f"clean), {args.world_size} ranks, {args.steps} steps, onset at step {args.onset}, "
+        f"seeds {' '.join(map(str, args.seeds))}; {elapsed:.0f} s"
+    )
+    print()
+    print(render(summary, causes, severities))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
