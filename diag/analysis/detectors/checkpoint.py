@@ -8,6 +8,7 @@ time is ``>= min_explained`` of the excess.
 
 - ``slowdown``: time lost in those steps (sum of excesses) / the run's total job-step time: the
   fraction of the run spent waiting on checkpoints beyond a normal step.
+- No finding when that is under ``min_slowdown`` (2%): ordinary checkpoints cost a little.
 - ``confidence``: ``0.5 + 0.45 x mean(min(1, ckpt time / excess))`` over those steps.
 - Evidence: each path's throughput in MB/s (bytes / seconds, summed over its events), and the
   fraction of time lost. severity: ``critical`` if slowdown >= 0.3, ``warning`` if >= 0.1.
@@ -33,6 +34,7 @@ class CheckpointConfig:
     min_excess_frac: float = 0.25  # step excess over the median step that makes it "slow"
     min_explained: float = 0.5  # checkpoint time / step excess needed to blame the checkpoint
     num_paths: int = 3  # paths named, slowest first
+    min_slowdown: float = 0.02  # checkpoints costing less of the run are normal: no finding
     warning: float = 0.1
     critical: float = 0.3
 
@@ -53,6 +55,8 @@ def detect(features: Features, cfg: CheckpointConfig | None = None) -> list[Find
     steps = [int(s) for s in job_step.index[slow]]
     lost = float(excess[slow].sum())
     slowdown = lost / float(job_step.sum())
+    if slowdown < cfg.min_slowdown:
+        return []
     explained = float(np.minimum(1.0, ckpt[slow] / excess[slow]).mean())
     events = features.ckpt[features.ckpt["step"].isin(steps)]
     evidence = [

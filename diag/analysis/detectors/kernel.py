@@ -3,17 +3,23 @@ than earlier in the same run (a regression), from the ``kernel`` frame (one
 :class:`~diag.schema.KernelSummary` per kernel per profiler window per rank).
 
 A kernel is ``(name, category)``; its time in a window is ``total_ns`` summed over devices (0 when
-a rank profiled the window without it). ``collective`` kernels are ignored (they hold the wait for
-late peers: the link and node detectors' business). A window's duration is the median over ranks
-of its :class:`~diag.schema.ProfileWindow` ``duration_ns`` (without one, the window's busiest
-rank's summed ``kernel``-category time, or the summed ``cpu_op`` time).
+a rank profiled the window without it; unknown when the rank did not profile that window, e.g. its
+profiler was still busy: such cells take no part in medians or flags). ``collective`` kernels are
+ignored (they hold the wait for late peers: the link and node detectors' business), and so are
+autograd's per-node wrappers (``autograd::engine::evaluate_function: ...``), whose time includes
+the gradient hooks run inside them (DDP's reducer: bucket copies and all-reduce launches). A
+window's duration is the median over ranks of its :class:`~diag.schema.ProfileWindow`
+``duration_ns`` (without one, the window's busiest rank's summed ``kernel``-category time, or the
+summed ``cpu_op`` time).
 
 - **Cross-rank** (``kernel:<name>:rank<r>``): in a window, rank r is slow when its time over the
   median over ranks is >= ``rank_ratio`` and the excess (time - median) is >= ``min_excess_frac``
   of the window (the excess says it matters, the ratio that it is more than noise); flagged when,
   from an onset window on, that holds in >= ``consistent_frac`` of the windows (at least
   ``min_windows``), with >= ``min_ranks`` ranks. Windows before the onset do not count against
-  it: a kernel that slows down mid-run was fine before.
+  it: a kernel that slows down mid-run was fine before. A window in which the rank calls the
+  kernel more than ``max_calls_ratio`` x the median number of calls is never slow: the rank does
+  more work there (an extra loop, a different batch), it does not run a slower kernel.
 - **Regression** (``kernel:<name>:regression``): per call (``total_ns / num_calls``; a window that
   calls the kernel more often, e.g. with an eval pass, does more work, it does not run a slower
   kernel). A rank's baseline is its median per-call time over the first ``baseline_windows``
@@ -44,6 +50,8 @@ from diag.analysis.findings import Evidence, Finding
 from diag.analysis.store import RunStore
 
 _IGNORED = ("collective",)
+#: operator names whose time is not the operator's own (autograd node wrappers run hooks inside).
+_IGNORED_PREFIXES = ("autograd::engine::evaluate_function:",)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +64,7 @@ class KernelConfig:
     consistent_frac: float = 0.6  # share of windows (from the onset) that must agree
     min_windows: int = 2  # fewer flagged windows is noise
     min_ranks: int = 3  # a median over fewer ranks says little
+    max_calls_ratio: float = 1.25  # cross-rank: more calls than this x the median is more work
     baseline_windows: int = 2  # the first windows: the run's own baseline
     nest_share: float = 0.8  # a child explaining 80% of a wrapper's excess replaces it
     critical_slowdown: float = 0.2
@@ -73,14 +82,20 @@ def detect_from_store(store: RunStore, cfg: KernelConfig | None = None) -> list[
 def detect(kernels: pd.DataFrame, windows: pd.DataFrame, cfg: KernelConfig) -> list[Finding]:
     """Kernel findings from a ``kernel`` frame and a ``profile_window`` frame (may be empty)."""
     k = (
-        kernels[(kernels["rank"] >= 0) & ~kernels["category"].isin(_IGNORED)]
+        kernels[
+            (kernels["rank"] >= 0)
+            & ~kernels["category"].isin(_IGNORED)
+            & ~kernels["name"].astype(str).str.startswith(_IGNORED_PREFIXES)
+        ]
         if len(kernels)
         else kernels
     )
     if k.empty:
         return []
+    # (window, rank) pairs that were profiled at all: elsewhere a rank's time is unknown, not 0.
+    profiled = k.groupby(["window_id", "rank"]).size().unstack("rank", fill_value=0)
     sums = k.groupby(["name", "category", "window_id", "rank"])[["total_ns", "num_calls"]].sum()
-    table = sums["total_ns"].unstack("rank", fill_value=0.0)
+    table = sums["total_ns"].astype(float).unstack("rank", fill_value=0.0)
     calls = sums["num_calls"].unstack("rank", fill_value=0).reindex_like(table).fillna(0)
     ranks = [int(r) for r in table.columns]
     order, first_step, dur = _windows(k, windows)
@@ -88,10 +103,11 @@ def detect(kernels: pd.DataFrame, windows: pd.DataFrame, cfg: KernelConfig) -> l
         return []
     found: list[dict] = []
     for (name, cat), t in table.groupby(level=["name", "category"]):
-        t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float)
-        n = calls.loc[(name, cat)].reindex(order).fillna(0).astype(float)
+        seen = profiled.reindex(index=order, columns=t.columns).fillna(0).astype(bool)
+        t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float).where(seen)
+        n = calls.loc[(name, cat)].reindex(order).fillna(0).astype(float).where(seen)
         if len(ranks) >= cfg.min_ranks:
-            found += _cross_rank(name, cat, t, dur, cfg)
+            found += _cross_rank(name, cat, t, n, dur, cfg)
         found += _regression(
             name, cat, t, n, dur, cfg, {c["ranks"] for c in found if c["name"] == name}
         )
@@ -127,14 +143,21 @@ def _windows(k: pd.DataFrame, pw: pd.DataFrame) -> tuple[list[str], dict[str, in
 
 
 def _cross_rank(
-    name: str, cat: str, t: pd.DataFrame, dur: pd.Series, cfg: KernelConfig
+    name: str, cat: str, t: pd.DataFrame, n: pd.DataFrame, dur: pd.Series, cfg: KernelConfig
 ) -> list[dict]:
     med = t.median(axis=1)
+    med_calls = n.median(axis=1)
     dur = dur.reindex(t.index)
     out = []
     for r in t.columns:
         excess = t[r] - med
-        slow = (t[r] >= cfg.rank_ratio * med) & (med > 0) & (excess >= cfg.min_excess_frac * dur)
+        same_work = ~(n[r] > cfg.max_calls_ratio * med_calls)
+        slow = (
+            (t[r] >= cfg.rank_ratio * med)
+            & (med > 0)
+            & (excess >= cfg.min_excess_frac * dur)
+            & same_work
+        )
         onset = _onset(slow.to_numpy(), cfg)
         if onset is None:
             continue

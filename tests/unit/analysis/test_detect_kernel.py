@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 from link_kernel_scenarios import BASE, kernel_run, noisy
 
 from diag.analysis.detectors import kernel
@@ -62,3 +63,36 @@ def test_empty_store_and_two_ranks(tmp_path):
     assert kernel.detect_from_store(RunStore.create(tmp_path / "e"), CFG) == []
     store = kernel_run(tmp_path / "two", _with(2.0, "aten::mm", {1}, set(range(5))), num_ranks=2)
     assert kernel.detect_from_store(store, CFG) == []
+
+
+def _frames(tmp_path):
+    store = RunStore.open(tmp_path)
+    return store.frame("kernel"), store.frame("profile_window")
+
+
+def test_more_calls_on_one_rank_is_more_work_not_a_slower_kernel(tmp_path):
+    kernel_run(tmp_path, _with(2.0, "aten::mm", {2}, set(range(5))))
+    k, w = _frames(tmp_path)
+    more = (k["rank"] == 2) & k["name"].isin(["aten::mm", "aten::matmul"])
+    k.loc[more, "num_calls"] = 20  # twice the calls: the 2x time is twice the work
+    assert kernel.detect(k, w, CFG) == []
+    k.loc[more, "num_calls"] = 11  # about the same calls: each call is slower
+    assert [(f.kernel, f.ranks) for f in kernel.detect(k, w, CFG)] == [("aten::mm", (2,))]
+
+
+def test_ranks_that_did_not_profile_a_window_are_unknown_not_zero(tmp_path):
+    kernel_run(tmp_path, noisy(BASE))
+    k, w = _frames(tmp_path)
+    missing = k["rank"].isin([0, 1]) & k["window_id"].isin(["p110", "p160", "p210"])
+    # With their windows read as 0, the median over ranks halves and ranks 2 and 3 look 2x slow.
+    assert kernel.detect(k[~missing], w[~(w["rank"].isin([0, 1]) & w["window_id"].isin(
+        ["p110", "p160", "p210"]))], CFG) == []  # fmt: skip
+
+
+def test_autograd_node_wrappers_are_not_kernels(tmp_path):
+    kernel_run(tmp_path, noisy(BASE))
+    k, w = _frames(tmp_path)
+    wrapper = k[k["name"] == "aten::add"].copy()
+    wrapper["name"] = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    wrapper.loc[wrapper["rank"] == 1, "total_ns"] *= 4  # DDP's reducer hooks ran inside it
+    assert kernel.detect(pd.concat([k, wrapper], ignore_index=True), w, CFG) == []
