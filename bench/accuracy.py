@@ -41,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from diag.errors import DiagError
 from diag.faults.cases import CLEAN, FAULT_CAUSES, Case, suite
 from diag.faults.score import NONE, Outcome, Summary, judge
 
@@ -59,12 +60,22 @@ def live_runner(case: Case, workdir: Path) -> tuple[Case, list[dict[str, Any]]]:
     return run_case(case, workdir)
 
 
-def run_suite(cases: list[Case], runner: Runner, *, verbose: bool) -> Summary:
+def run_suite(
+    cases: list[Case], runner: Runner, *, verbose: bool, skipped: list[str] | None = None
+) -> Summary:
+    """Run and judge every case; a case the runner cannot run here (a link fault without root,
+    a job that failed) is left out of the summary and listed in ``skipped`` with the reason."""
     outcomes: list[Outcome] = []
     for i, case in enumerate(cases, 1):
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="diag-accuracy-") as tmp:
-            prepared, findings = runner(case, Path(tmp))
+            try:
+                prepared, findings = runner(case, Path(tmp))
+            except DiagError as exc:
+                if skipped is not None:
+                    skipped.append(f"{case.name}: {exc}")
+                print(f"[{i}/{len(cases)}] skip {case.name}: {exc}", file=sys.stderr)
+                continue
         outcome = judge(prepared, findings)
         outcomes.append(outcome)
         if verbose:
@@ -169,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     runner = replay_runner if args.mode == "replay" else live_runner
     start = time.perf_counter()
-    summary = run_suite(cases, runner, verbose=args.verbose)
+    skipped: list[str] = []
+    summary = run_suite(cases, runner, verbose=args.verbose, skipped=skipped)
     elapsed = time.perf_counter() - start
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
@@ -181,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(render(summary, causes, severities))
+    if skipped:
+        print(f"\nskipped {len(skipped)} cases:")
+        for line in skipped:
+            print(f"  {line}")
     return 0
 
 

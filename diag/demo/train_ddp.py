@@ -10,7 +10,7 @@ Faults (each off by default):
 
 - ``--slow-rank``: about ``--slow-ms`` of extra real compute (matrix products) inside its forward
   each step from ``--slow-from-step`` on (a slow GPU / node);
-- ``--data-stall-rank``: sleeps ``--data-stall-ms`` per batch inside its dataset from
+- ``--data-stall-rank``: about ``--data-stall-ms`` of CPU work per batch inside its dataset from
   ``--data-stall-from-step`` on (a slow input pipeline);
 - ``--slow-kernel-rank``: every rank passes its input through one custom operator,
   ``diagfault::scale_input``; on this rank, from ``--slow-kernel-from-step`` on, the operator
@@ -128,22 +128,28 @@ class Net(nn.Module):
 
 
 class Stalling(Dataset[tuple[torch.Tensor, ...]]):
-    """A slow input pipeline: sleeps ``per_batch_s`` once every ``batch`` items fetched (one
-    sleep per batch: many tiny sleeps would each overshoot by the timer's slack)."""
+    """A slow input pipeline: about ``ms`` of real CPU work (numpy, as decoding or augmentation
+    would do) once every ``batch`` items fetched. CPU work rather than a sleep: on a host whose
+    CPUs are all busy a sleeping loader would hand its core to the other ranks and cost the job
+    nothing, which no slow real loader does."""
 
-    def __init__(self, inner: TensorDataset, per_batch_s: float, batch: int) -> None:
+    def __init__(self, inner: TensorDataset, ms: float, batch: int) -> None:
         self.inner = inner
-        self.per_batch_s = per_batch_s
         self.batch = batch
         self.fetched = 0
+        self.work = NumpyBurner()
+        self.work.set_ms(ms)
         self.active = True
+
+    def set_ms(self, ms: float) -> None:
+        self.work.set_ms(ms)
 
     def __len__(self) -> int:
         return len(self.inner)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         if self.active and self.fetched % self.batch == 0:
-            time.sleep(self.per_batch_s)
+            self.work.run()
         self.fetched += 1
         return self.inner[index]
 
@@ -277,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset: Dataset[tuple[torch.Tensor, ...]] = data
     stalling = None
     if rank == args.data_stall_rank:
-        stalling = Stalling(data, args.data_stall_ms / 1000, args.batch)
+        stalling = Stalling(data, args.data_stall_ms, args.batch)
         stalling.active = args.data_stall_from_step <= 0
         dataset = stalling
     sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
@@ -326,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                 evaluate(model, eval_loader, args.eval_batches)
             if stalling is not None and step == args.data_stall_from_step:
                 # the next batch is fetched for this (new) step
-                stalling.per_batch_s = calib.extra_ms(args.data_stall_ms) / 1000
+                stalling.set_ms(calib.extra_ms(args.data_stall_ms))
                 stalling.active = True
             if rank == 0 and args.save_every and step % args.save_every == 0:
                 pickle_module: Any = pickle
