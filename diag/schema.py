@@ -24,8 +24,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 SCHEMA_MAJOR = 1
+
+#: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
+MAX_FRAMES = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -369,6 +372,112 @@ class KernelSummary(Event):
     input_shapes: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HangReport(Event):
+    """A rank's hook saw no progress (no step end, no collective completed) for ``stall_ns``.
+
+    Sent once per stall by the hook's watchdog (:mod:`diag.agent.hook_watchdog`), from the hook
+    thread, which keeps running while the training thread is blocked; re-armed by the next
+    progress. ``stalled_since_ns`` is the wall-clock time of the last progress; ``threshold_ns``
+    is max(``hang_factor`` x p99 of recent step times, ``hang_min_s``). ``last_step`` is the last
+    step this rank completed (-1: none). The envelope's ``step`` is the step in progress.
+
+    The Flight Recorder as the rank saw it at the report: ``pg_name``/``seq_id``/``op``/
+    ``input_sizes`` name the oldest collective still in flight (``seq_id`` -1 and ``op`` "" when
+    the rank is in none: it is not inside any collective), ``last_enqueued_seq`` and
+    ``last_completed_seq`` that process group's counters (the default group when nothing is in
+    flight). ``fr_tail_json`` is a JSON list of the newest entries (at most 32) of every group,
+    oldest first: ``{"pg", "seq", "op", "sizes", "dtype", "done", "enqueue_ns"}``;
+    ``pg_status_json`` a JSON object ``{pg: [last_enqueued, last_completed]}``. Both are "" without
+    the Flight Recorder (``fr_ok`` false).
+    """
+
+    kind: ClassVar[str] = "hang"
+
+    pid: int
+    stalled_since_ns: int
+    stall_ns: int
+    threshold_ns: int
+    last_step: int = -1
+    pg_name: str = ""
+    seq_id: int = -1
+    op: str = ""
+    input_sizes: str = ""
+    dtype: str = ""
+    enqueue_ns: int = 0
+    last_enqueued_seq: int = -1
+    last_completed_seq: int = -1
+    fr_tail_json: str = ""
+    pg_status_json: str = ""
+    fr_ok: bool = True
+    num_threads: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackDump(Event):
+    """One thread's stack in one rank process, taken on a hang, an exception or an exit.
+
+    ``frames`` holds one frame per line, innermost first, each ``"<file>:<line> <function>"``
+    (native frames from py-spy: ``"<library>:0 <symbol>"``); at most ``MAX_FRAMES`` lines, and
+    ``num_frames`` counts them all. ``origin`` is "python" (``sys._current_frames()`` in the hook
+    thread) or "py-spy" (the node daemon ran ``py-spy dump --native`` on the process). ``reason``
+    is "hang" (a :class:`HangReport` asked for it). ``thread_id`` is the OS thread id where known
+    (py-spy), else Python's thread identifier; ``is_main`` marks the process's main thread.
+    """
+
+    kind: ClassVar[str] = "stack"
+
+    pid: int
+    reason: str
+    origin: str
+    thread_id: int = 0
+    thread_name: str = ""
+    is_main: bool = False
+    frames: str = ""
+    num_frames: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExceptionEvent(Event):
+    """An exception nobody caught in a rank's thread, seen by the hook's ``sys.excepthook`` /
+    ``threading.excepthook`` (which call the previous hook: the job's output is unchanged).
+
+    ``exc_type`` is the qualified class name; ``message`` its first 1,000 characters;
+    ``frames`` the traceback as :class:`StackDump` writes frames (innermost first, the raising
+    line on top), at most ``MAX_FRAMES``.
+    """
+
+    kind: ClassVar[str] = "exception"
+
+    pid: int
+    thread_name: str = ""
+    is_main: bool = True
+    exc_type: str
+    message: str = ""
+    frames: str = ""
+    num_frames: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankExit(Event):
+    """A rank's process is gone.
+
+    ``observer`` is "daemon" (the process the rank announced disappeared from ``/proc``: no exit
+    status, ``exit_code`` None) or "launcher" (``diag run`` read torchrun's failure report:
+    ``exit_code`` as torchrun gives it, negative for a signal; ``signal`` the signal number, 0 for
+    none). ``first_failure`` marks torchrun's "Root Cause (first observed failure)".
+    ``ts_ns`` is when the observer noticed, not when the process died.
+    """
+
+    kind: ClassVar[str] = "rank_exit"
+
+    pid: int = 0
+    observer: str
+    exit_code: int | None = None
+    signal: int = 0
+    first_failure: bool = False
+
+
 #: Every event kind, by its ``kind`` name. Order is stable (it is the proto oneof order).
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
@@ -387,6 +496,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunEvent,
         ProfileWindow,
         KernelSummary,
+        HangReport,
+        StackDump,
+        ExceptionEvent,
+        RankExit,
     )
 }
 

@@ -354,8 +354,98 @@ class KernelSummary(_message.Message):
     input_shapes: str
     def __init__(self, window_id: _Optional[str] = ..., name: _Optional[str] = ..., category: _Optional[str] = ..., device: _Optional[str] = ..., num_calls: _Optional[int] = ..., total_ns: _Optional[int] = ..., median_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., step_share: _Optional[float] = ..., input_shapes: _Optional[str] = ...) -> None: ...
 
+class HangReport(_message.Message):
+    __slots__ = ("pid", "stalled_since_ns", "stall_ns", "threshold_ns", "last_step", "pg_name", "seq_id", "op", "input_sizes", "dtype", "enqueue_ns", "last_enqueued_seq", "last_completed_seq", "fr_tail_json", "pg_status_json", "fr_ok", "num_threads")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STALLED_SINCE_NS_FIELD_NUMBER: _ClassVar[int]
+    STALL_NS_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    PG_NAME_FIELD_NUMBER: _ClassVar[int]
+    SEQ_ID_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SIZES_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENQUEUED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMPLETED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FR_TAIL_JSON_FIELD_NUMBER: _ClassVar[int]
+    PG_STATUS_JSON_FIELD_NUMBER: _ClassVar[int]
+    FR_OK_FIELD_NUMBER: _ClassVar[int]
+    NUM_THREADS_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    stalled_since_ns: int
+    stall_ns: int
+    threshold_ns: int
+    last_step: int
+    pg_name: str
+    seq_id: int
+    op: str
+    input_sizes: str
+    dtype: str
+    enqueue_ns: int
+    last_enqueued_seq: int
+    last_completed_seq: int
+    fr_tail_json: str
+    pg_status_json: str
+    fr_ok: bool
+    num_threads: int
+    def __init__(self, pid: _Optional[int] = ..., stalled_since_ns: _Optional[int] = ..., stall_ns: _Optional[int] = ..., threshold_ns: _Optional[int] = ..., last_step: _Optional[int] = ..., pg_name: _Optional[str] = ..., seq_id: _Optional[int] = ..., op: _Optional[str] = ..., input_sizes: _Optional[str] = ..., dtype: _Optional[str] = ..., enqueue_ns: _Optional[int] = ..., last_enqueued_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., fr_tail_json: _Optional[str] = ..., pg_status_json: _Optional[str] = ..., fr_ok: _Optional[bool] = ..., num_threads: _Optional[int] = ...) -> None: ...
+
+class StackDump(_message.Message):
+    __slots__ = ("pid", "reason", "origin", "thread_id", "thread_name", "is_main", "frames", "num_frames")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    THREAD_NAME_FIELD_NUMBER: _ClassVar[int]
+    IS_MAIN_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    reason: str
+    origin: str
+    thread_id: int
+    thread_name: str
+    is_main: bool
+    frames: str
+    num_frames: int
+    def __init__(self, pid: _Optional[int] = ..., reason: _Optional[str] = ..., origin: _Optional[str] = ..., thread_id: _Optional[int] = ..., thread_name: _Optional[str] = ..., is_main: _Optional[bool] = ..., frames: _Optional[str] = ..., num_frames: _Optional[int] = ...) -> None: ...
+
+class ExceptionEvent(_message.Message):
+    __slots__ = ("pid", "thread_name", "is_main", "exc_type", "message", "frames", "num_frames")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    THREAD_NAME_FIELD_NUMBER: _ClassVar[int]
+    IS_MAIN_FIELD_NUMBER: _ClassVar[int]
+    EXC_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    thread_name: str
+    is_main: bool
+    exc_type: str
+    message: str
+    frames: str
+    num_frames: int
+    def __init__(self, pid: _Optional[int] = ..., thread_name: _Optional[str] = ..., is_main: _Optional[bool] = ..., exc_type: _Optional[str] = ..., message: _Optional[str] = ..., frames: _Optional[str] = ..., num_frames: _Optional[int] = ...) -> None: ...
+
+class RankExit(_message.Message):
+    __slots__ = ("pid", "observer", "exit_code", "signal", "first_failure")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVER_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    observer: str
+    exit_code: int
+    signal: int
+    first_failure: bool
+    def __init__(self, pid: _Optional[int] = ..., observer: _Optional[str] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., first_failure: _Optional[bool] = ...) -> None: ...
+
 class Event(_message.Message):
-    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel")
+    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit")
     ENV_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -371,6 +461,10 @@ class Event(_message.Message):
     RUN_FIELD_NUMBER: _ClassVar[int]
     PROFILE_WINDOW_FIELD_NUMBER: _ClassVar[int]
     KERNEL_FIELD_NUMBER: _ClassVar[int]
+    HANG_FIELD_NUMBER: _ClassVar[int]
+    STACK_FIELD_NUMBER: _ClassVar[int]
+    EXCEPTION_FIELD_NUMBER: _ClassVar[int]
+    RANK_EXIT_FIELD_NUMBER: _ClassVar[int]
     env: Envelope
     step: StepEvent
     collective: CollectiveEvent
@@ -386,7 +480,11 @@ class Event(_message.Message):
     run: RunEvent
     profile_window: ProfileWindow
     kernel: KernelSummary
-    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ...) -> None: ...
+    hang: HangReport
+    stack: StackDump
+    exception: ExceptionEvent
+    rank_exit: RankExit
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("schema_version", "sender", "sent_ns", "events")
