@@ -53,6 +53,11 @@ class HookConfig:
     trace_dir: str = ""  # raw traces of the windows go here ("" = not kept)
     max_traces_per_rank: int = 20  # the oldest are deleted beyond this
     max_trace_bytes: int = 32 * 1024 * 1024  # a compressed trace larger than this is not kept
+    # Hang watchdog (diag.agent.hook_watchdog): no step end and no collective completed for
+    # max(hang_factor x p99 of recent step times, hang_min_s) -> one HangReport + every thread's
+    # stack, once per stall (hang_min_s <= 0 turns it off).
+    hang_min_s: float = 30.0
+    hang_factor: float = 3.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +79,9 @@ class DaemonConfig:
     spool_max_bytes: int = 1024 * 1024 * 1024
     rpc_timeout_s: float = 5.0
     control_poll_interval_s: float = 0.25  # ask the analyzer for control requests this often
+    rank_watch_interval_s: float = 0.25  # look for rank processes that are gone this often
+    stack_tool: str = "py-spy"  # native stacks of every local rank on a hang ("" = none)
+    stack_timeout_s: float = 10.0  # the most one py-spy dump may take
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

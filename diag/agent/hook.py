@@ -34,6 +34,7 @@ from typing import Any
 from diag.agent import hook_patches
 from diag.agent.hook_events import EventFactory
 from diag.agent.hook_profiler import ProfilerWindows
+from diag.agent.hook_stacks import ExceptHooks, ExceptionInfo
 from diag.agent.phases import BACKWARD, OPTIMIZER, StepTracker
 from diag.agent.sched import runqueue_clock
 from diag.config import HookConfig, default_host, load_config
@@ -98,6 +99,7 @@ class Hook:
             job_id=cfg.job_id,
         )
         self._patcher = hook_patches.Patcher()
+        self.excepthooks = ExceptHooks(self.on_exception)
         from diag.agent.hook_thread import HookThread
 
         self.thread = HookThread(self)
@@ -106,6 +108,7 @@ class Hook:
     def start(self) -> None:
         self.active = True
         hook_patches.apply(self, self._patcher)
+        self.excepthooks.install()
         self.thread.start()
         atexit.register(self.close)
 
@@ -115,6 +118,7 @@ class Hook:
             return
         self.active = False
         self.profiler.close()
+        self.excepthooks.uninstall()
         try:
             self._patcher.restore()
         except Exception as exc:
@@ -232,6 +236,11 @@ class Hook:
         if tracker.started and self.on_train_thread():
             tracker.add_collective(t1 - t0, sync)
         self.emit(("coll", step, op, t0, t1, nbytes, dtype, group, sync, ok, threading.get_ident()))
+
+    def on_exception(self, info: ExceptionInfo) -> None:
+        """An uncaught exception (from the chained excepthooks): queued even when the queue is
+        full, since it is what explains the end of this process; sent by the exit flush."""
+        self.queue.append(("exc", info, self.tracker.step if self.tracker.started else -1))
 
     def on_checkpoint(self, op: str, api: str, path: str, t0: int, t1: int, ok: bool) -> None:
         step = self.tracker.step if self.tracker.started else -1

@@ -32,6 +32,7 @@ from diag.agent.hook_events import fr_dtype_name
 from diag.agent.hook_fr import FrState, PyCall, StepWindows
 from diag.agent.hook_profiler import RequestFilter
 from diag.agent.hook_sender import FrameSender
+from diag.agent.hook_watchdog import HangWatchdog, StallWatch, completed_total
 from diag.collectors.fr import load_fr_dump
 from diag.proto import diag_pb2 as pb
 
@@ -91,6 +92,16 @@ class HookThread(threading.Thread):
         self._fr_capacity = fr_buffer_size()
         self.fr_interval_s = min(0.25, self.cfg.fr_poll_interval_s)
         self.requests = RequestFilter(self.cfg.profile_num_steps)
+        self._fr_completed = 0  # sum of the groups' last completed collective, latest harvest
+        self.watchdog = HangWatchdog(
+            StallWatch(min_s=self.cfg.hang_min_s, factor=self.cfg.hang_factor),
+            self.ev,
+            progress=self._progress,
+            fr_dump=self._fresh_dump,
+            last_step=lambda: hook.tracker.step - 1 if hook.tracker.started else -1,
+            current_step=lambda: hook.tracker.step if hook.tracker.started else -1,
+            on_error=hook.error,
+        )
         self.traces = (
             hook_kernels.TraceFiles(
                 self.cfg.trace_dir,
@@ -133,6 +144,8 @@ class HookThread(threading.Thread):
                 self._drain()
                 if not self.fr_ok:
                     self._release_steps(None)
+            if not final:
+                self.sender.add(self.watchdog.check())  # sent by this cycle's flush
             if not self._full_rank_info:
                 self._rank_info()
             self._control()
@@ -216,6 +229,7 @@ class HookThread(threading.Thread):
         if tag == "step":
             self.windows.end(rec[1], rec[3] + off)
             self._pending_steps.append(rec)
+            self.watchdog.watch.step_time(rec[3] - rec[2])
         elif tag == "start":
             self.windows.start(rec[1] + off)
         elif tag == "coll":
@@ -229,6 +243,34 @@ class HookThread(threading.Thread):
                 self._emit(self.ev.make(schema.CollectiveEvent, step=step, **call.payload()))
         elif tag == "ckpt":
             self._emit(self.ev.checkpoint_event(rec, off))
+        elif tag == "exc":
+            info, step = rec[1], rec[2]
+            self._emit(
+                self.ev.make(
+                    schema.ExceptionEvent,
+                    step=step,
+                    pid=self.ev.pid,
+                    thread_name=info.thread_name,
+                    is_main=info.is_main,
+                    exc_type=info.exc_type,
+                    message=info.message,
+                    frames=info.frames,
+                    num_frames=info.num_frames,
+                )
+            )
+
+    # ------------------------------------------------------------- watchdog
+    def _progress(self) -> tuple[tuple[int, int, int], bool]:
+        """A token that changes whenever a step ends or a collective completes, and whether
+        either ever happened (see hook_watchdog)."""
+        tracker = self.hook.tracker
+        token = (tracker.step, tracker.py_coll_ns, self._fr_completed)
+        return token, token != (0, 0, 0)
+
+    def _fresh_dump(self) -> dict[str, Any] | None:
+        if not self.fr_ok:
+            return None
+        return load_fr_dump(self._dump_fn(includeStackTraces=False), validate=False)  # type: ignore[misc]
 
     def _release_steps(self, before_wall_ns: int | None) -> None:
         """Emit the held steps that ended before ``before_wall_ns`` (all when None)."""
@@ -262,6 +304,7 @@ class HookThread(threading.Thread):
             self._fr_off(f"Flight Recorder dump failed: {type(exc).__name__}: {exc}")
             return
         self._drain()  # records of everything that finished before the dump started
+        self._fr_completed = completed_total(dump)
         self._adapt_poll(dump.get("entries") or ())
         status = dump.get("pg_status") or {}
         if not dump.get("entries") and any(
