@@ -6,7 +6,9 @@ daemon's own events (collector samples, ``CollectorError``, ``ClockSync``; sourc
 ``"<host>/daemon/<pid>"``, seq from 0). The main loop runs each collector on its own interval and
 cuts the queue into batches of at most ``batch_max_events`` every ``flush_interval_s`` (or sooner
 when a full batch is waiting); each batch goes to the :class:`~diag.agent.spool.Spool` first, from
-which the :class:`~diag.agent.shipper.Shipper` ships it to the analyzer.
+which the :class:`~diag.agent.shipper.Shipper` ships it to the analyzer. A ``HangReport`` from a
+hook is also handed to every :class:`~diag.collectors.base.HangAware` collector (the rank watch
+then takes native stacks of every local rank with py-spy).
 
 Control path (pull only): every ``control_poll_interval_s`` (0.5 s; <= 0 turns it off) a thread
 asks the analyzer for the control messages newer than the last ``seq`` it saw (``PollControl``) and
@@ -35,7 +37,7 @@ from diag.agent.listener import HookListener
 from diag.agent.shipper import Shipper
 from diag.agent.spool import Spool
 from diag.collectors import COLLECTORS
-from diag.collectors.base import Collector, RankAware, stamp
+from diag.collectors.base import Collector, HangAware, RankAware, stamp
 from diag.config import DaemonConfig, default_host
 from diag.errors import CollectorUnavailable, ConfigError, TransportError
 from diag.proto import diag_pb2 as pb
@@ -153,8 +155,16 @@ class Daemon:
     # -- events in --------------------------------------------------------------------------------
 
     def _on_batch(self, protos: list[pb.Event], events: list[schema.Event]) -> None:
-        """A hook's batch (listener thread): forward it unchanged, note rank processes."""
+        """A hook's batch (listener thread): forward it unchanged, note rank processes, and pass
+        each hang report on to the collectors that act on one (native stacks)."""
         ranks = [e for e in events if isinstance(e, schema.RankInfo) and e.rank >= 0 and e.pid > 0]
+        for hang in (e for e in events if isinstance(e, schema.HangReport)):
+            for c in list(self._collectors):
+                if isinstance(c, HangAware):
+                    try:
+                        c.on_hang(hang.rank)
+                    except Exception as exc:  # a collector's failure must not lose the batch
+                        self._collector_error(c.name, f"{type(exc).__name__}: {exc}")
         with self._lock:
             self._queue.extend(protos)
             self._new_ranks.extend(ranks)

@@ -12,11 +12,13 @@ from collections.abc import Callable
 from diag.collectors.base import Collector
 from diag.collectors.gpu import GpuCollector
 from diag.collectors.host import HostCollector
+from diag.collectors.ranks import RankWatch
 from diag.config import DaemonConfig
 
 COLLECTORS: dict[str, Callable[[DaemonConfig], Collector]] = {
     "gpu": GpuCollector.from_config,
     "host": HostCollector.from_config,
+    "ranks": RankWatch.from_config,
 }
 
 __all__ = ["COLLECTORS", "Collector"]

@@ -46,6 +46,13 @@ class RankAware(Protocol):
     def track(self, pid: int, rank: int, local_rank: int) -> None: ...
 
 
+@runtime_checkable
+class HangAware(Protocol):
+    """A collector told when a local rank reports a hang (a ``HangReport`` passing through)."""
+
+    def on_hang(self, rank: int) -> None: ...
+
+
 def stamp(event: E, *, host: str, job_id: str, source: str, seq: int) -> E:
     """``event`` with the daemon's envelope: its host, job, source name and next sequence number."""
     return dataclasses.replace(event, host=host, job_id=job_id, source=source, seq=seq)
