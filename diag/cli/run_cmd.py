@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from diag.cli import runtime
+from diag.cli import exit_report, runtime
 from diag.config import default_host
 from diag.errors import ConfigError
 
@@ -114,8 +114,14 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
             launcher.send(sock_path, runtime.run_event(launcher, "start", command=command))
         exit_code, duration_ns = _run_and_watch(command, args, out, sock_path, run_id, analyzer)
         if daemon is not None:
+            # Exit statuses of failed ranks, from torchrun's report: only the launcher has them.
+            exits = exit_report.rank_exits(
+                exit_report.read_failures(out / "logs" / "job.log"),
+                host=host, job_id=run_id, source=launcher.source, next_seq=launcher.next_seq,
+            )  # fmt: skip
             launcher.send(
                 sock_path,
+                *exits,
                 runtime.run_event(
                     launcher, "end", command=command, exit_code=exit_code, duration_ns=duration_ns
                 ),

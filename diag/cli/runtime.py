@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import diag
 from diag.errors import TransportError
-from diag.schema import RunEvent
+from diag.schema import Event, RunEvent
 from diag.transport import local
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,9 @@ class Launcher:
         self.seq += 1
         return self.seq - 1
 
-    def send(self, sock_path: str, event: RunEvent) -> None:
+    def send(self, sock_path: str, *events: Event) -> None:
         try:
-            local.send_events(sock_path, [event], sender=self.source)
+            local.send_events(sock_path, list(events), sender=self.source)
         except TransportError as exc:
             print(f"diag run: {exc}", file=sys.stderr)
 
