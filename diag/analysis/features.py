@@ -89,6 +89,14 @@ class Features:
     gpu: pd.DataFrame = field(default_factory=pd.DataFrame)
     xid: pd.DataFrame = field(default_factory=pd.DataFrame)
     rank_info: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Hang and crash evidence, as stored (the hang detector reads them): the hooks' HangReports,
+    #: thread stacks (StackDump: hook and py-spy), uncaught exceptions, rank exits (daemon and
+    #: launcher) and the hooks' health reports (a ``final`` one: the process exited normally).
+    hangs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    exceptions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    exits: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hook_health: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @classmethod
     def from_store(cls, store: RunStore) -> Features:
@@ -106,6 +114,11 @@ class Features:
             gpu=store.frame("gpu"),
             xid=store.frame("xid"),
             rank_info=store.frame("rank_info"),
+            hangs=store.frame("hang"),
+            stacks=store.frame("stack"),
+            exceptions=store.frame("exception"),
+            exits=store.frame("rank_exit"),
+            hook_health=store.frame("hook_health"),
         )
 
     def wide(self, column: str, warmup_steps: int = 0) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from diag.analysis.detectors import checkpoint, data, kernel, link, node
+from diag.analysis.detectors import checkpoint, data, hang, kernel, link, node
 from diag.analysis.features import Features
 from diag.analysis.findings import Finding, ranked
 from diag.analysis.reconcile import reconcile
@@ -31,6 +31,7 @@ DETECTORS: dict[str, Callable[[Features, Any], list[Finding]]] = {
     "checkpoint": checkpoint.detect,
     "link": _link,
     "kernel": _kernel,
+    "hang": hang.detect,
 }
 
 #: detector name -> its default config (the typed dataclass its ``detect`` accepts).
@@ -40,6 +41,7 @@ DEFAULT_CONFIGS: dict[str, object] = {
     "checkpoint": checkpoint.CheckpointConfig(),
     "link": link.LinkConfig(),
     "kernel": kernel.KernelConfig(),
+    "hang": hang.HangConfig(),
 }
 
 
