@@ -11,8 +11,8 @@ Faults, by cause: ``node`` extra compute on the culprit; ``structural`` the same
 (sized on steps 1-5, there from the detectors' first analysed steps: no onset to find); ``data``
 the culprit's loader stalls; ``kernel`` the operator ``diagfault::scale_input`` takes longer on
 the culprit; ``checkpoint`` rank 0's saves stall inside ``torch.save``. ``link`` needs hosts
-joined by a rate-limited link: :func:`run_case` raises :class:`Unsupported` for it (the
-two-namespace harness is for root only and lives with the tests).
+joined by a rate-limited link: :func:`run_case` hands it to :func:`diag.faults.link.run_link_case`
+(two network namespaces as nodes, root only; :class:`Unsupported` where they are unavailable).
 """
 
 from __future__ import annotations
@@ -68,12 +68,12 @@ def job_args(case: Case, ckpt_dir: Path) -> list[str]:
 
 
 def prepare(case: Case) -> Case:
-    """The case as this runner injects it (the kernel it slows down)."""
+    """The case as this runner injects it (the kernel it slows down, the link's hosts);
+    :class:`Unsupported` for a link case where two network namespaces cannot be had."""
     if case.cause == "link":
-        raise Unsupported(
-            "a link fault needs two hosts joined by a rate-limited link (tc tbf between network "
-            "namespaces, root only): see tests/integration/test_two_nodes.py"
-        )
+        from diag.faults import link
+
+        return link.prepare(case)
     return replace(case, kernel=KERNEL) if case.cause == "kernel" else case
 
 
@@ -84,6 +84,10 @@ def run_case(case: Case, workdir: Path, *, timeout_s: float = 600.0) -> tuple[Ca
     from diag.analysis.triage import triage
 
     case = prepare(case)
+    if case.cause == "link":
+        from diag.faults.link import run_link_case
+
+        return run_link_case(case, workdir, timeout_s=timeout_s)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "ckpt").mkdir(exist_ok=True)
     out = workdir / "run"

@@ -8,23 +8,55 @@ Per collective (matched across ranks by ``(pg_name, seq_id)``, point-to-point op
 - **transfer** = the smallest per-rank duration (``duration_ns``, else ``end_ns - start_ns``).
   The last rank to arrive waits for nobody, so its duration is the transfer itself, and each
   duration is measured on one host's clock. Without durations (e.g. gloo) the proxy is the
-  smallest ``collective_wait_ns`` over the group's ranks in the collective's step: coarse (a
-  rank's wait covers all its groups), and flagged in the evidence;
+  smallest ``collective_wait_ns`` over the group's ranks in the step: coarse (a rank's wait covers
+  all its groups and every collective of the step, and on a busy CPU its collective threads'
+  scheduling), and flagged in the evidence. A proxy covers the step, so the group's collectives
+  without durations in one step are one row: that transfer, the sum of their bytes, the median
+  of their skews;
 - **cost** = transfer / ``num_bytes`` (ns per byte, the inverse bandwidth; per call when bytes
   are unknown).
 
-Per group and step the cost is the median over the group's collectives in the step. A step is
-*slow* for a group when its cost is ``slow_ratio`` x its own baseline (the median over its first
-``baseline_steps`` steps) or ``slow_ratio`` x the median of its peers (other groups of the same
-size spanning as many hosts) in that step. A group is slow when, from an onset step on, at least
-``persist_frac`` of its steps (and ``min_slow_steps``) are slow, and over those steps compute is
-balanced (median of the per-step ``max / median compute_ns`` over ranks <= ``max_compute_ratio``)
-and arrivals aligned (median skew <= ``max_skew_ratio`` x median transfer, or <= ``skew_floor_ns``).
+Per group and step the cost is the group's transfer over its bytes in the step (sum over its rows:
+bulk transfers dominate, a small eval all-reduce's latency does not), then the centered rolling
+median over ``smooth_steps`` steps (one eval or checkpoint step, or a rank descheduled once, is
+not a trend; a step change keeps its step). A step is *slow* against a reference cost when its
+cost is ``slow_ratio`` x the reference and the excess, (cost - reference) x the group's bytes in
+the step, is at least ``min_excess_frac`` of the step's median duration (a tiny collective's
+noise is not a slowdown). Two references:
+
+- its own level just before: each step whose cost is slow against the median of the
+  ``baseline_steps`` steps before it (at least half of them there) and whose predecessor is not
+  starts a candidate period, whose later steps are judged against that same level (the job's
+  pace drifts, e.g. with the host's load: the first steps of a run are no baseline for its end);
+- its peers (other groups of the same size spanning as many hosts): each step against their
+  median cost in that step; the first such step is a candidate too (a group slow from the start).
+
+A candidate period counts when, from its start to the end, at least ``persist_frac`` of the steps
+(and ``min_slow_steps``) are slow against its reference (or against the peers); of those, the one
+with the most evidence, ``sum(slow - persist_frac)``, wins (the earliest on a tie); its start is
+the onset (``None`` when it is the first step). ``detected_step`` is the ``min_slow_steps``-th
+slow step from the onset plus the ``smooth_steps // 2`` later steps its smoothed cost needed.
+Over the slow steps:
+
+- no late rank explains it. A rank's own work before a collective is its ``compute_ns`` less
+  ``cpu_wait_ns`` (the time its training thread waited for a CPU: a rank descheduled on a busy
+  host is not a slow rank) plus ``data_wait_ns`` and ``checkpoint_ns``; per step, the imbalance
+  is ``max / median`` of that over the ranks and the late rank's excess is ``max - median``
+  (medians over the slow steps). It is a late rank when the imbalance is above
+  ``max_compute_ratio`` and the excess is at least ``max_compute_share`` of the group's median
+  excess transfer per step, or when the arrivals are skewed (median skew above
+  ``max(skew_floor_ns, max_skew_ratio x median transfer)``) and the excess is at least
+  ``max_skew_ratio`` of that skew. A skew its ranks' own work does not explain is left to the
+  collectives: ranks leave a slow ring all-reduce at different times, so they also arrive at the
+  next one at different times.
+
+A group inside one host judged by the proxy is left out: on one host the collective wait
+cannot tell a slow interconnect from the host's CPU contention, which slows the same ranks alike.
 
 Localization: the host pairs each group spans; the suspect pairs are those common to every slow
 group and absent from the fast ones (or, when the fast groups use the same pairs, those common to
 the slow groups: then the ranks point at the NICs). ``slowdown`` = median over slow steps of the
-group's excess transfer (transfer - baseline cost x bytes) / the step's median duration (an upper
+group's excess transfer (transfer - reference cost x bytes) / the step's median duration (an upper
 bound: collectives may overlap compute). Severity: ``critical`` at ``critical_slowdown``,
 ``warning`` at ``warn_slowdown``, else ``info`` (``warning`` when step durations are unknown).
 Confidence = 0.4 + 0.3 x persistence + 0.15 (measured durations, not the proxy) + 0.1 (a unique
@@ -48,12 +80,15 @@ from diag.analysis.store import RunStore
 class LinkConfig:
     """Thresholds of the link detector (see the module doc for the formulas)."""
 
-    slow_ratio: float = 1.5  # cost / baseline (or / peers) for a slow step
-    baseline_steps: int = 10  # a group's first steps: its own baseline
+    slow_ratio: float = 1.5  # smoothed cost / reference (level before, or peers): slow step
+    min_excess_frac: float = 0.03  # ... and its excess transfer / the step's median duration
+    smooth_steps: int = 5  # centered rolling median of the per-step cost (1: none)
+    baseline_steps: int = 10  # the steps before a candidate onset whose median is its reference
     min_slow_steps: int = 5  # fewer slow steps is noise
     persist_frac: float = 0.8  # share of steps from the onset on that must be slow
-    max_compute_ratio: float = 1.15  # per-step max/median compute_ns above this: leave to node
-    max_skew_ratio: float = 0.5  # median skew / median transfer above this: a late rank
+    max_compute_ratio: float = 1.15  # own work max/median above this: maybe a late rank
+    max_compute_share: float = 0.5  # ... when its excess is this share of the excess transfer
+    max_skew_ratio: float = 0.5  # skew / transfer above this, explained by own work: late rank
     skew_floor_ns: int = 1_000_000  # skews under 1 ms always count as aligned
     warn_slowdown: float = 0.05
     critical_slowdown: float = 0.2
@@ -74,10 +109,14 @@ def detect(collectives: pd.DataFrame, steps: pd.DataFrame, cfg: LinkConfig) -> l
     if coll.empty:
         return []
     hosts = _hosts_by_rank(collectives, steps)
-    ranks_of = {g: tuple(sorted(r)) for g, r in coll.groupby("pg")["ranks"].first().items()}
+    ranks_of = {
+        g: tuple(sorted(set().union(*rs))) for g, rs in coll.groupby("pg")["ranks"] if len(rs)
+    }
     span = {g: tuple(sorted({hosts.get(r, "?") for r in rs})) for g, rs in ranks_of.items()}
-    cost = coll.groupby(["pg", "step"])["cost"].median().unstack("pg").sort_index()
-    imbalance = _compute_imbalance(steps)
+    by_step = coll.groupby(["pg", "step"])
+    nbytes = by_step["bytes"].sum().unstack("pg").sort_index()
+    cost = _smooth(by_step["transfer"].sum().unstack("pg").sort_index() / nbytes, cfg.smooth_steps)
+    balance = _own_work_balance(steps)
     step_ns = steps.groupby("step")["duration_ns"].median() if len(steps) else pd.Series()
     slow: dict[str, dict] = {}
     for g in cost.columns:
@@ -86,8 +125,9 @@ def detect(collectives: pd.DataFrame, steps: pd.DataFrame, cfg: LinkConfig) -> l
             for p in cost.columns
             if p != g and _kind(p, ranks_of, span) == _kind(g, ranks_of, span)
         ]
-        res = _slow_group(g, cost, peers, coll, imbalance, step_ns, cfg)
-        if res is not None:
+        res = _slow_group(g, cost, nbytes[g], peers, coll, balance, step_ns, cfg)
+        # Inside one host the proxy cannot tell the interconnect from CPU contention.
+        if res is not None and not (res["proxy"] and len(span[g]) < 2):
             slow[g] = res
     if not slow:
         return []
@@ -105,7 +145,8 @@ def detect(collectives: pd.DataFrame, steps: pd.DataFrame, cfg: LinkConfig) -> l
 
 
 def _per_collective(collectives: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per matched collective: pg, seq, step, ranks, skew, transfer, bytes, cost, proxy."""
+    """One row per matched collective with a duration, and per (group, step) for those without
+    (the proxy covers the step): pg, seq, step, ranks, skew, transfer, bytes, cost, proxy."""
     c = collectives
     if c.empty:
         return pd.DataFrame()
@@ -131,7 +172,6 @@ def _per_collective(collectives: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFr
             transfer = float(min(w for w in waits if w is not None))
         else:
             transfer = float(durations.min())
-        nbytes = float(grp["num_bytes"].max())
         rows.append(
             {
                 "pg": pg,
@@ -140,13 +180,38 @@ def _per_collective(collectives: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFr
                 "ranks": ranks,
                 "skew": float(grp["enqueue_ns"].max() - grp["enqueue_ns"].min()),
                 "transfer": transfer,
-                "bytes": nbytes,
-                "cost": transfer / nbytes if nbytes > 0 else transfer,
+                "bytes": float(grp["num_bytes"].max()),
                 "proxy": proxy,
             }
         )
     out = pd.DataFrame(rows)
-    return out[out["step"] >= 0] if len(out) else out
+    if out.empty:
+        return out
+    out = out[out["step"] >= 0]
+    proxied = out[out["proxy"]]
+    if len(proxied):
+        merged = proxied.groupby(["pg", "step"], as_index=False).agg(
+            seq=("seq", "min"),
+            ranks=("ranks", "first"),
+            skew=("skew", "median"),
+            transfer=("transfer", "first"),
+            bytes=("bytes", "sum"),
+            proxy=("proxy", "first"),
+        )
+        out = pd.concat([out[~out["proxy"]], merged], ignore_index=True)
+    # cost: per byte; per call where the bytes are unknown (the bytes then count 1 per call)
+    out["bytes"] = out["bytes"].where(out["bytes"] > 0, 1.0)
+    out["cost"] = out["transfer"] / out["bytes"]
+    return out.sort_values(["pg", "step", "seq"], ignore_index=True)
+
+
+def _smooth(cost: pd.DataFrame, window: int) -> pd.DataFrame:
+    """Each group's per-step cost as the centered rolling median over ``window`` of its steps."""
+    if window <= 1:
+        return cost
+    return cost.apply(
+        lambda col: col.dropna().rolling(window, center=True, min_periods=1).median()
+    ).reindex(cost.index)
 
 
 def _steps_of(c: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
@@ -186,13 +251,23 @@ def _hosts_by_rank(*frames: pd.DataFrame) -> dict[int, str]:
     return out
 
 
-def _compute_imbalance(steps: pd.DataFrame) -> pd.Series:
-    """Per step: max / median ``compute_ns`` over ranks (1.0 is balanced)."""
+def _own_work_balance(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step: ``ratio`` = max / median and ``excess_ns`` = max - median over the ranks of
+    their own work before a collective: ``compute_ns`` less ``cpu_wait_ns`` (a rank descheduled
+    on a busy host is not a late rank), plus ``data_wait_ns`` and ``checkpoint_ns``."""
     if steps.empty:
-        return pd.Series(dtype=float)
+        return pd.DataFrame(columns=["ratio", "excess_ns"], dtype=float)
     s = steps[(steps["rank"] >= 0) & (steps["compute_ns"] > 0)]
-    agg = s.groupby("step")["compute_ns"].agg(["max", "median"])
-    return agg["max"] / agg["median"]
+    own = s["compute_ns"].astype(float)
+    if "cpu_wait_ns" in s:
+        own = own - s["cpu_wait_ns"].astype(float).fillna(0).clip(lower=0)
+    own = own.clip(lower=0)
+    for col in ("data_wait_ns", "checkpoint_ns"):
+        if col in s:
+            own = own + s[col].astype(float).fillna(0).clip(lower=0)
+    agg = own.groupby(s["step"]).agg(["max", "median"])
+    ratio = (agg["max"] / agg["median"]).where(agg["median"] > 0)
+    return pd.DataFrame({"ratio": ratio, "excess_ns": agg["max"] - agg["median"]})
 
 
 def _kind(g: str, ranks_of: dict, span: dict) -> tuple[int, int]:
@@ -203,12 +278,67 @@ def _pairs(hosts: tuple[str, ...]) -> set[tuple[str, str]]:
     return set(combinations(hosts, 2)) if len(hosts) > 1 else {(hosts[0], hosts[0])}
 
 
+def _is_slow(
+    values: np.ndarray,
+    ref: np.ndarray | float,
+    size: np.ndarray,
+    floor: np.ndarray,
+    cfg: LinkConfig,
+) -> np.ndarray:
+    """Per step: cost >= ``slow_ratio`` x ``ref`` and (cost - ref) x bytes >= ``floor``
+    (``False`` where ``ref`` is NaN)."""
+    with np.errstate(invalid="ignore"):
+        return np.asarray(
+            (values >= cfg.slow_ratio * ref) & ((values - ref) * size >= floor), dtype=bool
+        )
+
+
+def _slow_period(
+    values: np.ndarray,
+    size: np.ndarray,
+    floor: np.ndarray,
+    peer: np.ndarray | None,
+    cfg: LinkConfig,
+) -> tuple[int, np.ndarray, float] | None:
+    """The slow period (see the module doc): its start position, its slow flags and the reference
+    cost it was judged against, or ``None``."""
+    w = cfg.baseline_steps
+    series = pd.Series(values)
+    before = series.rolling(w, min_periods=max(2, w // 2)).median().shift(1).to_numpy()
+    peer_flags = np.zeros(len(values), dtype=bool)
+    if peer is not None:
+        peer_flags = _is_slow(values, peer, size, floor, cfg)
+    above = _is_slow(values, before, size, floor, cfg)  # each step against the level before it
+    starts = np.flatnonzero(above & ~np.r_[False, above[:-1]])
+    candidates = [(int(t), float(before[t])) for t in starts]
+    candidates += [(int(t), float("nan")) for t in np.flatnonzero(peer_flags)[:1]]
+    best: tuple[float, int, np.ndarray, float] | None = None
+    for t, ref in candidates:
+        flags = peer_flags.copy()
+        if not np.isnan(ref):
+            flags[t:] |= _is_slow(values[t:], ref, size[t:], floor[t:], cfg)
+        tail = flags[t:]
+        if not tail[0] or tail.sum() < cfg.min_slow_steps or tail.mean() < cfg.persist_frac:
+            continue
+        evidence = float((tail - cfg.persist_frac).sum())
+        if best is None or evidence > best[0] or (evidence == best[0] and t < best[1]):
+            best = (evidence, t, flags, ref)
+    if best is None:
+        return None
+    _, start, flags, ref = best
+    if np.isnan(ref):
+        assert peer is not None
+        ref = float(np.nanmedian(peer[start:][flags[start:]]))
+    return start, flags, ref
+
+
 def _slow_group(
     g: str,
     cost: pd.DataFrame,
+    nbytes: pd.Series,
     peers: list[str],
     coll: pd.DataFrame,
-    imbalance: pd.Series,
+    balance: pd.DataFrame,
     step_ns: pd.Series,
     cfg: LinkConfig,
 ) -> dict | None:
@@ -216,47 +346,42 @@ def _slow_group(
     series = cost[g].dropna()
     if len(series) < cfg.min_slow_steps:
         return None
-    base = float(series.iloc[: cfg.baseline_steps].median())
-    peer = cost[peers].median(axis=1).reindex(series.index) if peers else None
-    self_slow = series >= cfg.slow_ratio * base
-    is_slow = self_slow | (series >= cfg.slow_ratio * peer) if peer is not None else self_slow
-    flags = is_slow.to_numpy()
-    onset_i = None
-    for i in range(len(flags)):
-        if (
-            flags[i]
-            and flags[i:].mean() >= cfg.persist_frac
-            and flags[i:].sum() >= cfg.min_slow_steps
-        ):
-            onset_i = i
-            break
-    if onset_i is None:
+    values = series.to_numpy(dtype=float)
+    size = nbytes.reindex(series.index).to_numpy(dtype=float)
+    floor = (cfg.min_excess_frac * step_ns.reindex(series.index).fillna(0.0)).to_numpy(float)
+    peer = cost[peers].median(axis=1).reindex(series.index).to_numpy(float) if peers else None
+    found = _slow_period(values, size, floor, peer, cfg)
+    if found is None:
         return None
-    slow_steps = series.index[onset_i:][flags[onset_i:]]
-    balance = imbalance.reindex(slow_steps).dropna()
-    if len(balance) and float(balance.median()) > cfg.max_compute_ratio:
-        return None
+    start, flags, ref = found
+    slow_steps = series.index[start:][flags[start:]]
     rows = coll[(coll["pg"] == g) & coll["step"].isin(slow_steps)]
+    excess = (rows["transfer"] - ref * rows["bytes"]).clip(lower=0)
+    per_step = excess.groupby(rows["step"]).sum()
+    # A late rank: its own work is unbalanced by enough to explain the excess, or the skew.
+    own = balance.reindex(slow_steps).dropna()
+    late = float(own["excess_ns"].median()) if len(own) else 0.0
+    unbalanced = len(own) > 0 and float(own["ratio"].median()) > cfg.max_compute_ratio
     med_transfer = float(rows["transfer"].median())
     med_skew = float(rows["skew"].median())
-    if med_skew > max(cfg.skew_floor_ns, cfg.max_skew_ratio * med_transfer):
+    skewed = med_skew > max(cfg.skew_floor_ns, cfg.max_skew_ratio * med_transfer)
+    if (unbalanced and late >= cfg.max_compute_share * float(per_step.median())) or (
+        skewed and late >= cfg.max_skew_ratio * med_skew
+    ):
         return None
-    # A group slow from its first step has itself as baseline: use the peers' cost instead.
-    ref = base if onset_i >= cfg.baseline_steps or peer is None else float(peer.median())
-    excess = (rows["transfer"] - ref * rows["bytes"].where(rows["bytes"] > 0, 1.0)).clip(lower=0)
-    per_step = excess.groupby(rows["step"]).sum()
     slowdown = None
     if len(step_ns.reindex(per_step.index).dropna()):
         slowdown = float(min(1.0, (per_step / step_ns.reindex(per_step.index)).median()))
-    onset = int(series.index[onset_i])
+    nth = slow_steps[min(cfg.min_slow_steps, len(slow_steps)) - 1]
+    later = series.index[series.index >= nth][: cfg.smooth_steps // 2 + 1]
     return {
-        "onset": None if onset_i == 0 else onset,
-        "detected": int(slow_steps[min(cfg.min_slow_steps, len(slow_steps)) - 1]),
-        "persist": float(flags[onset_i:].mean()),
+        "onset": None if start == 0 else int(series.index[start]),
+        "detected": int(later[-1]),
+        "persist": float(flags[start:].mean()),
         "ratio": float(series.loc[slow_steps].median() / ref) if ref > 0 else float("inf"),
         "transfer": med_transfer,
         "skew": med_skew,
-        "imbalance": float(imbalance.reindex(slow_steps).median()) if len(imbalance) else None,
+        "imbalance": float(own["ratio"].median()) if len(own) else None,
         "slowdown": slowdown,
         "proxy": bool(rows["proxy"].any()),
     }

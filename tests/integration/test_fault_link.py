@@ -1,0 +1,51 @@
+"""The slow-link fault, live: two emulated nodes (network namespaces, 2 ranks each, gloo over a
+bridge), node B's link rate-limited with ``tc tbf`` from step 30 to cost half of the job's step
+(:mod:`diag.faults.link`); ``diag triage`` must name the link between node-a and node-b, and no
+finding of severity warning or above may blame a node or the data loader. Needs root, ``ip netns``
+and ``tc`` (skipped otherwise). One two-node launch (about 20 s).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from diag.faults.cases import Case
+from diag.faults.link import HOSTS, run_link_case
+from diag.faults.netns import unavailable_reason
+from diag.faults.score import judge
+
+pytestmark = [pytest.mark.integration, pytest.mark.netns]
+
+ONSET = 30
+
+
+def _show(findings: list[dict[str, Any]]) -> str:
+    return "\n".join(
+        f"{f['cause']} {f['severity']} ranks={f['ranks']} hosts={f['hosts']} "
+        f"onset={f['onset_step']} detected={f['detected_step']} conf={f['confidence']}: "
+        f"{f['summary']}"
+        for f in findings
+    )
+
+
+def test_slow_link_is_named_with_its_hosts(tmp_path: Path) -> None:
+    reason = unavailable_reason(("tc",))
+    if reason is not None:
+        pytest.skip(f"two-node network unavailable: {reason}")
+    case = Case(cause="link", severity=0.5, onset_step=ONSET, steps=80)
+    case, findings = run_link_case(case, tmp_path)
+    shaping = json.loads((tmp_path / "link.json").read_text())
+    shown = f"{_show(findings)}\nlink: {shaping}"
+    assert case.hosts == HOSTS
+    outcome = judge(case, findings)
+    assert outcome.ok, f"top finding: {outcome.top}\n{shown}"
+    top = findings[0]
+    assert top["cause"] == "link" and top["severity"] in ("warning", "critical"), shown
+    assert set(top["link"]["hosts"]) == set(HOSTS) == set(top["hosts"]), shown
+    assert top["detected_step"] is not None and top["detected_step"] >= ONSET, shown
+    blamed = [f for f in findings if f["severity"] != "info" and f["cause"] in ("node", "data")]
+    assert not blamed, f"node or data findings at warning or above:\n{shown}"
