@@ -1,11 +1,19 @@
-"""``diag triage DIR|TABLE [--json]``: which rank, host, link, kernel, data loader or checkpoint
-is to blame for a slow run.
+"""``diag triage PATH [--json] [--html FILE]``: which rank, host, link, kernel, data loader or
+checkpoint is to blame for a slow run, and which rank(s) failed first in a failed one.
 
-Writes ``DIR/findings.jsonl`` (one finding per line) and prints a table, or with ``--json`` one
-object ``{"run": {...}, "findings": [...]}`` (findings sorted by confidence, highest first).
-``TABLE`` is a timing table from another tool (``.parquet`` or ``.csv``, see
-:mod:`diag.analysis.timing_table`): the same detectors run on it, and nothing is written.
-``--config FILE.toml`` sets detector thresholds (:mod:`diag.analysis.detector_config`).
+``PATH`` is, by what it is:
+
+* a diag run directory: the detectors run on its store, merged with the remains inside it
+  (``logs/job.log``, dumps); writes ``DIR/findings.jsonl`` (one finding per line);
+* a timing table from another tool (``.parquet`` or ``.csv``, see
+  :mod:`diag.analysis.timing_table`): the same detectors run on it, and nothing is written;
+* anything else, a directory or one file of what a failed run left (Flight Recorder dumps,
+  torchelastic error files, worker logs, see :mod:`diag.remains`): nothing is written there.
+
+Prints a table, or with ``--json`` one object ``{"run": {...}, "findings": [...]}`` (findings
+sorted by confidence, highest first; ``"problems"`` and ``"missing"`` too when remains were read).
+``--html FILE`` also writes one self-contained HTML report. ``--config FILE.toml`` sets detector
+thresholds (:mod:`diag.analysis.detector_config`).
 """
 
 from __future__ import annotations
@@ -23,9 +31,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "run_dir",
         type=Path,
         metavar="RUN",
-        help="a run directory written by diag run/analyzer, or a timing table (.parquet/.csv)",
+        help="a run directory written by diag run/analyzer, a timing table (.parquet/.csv), or "
+        "a failed run's remains (Flight Recorder dumps, torchelastic error files, worker logs)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--html", type=Path, metavar="FILE", help="also write a self-contained HTML report"
+    )
     parser.add_argument(
         "--config",
         type=Path,
@@ -36,18 +48,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from diag.analysis.detector_config import load_detector_config
-    from diag.analysis.store import RunStore
     from diag.analysis.timing_table import is_timing_table
-    from diag.analysis.triage import triage, triage_table, write_findings
+    from diag.analysis.triage import triage_remains, triage_run_dir, triage_table, write_findings
+    from diag.remains.discover import is_run_dir
 
     detectors = load_detector_config(args.config) if args.config else None
+    report = None
     if is_timing_table(args.run_dir):
         # A table: print only, write nothing next to it.
         result = triage_table(args.run_dir, detectors)
-    else:
-        result = triage(RunStore.open(args.run_dir), detectors)
+    elif is_run_dir(args.run_dir):
+        result, report = triage_run_dir(args.run_dir, detectors)
         write_findings(args.run_dir, result.findings)
+    else:
+        result, report = triage_remains(args.run_dir)  # remains: never written into
     out = result.to_json()
+    if args.html:
+        from diag.remains.html_data import write_report
+
+        write_report(args.html, args.run_dir, out, report)
     if args.json:
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
@@ -61,4 +80,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(render.findings_table(out["findings"], title="diag triage"))
     else:
         console.print(f"no findings in run {out['run'].get('id') or args.run_dir}")
+    for line in out.get("problems", []):
+        console.print(f"unreadable: {line}", markup=False, highlight=False)
+    for line in out.get("missing", []):
+        console.print(f"missing: {line}", markup=False, highlight=False)
     return 0
