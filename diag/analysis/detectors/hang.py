@@ -26,7 +26,8 @@ lower: it never joined), *elsewhere* (it passed ``W``'s seq or waits on another 
 Without any collective in flight the culprits are the ranks with the lowest last seq, the cause
 that of their stacks. Crash: the first exception that is not an echo (a peer's connection lost,
 a timeout) is **program**; else a rank killed by a signal other than torchrun's own SIGTERM, or
-that vanished with no exception and no final report, is **node** (process gone).
+that vanished with no exception and no final report in a job that failed, is **node** (process
+gone).
 
 ``confidence``: 0.9 for a culprit named by the Flight Recorder and explained by its stack or by
 its exit, 0.8 for a pattern tie-break or an unexplained stack, 0.6 for link, 0.5 when the
@@ -126,8 +127,11 @@ def _failures(f: Features) -> list[Failure]:
         elif (row.exit_code or 0) > 0 and rank not in raised:
             text = f"(pid {row.pid}) exited with code {row.exit_code} without a Python exception"
             out.append(Failure(rank, row.host, int(row.ts_ns), "exit", text, _step(f, rank)))
+    # A process that vanished counts only in a job that failed (an exception, a failure report):
+    # a rank that ended normally but whose final report was lost must not read as a crash.
+    failed = not exc.empty or not launcher.empty
     daemon = exits[exits["observer"] == "daemon"].sort_values("ts_ns")
-    for row in daemon.itertuples():
+    for row in daemon.itertuples() if failed else ():
         rank = int(row.rank)
         if rank in raised or rank in final or rank in teardown:
             continue

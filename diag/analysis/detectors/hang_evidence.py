@@ -120,14 +120,16 @@ def rank_states(hangs: pd.DataFrame) -> dict[int, RankState]:
 def breaks_pattern(state: RankState) -> bool | None:
     """Does the rank's collective in flight differ from what its own recent collectives on that
     group predict? The prediction is the entry one period earlier, the period being the shortest
-    ``p`` (up to 16) for which every completed entry in the tail equals the one ``p`` before it
-    (at least ``p + 1`` such pairs). None when no period shows or nothing is in flight."""
+    ``p`` (up to 16) for which each of the newest ``2p + 2`` completed entries equals the one
+    ``p`` before it (earlier entries may differ: start-up broadcasts). None when no period shows
+    or nothing is in flight."""
     if state.seq < 0:
         return None
     sigs = {t.seq: (t.op, t.sizes) for t in state.tail if t.pg == state.pg and t.done}
     seqs = sorted(sigs)
     for period in range(1, min(16, len(seqs) // 2) + 1):
-        pairs = [(s, s - period) for s in seqs if s - period in sigs]
+        recent = seqs[-(2 * period + 2) :]
+        pairs = [(s, s - period) for s in recent if s - period in sigs]
         if len(pairs) >= period + 1 and all(sigs[a] == sigs[b] for a, b in pairs):
             expected = sigs.get(state.seq - period)
             return None if expected is None else expected != state.signature

@@ -242,3 +242,23 @@ def test_stack_causes_and_patterns() -> None:
     store.append([e for e in run.events if isinstance(e, schema.HangReport)])
     states = rank_states(store.frame("hang"))
     assert [breaks_pattern(states[r]) for r in (0, 1)] == [False, True]
+
+
+def test_ranks_gone_from_a_job_that_did_not_fail_are_no_crash(tmp_path: Path) -> None:
+    run = Run()
+    run.exit(0, observer="daemon", at=STALL)  # final reports lost, no error anywhere
+    run.exit(1, observer="daemon", at=STALL)
+    assert run.findings(tmp_path) == []
+
+
+def test_start_up_collectives_do_not_hide_the_pattern() -> None:
+    run = Run()
+    run.report(1, done=9, in_flight=("all_reduce", "[[1056]]"))
+    report = run.events[-1]
+    assert isinstance(report, schema.HangReport)
+    tail = json.loads(report.fr_tail_json)
+    tail[0] |= {"op": "broadcast", "sizes": [[32, 32]]}  # DDP's initial sync
+    run.events[-1] = dataclasses.replace(report, fr_tail_json=json.dumps(tail))
+    store = RunStore.create(Path("/nonexistent-never-written"))
+    store.append([run.events[-1]])
+    assert breaks_pattern(rank_states(store.frame("hang"))[1]) is True
