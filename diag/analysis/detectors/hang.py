@@ -40,11 +40,10 @@ from __future__ import annotations
 import signal as signals
 from dataclasses import dataclass
 
-import pandas as pd
-
 from diag.analysis.detectors.hang_evidence import (
     TEARDOWN_SIGNALS,
     RankState,
+    compact,
     frames_of,
     is_echo,
     main_stack,
@@ -148,10 +147,15 @@ def _signal_name(num: int) -> str:
 
 
 def _step(f: Features, rank: int) -> int:
-    """The step a rank was in: one past its last finished step (-1 if unknown)."""
-    steps = f.step_events
-    mine = steps[steps["rank"] == rank]["step"] if not steps.empty else pd.Series(dtype=int)
-    return int(mine.max()) + 1 if len(mine) else -1
+    """The step a rank was in: one past its last finished step; without any of its steps (it
+    died before its hook sent them), the job's: one past the newest step of any rank, or the
+    step the other ranks' exceptions name (-1 if unknown)."""
+    steps, exc = f.step_events, f.exceptions
+    if not steps.empty and (steps["rank"] == rank).any():
+        return int(steps[steps["rank"] == rank]["step"].max()) + 1
+    known = [int(steps["step"].max()) + 1] if not steps.empty else []
+    known += [int(s) for s in exc["step"]] if not exc.empty else []
+    return max(known, default=-1)
 
 
 def _crash(f: Features, failures: list[Failure], cfg: HangConfig) -> Finding:
@@ -208,14 +212,15 @@ def _hang(
         id="hang", symptom="hang", cause=verdict.cause, severity="critical",
         ranks=tuple(culprits), hosts=tuple(hosts), onset_step=step if step >= 0 else None,
         detected_step=step if step >= 0 else None, confidence=verdict.confidence,
-        summary=f"hang: {verdict.summary} (no progress for {stalled.stall_ns / 1e9:.1f} s)",
+        summary=f"hang: {verdict.summary} (no progress for {stalled.stall_ns / 1e9:.1f} s "
+        "when reported)",
         evidence=tuple(evidence),
     )  # fmt: skip
 
 
 def _stack_evidence(rank: int, frames: list[str], origin: str, cfg: HangConfig) -> Evidence:
     cause, _ = stack_cause(frames)
-    top = " <- ".join(frames[: cfg.num_frames])
+    top = " <- ".join(compact(f) for f in frames[: cfg.num_frames])
     return Evidence(metric="stack", subject=f"rank {rank} main thread ({origin})",
                     value=float(len(frames)), note=f"{cause}: {top}")  # fmt: skip
 

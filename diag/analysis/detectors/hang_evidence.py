@@ -169,6 +169,15 @@ def user_frame(frames: list[str]) -> str:
     return short(frames[0]) if frames else ""
 
 
+def compact(frame: str) -> str:
+    """A frame with a library's path cut to its package: ``.../site-packages/torch/x.py:3 f``
+    -> ``torch/x.py:3 f``."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in frame:
+            return frame.split(marker, 1)[1]
+    return frame
+
+
 def short(frame: str) -> str:
     """``/a/b/train.py:12 f`` -> ``train.py:12 f``."""
     path, _, func = frame.partition(" ")

@@ -44,6 +44,10 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
+def _verb(ranks: list[int] | dict[int, RankState], one: str, many: str) -> str:
+    return one if len(ranks) == 1 else many
+
+
 def _sig(op: str, sizes: str) -> str:
     return f"{op} {sizes}" if sizes and sizes != "[]" else op
 
@@ -93,8 +97,9 @@ def judge(f: Features, states: dict[int, RankState], gone: Mapping[int, str]) ->
         culprits = sorted(r for r, s in behind.items() if s.enqueued(pg) == low)
         cause, doing, conf = explain(f, culprits[0], gone)
         summary = (
-            f"{_ranks(culprits)} never joined {name} that {waiting} wait in "
-            f"(its last seq there: {low}); {_ranks(culprits[:1])} is {doing}"
+            f"{_ranks(culprits)} never joined {name} that {waiting} "
+            f"{_verb(inside, 'waits', 'wait')} in (last seq there: {low}); "
+            f"{_ranks(culprits[:1])} is {doing}"
         )
         return Verdict(tuple(culprits), cause, conf, summary, evidence)
     if elsewhere:
@@ -103,11 +108,17 @@ def judge(f: Features, states: dict[int, RankState], gone: Mapping[int, str]) ->
             f"seq {states[r].seq})" if states[r].seq >= 0 else f"rank {r} is past it"
             for r in elsewhere
         )  # fmt: skip
-        summary = f"{waiting} wait in {name} but {where}: a collective skipped or reordered"
+        summary = (
+            f"{waiting} {_verb(inside, 'waits', 'wait')} in {name} but {where}: "
+            "a collective skipped or reordered"
+        )
         return Verdict(tuple(elsewhere), "program", 0.8, summary, evidence)
     if silent:
         cause, doing, conf = explain(f, silent[0], gone)
-        summary = f"{_ranks(silent)} sent no stall report while {waiting} wait in {name}; "
+        summary = (
+            f"{_ranks(silent)} sent no stall report while {waiting} "
+            f"{_verb(inside, 'waits', 'wait')} in {name}; "
+        )
         summary += f"{_ranks(silent[:1])}: {doing}"
         return Verdict(tuple(silent), cause, min(conf, 0.7), summary, evidence)
     summary = (
@@ -128,22 +139,26 @@ def _mismatch(
     agreed = majority(list(sigs.values()))
     if agreed is not None:
         culprits = sorted(r for r, sg in sigs.items() if sg != agreed)
-        how, conf = "the other ranks agree", 0.9
+        how, conf = f"the other ranks agree: {_ranks(culprits)} is out of step", 0.9
     else:
         broke = sorted(r for r in sigs if breaks_pattern(states[r]))
         if broke and len(broke) < len(sigs):
             culprits = broke
-            how, conf = "its collective breaks its own per-step pattern: it skipped one", 0.8
+            how = f"{_ranks(culprits)} broke its own per-step pattern: it skipped a collective"
+            conf = 0.8
         else:
             culprits = sorted(sigs)
             how, conf = "which rank is at fault is not clear", 0.5
     rest = sorted(r for r in sigs if r not in culprits)
     mine = _sig(*sigs[culprits[0]])
     theirs = _sig(*sigs[rest[0]]) if rest else ""
-    summary = f"collectives mismatched at group {pg} seq {seq}: {_ranks(culprits)} in {mine}"
+    summary = (
+        f"collectives mismatched at group {pg} seq {seq}: {_ranks(culprits)} "
+        f"{_verb(culprits, 'is', 'are')} in {mine}"
+    )
     if rest:
-        summary += f" while {_ranks(rest)} in {theirs}"
-    summary += f" ({how})"
+        summary += f" while {_ranks(rest)} {_verb(rest, 'is', 'are')} in {theirs}"
+    summary += f"; {how}"
     return Verdict(tuple(culprits), "program", conf, summary, evidence)
 
 

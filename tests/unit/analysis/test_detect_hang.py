@@ -121,13 +121,14 @@ def test_rank_stuck_in_its_data_loader(tmp_path: Path) -> None:
     run.stack(1, DATA_STACK)
     (f,) = run.findings(tmp_path)
     assert (f.symptom, f.cause, f.ranks, f.onset_step) == ("hang", "data", (1,), 6)
-    assert "rank 1 never joined all_reduce (group 0, seq 12) that rank 0 wait" in f.summary
+    assert "rank 1 never joined all_reduce (group 0, seq 12) that rank 0 waits in" in f.summary
     assert "stuck in data loading at hang_job.py:41 Stuck.__getitem__" in f.summary
     assert f.confidence == 0.9 and f.severity == "critical"
     seqs = {e.subject: (e.value, e.reference) for e in f.evidence if e.metric == "last_seq"}
     assert seqs == {"rank 0": (12, 12), "rank 1": (11, 12)}
     (stack,) = [e for e in f.evidence if e.metric == "stack"]
     assert stack.subject == "rank 1 main thread (python)" and "hook_patches" not in stack.note
+    assert "<- torch/utils/data/_utils/fetch.py:52 _MapDatasetFetcher.fetch <-" in stack.note
 
 
 def test_a_rank_that_skipped_a_collective_breaks_its_own_pattern(tmp_path: Path) -> None:
@@ -136,11 +137,11 @@ def test_a_rank_that_skipped_a_collective_breaks_its_own_pattern(tmp_path: Path)
     run.report(1, done=9, in_flight=("all_reduce", "[[1056]]"))  # next step's all-reduce
     (f,) = run.findings(tmp_path)
     assert (f.symptom, f.cause, f.ranks) == ("hang", "program", (1,))
-    assert (
-        "mismatched at group 0 seq 10: rank 1 in all_reduce [[1056]] while rank 0 in barrier"
-        in (f.summary)
+    assert "at group 0 seq 10: rank 1 is in all_reduce [[1056]] while rank 0 is in barrier" in (
+        f.summary
     )
-    assert "skipped one" in f.summary and f.confidence == 0.8
+    assert "rank 1 broke its own per-step pattern: it skipped a collective" in f.summary
+    assert f.confidence == 0.8
 
 
 def test_mismatch_with_a_majority_names_the_minority(tmp_path: Path) -> None:
@@ -208,6 +209,7 @@ def test_a_killed_rank_is_a_node_crash(tmp_path: Path) -> None:
     (f,) = run.findings(tmp_path / "final")
     assert (f.symptom, f.cause, f.ranks, f.confidence) == ("crash", "node", (1,), 0.9)
     assert f.summary.startswith("rank 1 (pid 101) was killed by SIGKILL without a Python exc")
+    assert f.onset_step == 6 and "in step 6" in f.summary
 
 
 def test_the_teardown_after_a_hang_keeps_the_hang(tmp_path: Path) -> None:
