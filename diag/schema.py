@@ -73,8 +73,10 @@ class StepEvent(Event):
     and the smallest wait.
 
     ``cpu_wait_ns`` is how long the training thread was ready to run but waited for a CPU (Linux
-    run-queue delay, 0 where unknown): part of ``compute_ns`` on a CPU-contended host that is the
-    host's doing, not the rank's device.
+    run-queue delay, 0 where unknown) outside its gradient-sync wait (a thread woken when the
+    all-reduce completes may wait for a CPU too; that time is already in ``collective_wait_ns``):
+    part of ``compute_ns`` on a CPU-contended host that is the host's doing, not the rank's
+    device.
     """
 
     kind: ClassVar[str] = "step"

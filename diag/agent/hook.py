@@ -198,12 +198,15 @@ class Hook:
             roots = tuple(t for t in tensors if isinstance(t, torch.Tensor))
         else:
             roots = ()
-        cell = [0, 0, 0]  # [grads-done perf ns, py collective ns at that time, queued]
+        # [grads-done perf ns, py collective ns then, queued, run-queue delay then (-1: unknown)]
+        cell = [0, 0, 0, -1]
         engine = torch.autograd.Variable._execution_engine
 
         def grads_done() -> None:
             cell[0] = clock()
             cell[1] = tracker.py_coll_ns
+            runq = tracker.runqueue_now()
+            cell[3] = -1 if runq is None else runq
 
         def prehook(grad_outputs: Any) -> None:
             try:
@@ -225,6 +228,9 @@ class Hook:
         sync_ns = 0
         if cell[0]:
             sync_ns = (now - cell[0]) - (self.tracker.py_coll_ns - cell[1])
+            runq = self.tracker.runqueue_now()
+            if runq is not None and cell[3] >= 0:
+                self.tracker.runq_in_wait += max(0, runq - cell[3])
         self.tracker.exit(BACKWARD, now)
         self.tracker.add_backward(loss, sync_ns)
 

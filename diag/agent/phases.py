@@ -86,6 +86,7 @@ class StepTracker:
         self._seen_backward = False
         self.py_coll_ns = 0  # time in synchronous Python-level collectives this step
         self._grad_sync_ns = 0
+        self.runq_in_wait = 0  # run-queue delay inside collective waits (woken, awaiting a CPU)
         self._loss: Any = None
         self._num_backward = 0
         self._num_coll = 0
@@ -132,6 +133,10 @@ class StepTracker:
             if region[0] == phase:
                 return
 
+    def runqueue_now(self) -> int | None:
+        """The training thread's cumulative run-queue delay (ns), ``None`` where unknown."""
+        return None if self._runqueue is None else self._runqueue()
+
     def add_backward(self, loss: Any, grad_sync_ns: int) -> None:
         """Record one finished backward: its loss (float, a device tensor or None) and sync wait."""
         self._num_backward += 1
@@ -156,7 +161,9 @@ class StepTracker:
         forward = self._forward_ns
         other = duration - data - backward - optimizer - checkpoint - forward
         runq_now = self._runq0 if self._runqueue is None else self._runqueue()
-        runq = max(0, runq_now - self._runq0)
+        # Only the delay outside collective waits: a thread woken when an all-reduce completes
+        # may wait for a CPU before it runs on, and that time is already counted as wait.
+        runq = max(0, runq_now - self._runq0 - self.runq_in_wait)
         self._emit(
             (
                 "step",

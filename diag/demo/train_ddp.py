@@ -64,9 +64,9 @@ class Burner:
             self.iters = 0
             return
         self.run(20)  # warm up
-        t0 = time.perf_counter()
-        self.run(50)
-        per_iter_s = (time.perf_counter() - t0) / 50
+        t0 = time.thread_time()  # CPU time: a rank descheduled meanwhile measures the same
+        self.run(100)
+        per_iter_s = max(1e-7, time.thread_time() - t0) / 100
         self.iters = max(1, round(ms / 1000 / per_iter_s))
 
     def run(self, iters: int | None = None) -> None:
@@ -85,9 +85,9 @@ class NumpyBurner:
 
     def set_ms(self, ms: float) -> None:
         self.run(20)
-        t0 = time.perf_counter()
-        self.run(50)
-        per_iter_s = (time.perf_counter() - t0) / 50
+        t0 = time.thread_time()  # CPU time: a rank descheduled meanwhile measures the same
+        self.run(100)
+        per_iter_s = max(1e-7, time.thread_time() - t0) / 100
         self.iters = max(1, round(ms / 1000 / per_iter_s)) if ms > 0 else 0
 
     def run(self, iters: int | None = None) -> None:

@@ -193,21 +193,30 @@ def _refine_onset(
     run: Persistence, flags: np.ndarray, ratio: np.ndarray, cfg: NodeConfig
 ) -> Persistence:
     """Move the onset to the change point of the rank's compute ratio near the first persistent
-    window: the step that best separates a lower median ratio before it from a higher one after
-    (``window`` steps each side). Noise flags just before a real onset would otherwise pull the
-    onset early (and into the "structural" range). A run flagged from the first window on keeps
-    its onset: there is no "before" to compare with."""
+    window: the step ``t`` that splits the span from ``window`` steps before the earliest
+    candidate to ``window`` steps after the latest into the two most homogeneous segments (least
+    summed absolute deviation from each segment's median: a robust L1 change point) with a higher
+    median after than before. Noise
+    flags just before a real onset would otherwise pull the onset early (and into the
+    "structural" range); a step just after it whose "before" segment holds a few slow steps
+    scores worse than the true onset. A run flagged from the first window on keeps its onset:
+    there is no "before" to compare with."""
     w = cfg.window
     if run.onset_pos < w and flags[:w].mean() >= cfg.min_frac:
         return run
-    lo, hi = max(1, run.onset_pos - w), min(len(ratio) - 1, run.detected_pos)
-    best, best_score = run.onset_pos, -np.inf
+    x = np.nan_to_num(ratio, nan=1.0, posinf=10.0, neginf=0.0)
+    lo, hi = max(1, run.onset_pos - w), min(len(x) - 1, run.detected_pos)
+    # One fixed span for every candidate split, so that costs compare like with like.
+    start, stop = max(0, lo - w), min(len(x), hi + w)
+    best, best_cost = run.onset_pos, np.inf
     for t in range(lo, hi + 1):
-        before = ratio[max(0, t - w) : t]
-        after = ratio[t : t + w]
-        score = float(np.median(after) - np.median(before))
-        if score > best_score:
-            best, best_score = t, score
+        before, after = x[start:t], x[t:stop]
+        mb, ma = float(np.median(before)), float(np.median(after))
+        if ma <= mb:
+            continue
+        cost = float(np.abs(before - mb).sum() + np.abs(after - ma).sum())
+        if cost < best_cost:
+            best, best_cost = t, cost
     onset = best if flags[best] else best + int(np.argmax(flags[best:]))
     if onset > run.detected_pos:
         return run

@@ -84,3 +84,15 @@ def test_run_queue_clock_reads_this_threads_schedstat(tmp_path: Any) -> None:
     bad = tmp_path / "schedstat"
     bad.write_text("garbage\n")
     assert runqueue_clock(str(bad)) is None
+
+
+def test_run_queue_delay_inside_a_collective_wait_is_not_counted_twice() -> None:
+    delays = iter([0, 900])
+    out: list[tuple[Any, ...]] = []
+    t = StepTracker(out.append, clock=lambda: 0, runqueue=lambda: next(delays))
+    t.enter(DATA, 0)
+    t.exit(DATA, 10)
+    t.runq_in_wait += 600  # woken by the all-reduce, it waited 600 ns for a CPU: already wait
+    t.end_step(5000)
+    steps = [dict(zip(STEP_FIELDS, rec[1:], strict=True)) for rec in out if rec[0] == "step"]
+    assert steps[0]["cpu_wait_ns"] == 300
