@@ -9,6 +9,8 @@ time is ``>= min_explained`` of the excess.
 - ``slowdown``: time lost in those steps (sum of excesses) / the run's total job-step time: the
   fraction of the run spent waiting on checkpoints beyond a normal step.
 - No finding when that is under ``min_slowdown`` (2%): ordinary checkpoints cost a little.
+- ``onset_step`` (= ``detected_step``): the first of those steps whose checkpoint time is at least
+  half their median (the first save at the slow level; earlier ordinary saves do not date it).
 - ``confidence``: ``0.5 + 0.45 x mean(min(1, ckpt time / excess))`` over those steps.
 - Evidence: each path's throughput in MB/s (bytes / seconds, summed over its events), and the
   fraction of time lost. severity: ``critical`` if slowdown >= 0.3, ``warning`` if >= 0.1.
@@ -53,6 +55,10 @@ def detect(features: Features, cfg: CheckpointConfig | None = None) -> list[Find
     if not slow.any() or typical <= 0:
         return []
     steps = [int(s) for s in job_step.index[slow]]
+    # The onset is the first save at the slow level (at least half the median checkpoint time of
+    # the slow steps): ordinary saves before storage slowed down cost a little too.
+    level = float(ckpt[slow].median())
+    onset = next((s for s in steps if float(ckpt.loc[s]) >= 0.5 * level), steps[0])
     lost = float(excess[slow].sum())
     slowdown = lost / float(job_step.sum())
     if slowdown < cfg.min_slowdown:
@@ -101,8 +107,8 @@ def detect(features: Features, cfg: CheckpointConfig | None = None) -> list[Find
             cause="checkpoint",
             severity=severity(slowdown, cfg.warning, cfg.critical),
             ranks=ranks,
-            onset_step=steps[0],
-            detected_step=steps[0],
+            onset_step=onset,
+            detected_step=onset,
             slowdown=slowdown,
             confidence=0.5 + 0.45 * explained,
             summary=(

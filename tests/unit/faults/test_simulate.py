@@ -28,6 +28,8 @@ def test_each_cause_at_20_percent_is_diagnosed(tmp_path: Path, cause: str) -> No
     assert outcome.warnings == 1  # the diagnosis, nothing else as loud
     if case.onset_step is not None:
         assert outcome.latency is not None and 0 <= outcome.latency <= 10
+        # dated at the fault, not at an earlier ordinary save or noise
+        assert abs(findings[0]["onset_step"] - case.onset_step) <= 3, findings[0]
 
 
 def test_clean_run_has_no_warning(tmp_path: Path) -> None:
