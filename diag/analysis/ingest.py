@@ -42,6 +42,9 @@ from diag.transport import codec
 
 log = logging.getLogger(__name__)
 
+#: event kinds after which the live triage runs at once rather than at its next interval.
+URGENT_KINDS = frozenset({schema.HangReport.kind, schema.ExceptionEvent.kind, schema.RankExit.kind})
+
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
@@ -108,6 +111,9 @@ class IngestCore:
         self.control = control or ControlBoard(clock, state_path=store.run_dir / CONTROL_FILE)
         self._lock = threading.RLock()
         self.latest_triage: TriageResult | None = None
+        #: set when an event arrives that a finding should follow at once (a hang report, an
+        #: exception, a rank exit): the live triage runs then instead of at its next interval.
+        self.urgent = threading.Event()
         self._high_water: dict[str, int] = {}
         self._closed = False
         store.wal_dir.mkdir(parents=True, exist_ok=True)
@@ -227,6 +233,8 @@ class IngestCore:
                 self._high_water.update(marks)
                 self.store.append(events[i] for i in keep)
                 self._observe_steps(events[i] for i in keep)
+                if any(events[i].kind in URGENT_KINDS for i in keep):
+                    self.urgent.set()
             return IngestResult(len(keep), len(events) - len(keep))
 
     def _observe_steps(self, events: Iterable[schema.Event]) -> None:
@@ -263,6 +271,7 @@ class IngestCore:
                 self._wal.close()
                 self._closed = True
                 self._lock_file.close()
+                self.urgent.set()  # wake the live triage so that it sees the close
 
     @property
     def closed(self) -> bool:

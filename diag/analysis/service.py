@@ -144,11 +144,23 @@ def _flush_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> N
             log.exception("periodic flush failed; will retry")
 
 
+#: seconds the live triage waits after an urgent event for the rest of the same moment's reports.
+URGENT_SETTLE_S = 0.5
+
+
 def _triage_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> None:
-    """Run the detectors on the live run every ``interval_s``; new findings are logged and
-    ``RUN_DIR/findings.jsonl`` is rewritten whenever the findings change."""
+    """Run the detectors on the live run every ``interval_s``, and at once after an urgent event
+    (:data:`~diag.analysis.ingest.URGENT_KINDS`: a hang report, an exception, a rank exit; a
+    short settle lets the other ranks' reports of the same moment arrive first); new findings are
+    logged and ``RUN_DIR/findings.jsonl`` is rewritten whenever the findings change."""
     seen: list[dict[str, Any]] = []
-    while not stop.wait(interval_s) and not core.closed:
+    while not core.closed:
+        if core.urgent.wait(interval_s):
+            if stop.wait(URGENT_SETTLE_S):
+                break
+            core.urgent.clear()
+        if stop.is_set() or core.closed:
+            break
         try:
             result = core.triage()
         except Exception:  # a half-written run, a detector bug: the analyzer keeps ingesting

@@ -36,3 +36,25 @@ def test_a_finding_appears_within_seconds_of_the_events(tmp_path: Path) -> None:
     finally:
         server.stop(None).wait()
         core.close()
+
+
+def test_an_exception_is_triaged_at_once_not_at_the_next_interval(tmp_path: Path) -> None:
+    from test_detect_hang import STALL, Run
+
+    cfg = AnalyzerConfig(run_dir=str(tmp_path / "run"), flush_interval_s=0.1, triage_interval_s=600)
+    server, port, core = serve(cfg)
+    try:
+        run = Run()
+        run.exception(1, "RuntimeError", "injected failure at step 6", at=STALL)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.AnalyzerStub(channel)
+            stub.Ingest(codec.batch_to_proto(run.events, sender="t", sent_ns=0), timeout=10)
+        path = tmp_path / "run" / "findings.jsonl"
+        deadline = time.monotonic() + 10  # the interval is 10 minutes: only the urgency helps
+        while time.monotonic() < deadline and not path.exists():
+            time.sleep(0.05)
+        findings = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [(f["symptom"], f["ranks"]) for f in findings] == [("crash", [1])]
+    finally:
+        server.stop(None).wait()
+        core.close()
