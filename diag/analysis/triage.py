@@ -33,6 +33,7 @@ from diag.analysis.timing_table import features_from_table, read_timing_table, r
 from diag.remains.analyze import RemainsReport, analyze
 from diag.remains.discover import collect
 from diag.remains.from_store import dumps_from_collectives
+from diag.remains.messages import NO_DUMPS
 
 FINDINGS_FILE = "findings.jsonl"
 _FAILED = ("hang", "crash")
@@ -114,11 +115,14 @@ def triage_run_dir(
             and (not f.ranks or any(set(f.ranks) & set(g.ranks) for g in live))
         )
     ]
+    missing = report.missing
+    if live:  # the hook's hang reports carried the Flight Recorder's in-flight entries
+        missing = tuple(m for m in missing if m != NO_DUMPS)
     result = TriageResult(
         run={**base.run, "remains": report.run},
         findings=tuple(ranked([*base.findings, *extra])),
         problems=report.problems,
-        missing=report.missing,
+        missing=missing,
     )
     return result, report
 
