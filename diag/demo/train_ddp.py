@@ -28,11 +28,18 @@ onset) as the job step ``base`` and sets the fault's extra time per step to ``ba
 A clean run's ordinary irregularities: ``--warmup-steps`` first steps with ``--warmup-ms`` extra
 compute on every rank; an evaluation pass every ``--eval-every`` steps (``--eval-batches`` forward
 passes without gradients and an all-reduce of the eval loss, on every rank); periodic saves.
+
+Resuming (for ``diag diff``): a save after step ``i`` holds the model, the optimizer and the next
+step ``K = i + 1`` (file ``step<K>.pt``). ``--resume-from FILE`` loads it on every rank and trains
+from step ``K`` on the same data as an uninterrupted run (the sampler's epoch ``K // batches`` and
+the batches of that epoch already trained on skipped), so a correct resume repeats the
+uninterrupted run's steps from ``K``; ``--forget-optimizer`` loads the model only (a fresh Adam).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import pickle
 import statistics
@@ -214,6 +221,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--print-every", type=int, default=1, help="print the loss every N steps")
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code at the end")
+    p.add_argument(
+        "--resume-from", default="", help="a checkpoint this script saved: continue from its step"
+    )
+    p.add_argument(
+        "--forget-optimizer", action="store_true",
+        help="with --resume-from: load the model only (a broken resume: fresh optimizer state)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if not 0.0 <= args.severity < 1.0:
         p.error("--severity must be in [0, 1)")
@@ -269,6 +283,18 @@ def evaluate(model: nn.Module, loader: DataLoader, batches: int) -> None:
     model.train()
 
 
+def resume(path: str, model: nn.Module, optimizer: torch.optim.Optimizer, forget: bool) -> int:
+    """Load a checkpoint this script saved (every rank reads it) and return the step to continue
+    from (0 without ``path``). ``forget``: the model only, the optimizer keeps its fresh state."""
+    if not path:
+        return 0
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(ckpt["model"])
+    if not forget:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    return int(ckpt["step"])
+
+
 def main(argv: list[str] | None = None) -> int:
     global _KERNEL_BURNER
     args = parse_args(argv)
@@ -306,10 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     slow_ckpt = args.slow_ckpt_ms > 0 or args.slow_ckpt_from_step >= 0
     storage = SlowStorage(0.0) if slow_ckpt else None
 
-    step, epoch = 0, 0
+    step = resume(args.resume_from, model.module, optimizer, args.forget_optimizer)
+    epoch, skip = divmod(step, len(loader))
     while step < args.steps:
         sampler.set_epoch(epoch)
-        for x, y in loader:
+        # a resumed run skips the batches its epoch already trained on: the same data order
+        for x, y in itertools.islice(loader, skip, None):
             if warmup is not None:
                 warmup.active = step < args.warmup_steps
             if burner is not None and step == args.slow_from_step:
@@ -343,14 +371,18 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     pickle_module = storage.module
                 torch.save(
-                    {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()},
+                    {
+                        "model": model.module.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "step": step,
+                    },
                     os.path.join(ckpt_dir, f"step{step}.pt"),
                     pickle_module=pickle_module,
                 )
             calib.step_done()
             if step >= args.steps:
                 break
-        epoch += 1
+        epoch, skip = epoch + 1, 0
     dist.barrier()
     dist.destroy_process_group()
     if tmp is not None:
