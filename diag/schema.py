@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -480,6 +480,117 @@ class RankExit(Event):
     first_failure: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NumericsSample(Event):
+    """Training numerics of one rank at one step (schema 1.4), sampled by the hook.
+
+    Sent every ``numerics_every`` steps (:class:`~diag.config.HookConfig`) and whenever the AMP
+    loss scale changed. ``loss`` is the step's loss as :class:`StepEvent` records it (``None``
+    when the hook saw none). ``grad_norm`` is the global L2 norm of the gradients the primary
+    optimizer was about to apply, ``sqrt(sum of squared per-tensor norms)`` over ``num_grads``
+    gradient tensors (one ``torch._foreach_norm``); under DDP it is taken after the gradient
+    all-reduce, so every replica reports the same value, and under AMP after
+    ``GradScaler.unscale_``. ``num_nonfinite_grads`` counts the gradient tensors holding a NaN or
+    an Inf. ``grad_norm`` is ``None`` and ``num_nonfinite_grads`` -1 where not sampled.
+    ``loss_scale`` is the AMP ``GradScaler``'s scale after its latest ``update()`` (``None``: no
+    GradScaler seen).
+    """
+
+    kind: ClassVar[str] = "numerics"
+
+    loss: float | None = None
+    grad_norm: float | None = None
+    num_grads: int = 0
+    num_nonfinite_grads: int = -1
+    loss_scale: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NonFinite(Event):
+    """The first NaN or Inf of an episode on one rank (schema 1.4); an episode ends at the next
+    finite loss. The envelope's ``step`` is the step whose value was non-finite.
+
+    ``where`` says what was found non-finite first: ``"input"`` (the batch the data loader
+    returned, or the model's inputs), ``"module_output"`` (``module``'s output while its inputs
+    were finite: the module produced it), ``"module_input"`` (``module`` was the first module to
+    receive a non-finite value that no module produced: a functional op between modules),
+    ``"loss"`` (the loss only: every module output was finite, or the modules could not be
+    checked) or ``"grad"`` (a sampled gradient with a finite loss; ``tensor`` names the
+    parameter). ``module`` is the module's qualified name inside the model (DDP's ``module.``
+    prefix left out), ``tensor`` which of its tensors (``"output"``, ``"output[1]"``,
+    ``"input[0]"``, ``"batch[0]"``, a parameter name); ``num_nonfinite`` of ``num_elements``
+    elements were NaN or Inf (0 and 0 when not counted).
+
+    ``method`` is how the module was found: ``"replay"`` (the step's forward run again at once,
+    under ``no_grad``, with a finite check on every module's output; ``reproduced`` says whether
+    the replay was non-finite again: False points at a transient fault), ``"window"`` (module
+    checks armed on the next step, when the value was seen too late to replay: a loss on a
+    device), ``"loss"`` (no module check), ``"grad_sample"`` or ``"batch"``. ``loss`` is the
+    step's loss.
+    """
+
+    kind: ClassVar[str] = "nonfinite"
+
+    where: str
+    module: str = ""
+    tensor: str = ""
+    num_nonfinite: int = 0
+    num_elements: int = 0
+    method: str = ""
+    reproduced: bool = False
+    loss: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParamFingerprint(Event):
+    """An exact checksum of one rank's data-parallel replica of the parameters (schema 1.4),
+    taken after the primary optimizer's ``step()`` every ``fingerprint_every`` steps.
+
+    DDP replicas must match bitwise, so at one step every rank of ``dp_group`` (the DDP process
+    group's name; ``dp_size`` ranks) must report the same ``checksum``. The checksum covers the
+    parameters of every DDP-wrapped module, in registration order: each tensor's bits read as
+    integers of its element size (int32 for float32, int16 for bfloat16/float16) summed in int64
+    (wrapping), so any single flipped bit changes it; the per-tensor sums ``s_i`` are combined
+    as ``sum((2i + 1) x s_i) mod 2**63``. ``num_params_sampled`` of ``num_params_total`` elements
+    were read: all of them up to ``fingerprint_max_elements``, beyond that a fixed strided
+    sample per tensor (the same elements on every rank, chosen from the shapes alone).
+    """
+
+    kind: ClassVar[str] = "fingerprint"
+
+    checksum: int
+    dp_group: str = ""
+    dp_size: int = 0
+    num_tensors: int = 0
+    num_params_sampled: int = 0
+    num_params_total: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchStats(Event):
+    """Statistics of one batch at the data-loader boundary on one rank (schema 1.4).
+
+    ``reason`` is ``"sampled"`` (the first batch of every ``numerics_every``-th step) or
+    ``"nonfinite"`` (the step's last batch, checked because its loss was non-finite). Over the
+    floating-point tensors of the batch (``num_tensors``; nested tuples, lists and dicts
+    walked): ``num_elements`` checked, ``num_nonfinite`` of them NaN or Inf; ``min_value``,
+    ``max_value`` and ``mean_abs`` over the finite ones (``None`` when there are none).
+    ``sampled`` is set when a tensor was larger than ``batch_stats_max_elements`` and a fixed
+    strided sample of it was checked instead (never for ``"nonfinite"``).
+    """
+
+    kind: ClassVar[str] = "batch_stats"
+
+    reason: str = "sampled"
+    num_tensors: int = 0
+    num_elements: int = 0
+    num_nonfinite: int = 0
+    min_value: float | None = None
+    max_value: float | None = None
+    mean_abs: float | None = None
+    sampled: bool = False
+
+
 #: Every event kind, by its ``kind`` name. Order is stable (it is the proto oneof order).
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
@@ -502,6 +613,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StackDump,
         ExceptionEvent,
         RankExit,
+        NumericsSample,
+        NonFinite,
+        ParamFingerprint,
+        BatchStats,
     )
 }
 

@@ -444,8 +444,78 @@ class RankExit(_message.Message):
     first_failure: bool
     def __init__(self, pid: _Optional[int] = ..., observer: _Optional[str] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., first_failure: _Optional[bool] = ...) -> None: ...
 
+class NumericsSample(_message.Message):
+    __slots__ = ("loss", "grad_norm", "num_grads", "num_nonfinite_grads", "loss_scale")
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
+    NUM_GRADS_FIELD_NUMBER: _ClassVar[int]
+    NUM_NONFINITE_GRADS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_SCALE_FIELD_NUMBER: _ClassVar[int]
+    loss: float
+    grad_norm: float
+    num_grads: int
+    num_nonfinite_grads: int
+    loss_scale: float
+    def __init__(self, loss: _Optional[float] = ..., grad_norm: _Optional[float] = ..., num_grads: _Optional[int] = ..., num_nonfinite_grads: _Optional[int] = ..., loss_scale: _Optional[float] = ...) -> None: ...
+
+class NonFinite(_message.Message):
+    __slots__ = ("where", "module", "tensor", "num_nonfinite", "num_elements", "method", "reproduced", "loss")
+    WHERE_FIELD_NUMBER: _ClassVar[int]
+    MODULE_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_FIELD_NUMBER: _ClassVar[int]
+    NUM_NONFINITE_FIELD_NUMBER: _ClassVar[int]
+    NUM_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    REPRODUCED_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    where: str
+    module: str
+    tensor: str
+    num_nonfinite: int
+    num_elements: int
+    method: str
+    reproduced: bool
+    loss: float
+    def __init__(self, where: _Optional[str] = ..., module: _Optional[str] = ..., tensor: _Optional[str] = ..., num_nonfinite: _Optional[int] = ..., num_elements: _Optional[int] = ..., method: _Optional[str] = ..., reproduced: _Optional[bool] = ..., loss: _Optional[float] = ...) -> None: ...
+
+class ParamFingerprint(_message.Message):
+    __slots__ = ("checksum", "dp_group", "dp_size", "num_tensors", "num_params_sampled", "num_params_total")
+    CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    DP_GROUP_FIELD_NUMBER: _ClassVar[int]
+    DP_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
+    NUM_PARAMS_SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    NUM_PARAMS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    checksum: int
+    dp_group: str
+    dp_size: int
+    num_tensors: int
+    num_params_sampled: int
+    num_params_total: int
+    def __init__(self, checksum: _Optional[int] = ..., dp_group: _Optional[str] = ..., dp_size: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_params_sampled: _Optional[int] = ..., num_params_total: _Optional[int] = ...) -> None: ...
+
+class BatchStats(_message.Message):
+    __slots__ = ("reason", "num_tensors", "num_elements", "num_nonfinite", "min_value", "max_value", "mean_abs", "sampled")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
+    NUM_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    NUM_NONFINITE_FIELD_NUMBER: _ClassVar[int]
+    MIN_VALUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_VALUE_FIELD_NUMBER: _ClassVar[int]
+    MEAN_ABS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    num_tensors: int
+    num_elements: int
+    num_nonfinite: int
+    min_value: float
+    max_value: float
+    mean_abs: float
+    sampled: bool
+    def __init__(self, reason: _Optional[str] = ..., num_tensors: _Optional[int] = ..., num_elements: _Optional[int] = ..., num_nonfinite: _Optional[int] = ..., min_value: _Optional[float] = ..., max_value: _Optional[float] = ..., mean_abs: _Optional[float] = ..., sampled: _Optional[bool] = ...) -> None: ...
+
 class Event(_message.Message):
-    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit")
+    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats")
     ENV_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -465,6 +535,10 @@ class Event(_message.Message):
     STACK_FIELD_NUMBER: _ClassVar[int]
     EXCEPTION_FIELD_NUMBER: _ClassVar[int]
     RANK_EXIT_FIELD_NUMBER: _ClassVar[int]
+    NUMERICS_FIELD_NUMBER: _ClassVar[int]
+    NONFINITE_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_STATS_FIELD_NUMBER: _ClassVar[int]
     env: Envelope
     step: StepEvent
     collective: CollectiveEvent
@@ -484,7 +558,11 @@ class Event(_message.Message):
     stack: StackDump
     exception: ExceptionEvent
     rank_exit: RankExit
-    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ...) -> None: ...
+    numerics: NumericsSample
+    nonfinite: NonFinite
+    fingerprint: ParamFingerprint
+    batch_stats: BatchStats
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("schema_version", "sender", "sent_ns", "events")
