@@ -58,6 +58,17 @@ class HookConfig:
     # stack, once per stall (hang_min_s <= 0 turns it off).
     hang_min_s: float = 30.0
     hang_factor: float = 3.0
+    # Numerics (diag.agent.hook_numerics): the loss checked for NaN/Inf every step; gradient norm
+    # and batch statistics every numerics_every steps; a checksum of the DDP replica's parameters
+    # every fingerprint_every steps (0 turns either off); on the first non-finite loss, the step's
+    # forward replayed under no_grad with module checks (nonfinite_replay) to name the module.
+    numerics: bool = True
+    numerics_every: int = 50
+    fingerprint_every: int = 100
+    fingerprint_max_elements: int = 1 << 24  # beyond this, a fixed strided sample per tensor
+    batch_stats_max_elements: int = 1 << 20  # per tensor on sampled steps (strided beyond)
+    nonfinite_replay: bool = True
+    nonfinite_max_events: int = 8  # NonFinite episodes reported per process
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

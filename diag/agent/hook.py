@@ -33,6 +33,7 @@ from typing import Any
 
 from diag.agent import hook_patches
 from diag.agent.hook_events import EventFactory
+from diag.agent.hook_numerics import Numerics
 from diag.agent.hook_profiler import ProfilerWindows
 from diag.agent.hook_stacks import ExceptHooks, ExceptionInfo
 from diag.agent.phases import BACKWARD, OPTIMIZER, StepTracker
@@ -99,6 +100,11 @@ class Hook:
             job_id=cfg.job_id,
         )
         self._patcher = hook_patches.Patcher()
+        self.numerics = (
+            Numerics(cfg, torch, emit=self.emit, error=self.error, pg_info=self.pg_info)
+            if cfg.numerics
+            else None
+        )
         self.excepthooks = ExceptHooks(self.on_exception)
         from diag.agent.hook_thread import HookThread
 
@@ -147,6 +153,13 @@ class Hook:
         self.num_errors += 1
         self.last_error = message
 
+    def numerics_call(self, fn: Any, *args: Any) -> None:
+        """Call a numerics callback; its failure is counted, the caller carries on."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.error(exc)
+
     def on_train_thread(self) -> bool:
         return threading.get_ident() == self.train_tid
 
@@ -162,6 +175,8 @@ class Hook:
             if self.primary_optimizer is None:
                 self.primary_optimizer = id(optimizer)
             self.tracker.enter(OPTIMIZER, self.clock())
+            if self.numerics is not None and id(optimizer) == self.primary_optimizer:
+                self.numerics_call(self.numerics.pre_step, optimizer, self.tracker.step)
         except Exception as exc:
             self.error(exc)
 
@@ -169,6 +184,9 @@ class Hook:
         try:
             if not self.active or not self.on_train_thread():
                 return
+            if self.numerics is not None and id(optimizer) == self.primary_optimizer:
+                # before the step's end: its cost counts in the optimizer phase
+                self.numerics_call(self.numerics.post_step, self.tracker.step)
             now = self.clock()
             self.tracker.exit(OPTIMIZER, now)
             if id(optimizer) == self.primary_optimizer:
@@ -198,6 +216,8 @@ class Hook:
             roots = tuple(t for t in tensors if isinstance(t, torch.Tensor))
         else:
             roots = ()
+        if self.numerics is not None:
+            self.numerics_call(self.numerics.on_loss, loss, tracker.step)
         # [grads-done perf ns, py collective ns then, queued, run-queue delay then (-1: unknown)]
         cell = [0, 0, 0, -1]
         engine = torch.autograd.Variable._execution_engine

@@ -141,8 +141,11 @@ def wrap_collective(hook: Hook, op: str, original: Any) -> Any:
     return wrapper
 
 
-def wrap_region(hook: Hook, phase: int, original: Any) -> Any:
-    """A region wrapper for DataLoader ``__next__`` (phase DATA)."""
+def wrap_region(
+    hook: Hook, phase: int, original: Any, after: Callable[[Any, int], None] | None = None
+) -> Any:
+    """A region wrapper for DataLoader ``__next__`` (phase DATA); ``after(result, step)`` sees
+    what a tracked call returned (the numerics tier keeps the batch)."""
     tracker, clock = hook.tracker, hook.clock
 
     @functools.wraps(original)
@@ -154,13 +157,47 @@ def wrap_region(hook: Hook, phase: int, original: Any) -> Any:
             except Exception as exc:
                 hook.error(exc)
         try:
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
         finally:
             if tracked:
                 try:
                     tracker.exit(phase, clock())
                 except Exception as exc:
                     hook.error(exc)
+        if tracked and after is not None:
+            try:
+                after(result, tracker.step)
+            except Exception as exc:
+                hook.error(exc)
+        return result
+
+    return wrapper
+
+
+def wrap_ddp_init(hook: Hook, original: Any) -> Any:
+    """``DistributedDataParallel.__init__``: the numerics tier learns each replica."""
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if hook.active and hook.numerics is not None:
+            try:
+                hook._patcher.handles.append(hook.numerics.add_replica(self))
+            except Exception as exc:
+                hook.error(exc)
+
+    return wrapper
+
+
+def wrap_scaler_update(hook: Hook, original: Any) -> Any:
+    """``GradScaler.update``: the numerics tier records the loss scale after it."""
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if hook.active and hook.numerics is not None and hook.on_train_thread():
+            hook.numerics_call(hook.numerics.on_scale, self, hook.tracker.step)
+        return result
 
     return wrapper
 
@@ -250,7 +287,15 @@ def apply(hook: Hook, patcher: Patcher) -> None:
     if cfg.capture_dataloader:
         loader = importlib.import_module("torch.utils.data.dataloader")
         iter_cls = loader._BaseDataLoaderIter
-        patcher.replace(iter_cls, "__next__", functools.partial(wrap_region, hook, DATA))
+        after = hook.numerics.on_batch if hook.numerics is not None else None
+        patcher.replace(
+            iter_cls, "__next__", functools.partial(wrap_region, hook, DATA, after=after)
+        )
+    if hook.numerics is not None:
+        ddp = importlib.import_module("torch.nn.parallel.distributed").DistributedDataParallel
+        patcher.replace(ddp, "__init__", functools.partial(wrap_ddp_init, hook))
+        scaler = importlib.import_module("torch.amp.grad_scaler").GradScaler
+        patcher.replace(scaler, "update", functools.partial(wrap_scaler_update, hook))
     if cfg.capture_checkpoints:
         for _module, name, op in CHECKPOINT_APIS:
             patcher.replace(torch, name, functools.partial(wrap_checkpoint, hook, name, op))

@@ -30,6 +30,8 @@ from diag import schema
 from diag.agent import hook_kernels
 from diag.agent.hook_events import fr_dtype_name
 from diag.agent.hook_fr import FrState, PyCall, StepWindows
+from diag.agent.hook_numerics import TAGS as NUMERICS_TAGS
+from diag.agent.hook_numerics_events import NumericsEvents
 from diag.agent.hook_profiler import RequestFilter
 from diag.agent.hook_sender import FrameSender
 from diag.agent.hook_watchdog import HangWatchdog, StallWatch, completed_total
@@ -76,6 +78,11 @@ class HookThread(threading.Thread):
             reconnect_interval_s=self.cfg.reconnect_interval_s,
         )
         self.windows = StepWindows()
+        self.numerics = (
+            NumericsEvents(hook.numerics, self.ev, hook.torch)
+            if hook.numerics is not None
+            else None
+        )
         self.fr = FrState(self.windows)
         c10d = getattr(hook.torch._C, "_distributed_c10d", None)
         self._dump_fn = getattr(c10d, "_dump_fr_trace", None)
@@ -227,6 +234,10 @@ class HookThread(threading.Thread):
         off = self.hook.wall_offset_ns
         tag = rec[0]
         if tag == "step":
+            if self.numerics is not None:
+                built: list[schema.Event] = []
+                rec = self.numerics.step_record(rec, built)
+                self.sender.add(built)
             self.windows.end(rec[1], rec[3] + off)
             self._pending_steps.append(rec)
             self.watchdog.watch.step_time(rec[3] - rec[2])
@@ -243,6 +254,8 @@ class HookThread(threading.Thread):
                 self._emit(self.ev.make(schema.CollectiveEvent, step=step, **call.payload()))
         elif tag == "ckpt":
             self._emit(self.ev.checkpoint_event(rec, off))
+        elif tag in NUMERICS_TAGS and self.numerics is not None:
+            self.sender.add(self.numerics.record(rec))
         elif tag == "exc":
             info, step = rec[1], rec[2]
             self._emit(
