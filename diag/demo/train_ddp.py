@@ -34,6 +34,9 @@ step ``K = i + 1`` (file ``step<K>.pt``). ``--resume-from FILE`` loads it on eve
 from step ``K`` on the same data as an uninterrupted run (the sampler's epoch ``K // batches`` and
 the batches of that epoch already trained on skipped), so a correct resume repeats the
 uninterrupted run's steps from ``K``; ``--forget-optimizer`` loads the model only (a fresh Adam).
+
+Numerics faults (a NaN in a module's output or the input batch, one flipped bit in one replica's
+parameters): ``--nan-*`` and ``--bitflip-*``, see :mod:`diag.demo.numerics_faults`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+
+from diag.demo.numerics_faults import NumericsFaults, add_args
 
 
 class Burner:
@@ -228,6 +233,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--forget-optimizer", action="store_true",
         help="with --resume-from: load the model only (a broken resume: fresh optimizer state)",
     )  # fmt: skip
+    add_args(p)  # --nan-*, --bitflip-* (diag.demo.numerics_faults)
     args = p.parse_args(argv)
     if not 0.0 <= args.severity < 1.0:
         p.error("--severity must be in [0, 1)")
@@ -327,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     model = DistributedDataParallel(Net(args.dim, args.hidden, burners))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
+    faults = NumericsFaults(args, rank, model.module)
     tmp = tempfile.TemporaryDirectory(prefix="diag-demo-") if not args.ckpt_dir else None
     ckpt_dir = args.ckpt_dir or (tmp.name if tmp else "")
     slow_ckpt = args.slow_ckpt_ms > 0 or args.slow_ckpt_from_step >= 0
@@ -348,9 +355,10 @@ def main(argv: list[str] | None = None) -> int:
                 kernel_burner.set_ms(calib.extra_ms(args.slow_kernel_ms))
                 _KERNEL_BURNER = kernel_burner
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(model(faults.batch(step, x)), y)
             loss.backward()
             optimizer.step()
+            faults.after_step(step)
             if step % args.print_every == 0 or step == args.steps - 1:
                 # one write per line: ranks share the launcher's stdout
                 sys.stdout.write(f"rank {rank} step {step} loss {loss.item()!r}\n")
