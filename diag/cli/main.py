@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "profile": "diag.cli.profile_cmd",
     "triage": "diag.cli.triage_cmd",
     "faults": "diag.cli.faults_cmd",
+    "diff": "diag.cli.diff_cmd",
 }
 
 _HELP: dict[str, str] = {
@@ -41,6 +42,7 @@ _HELP: dict[str, str] = {
         "diagnose a run: which rank, host, link, kernel, data loader or checkpoint is to blame"
     ),
     "faults": "inject a fault into a real CPU torchrun job and check that diag names it",
+    "diff": "compare two runs: loss and gradient-norm parity, divergent step, time by phase",
 }
 
 
