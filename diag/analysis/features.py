@@ -97,6 +97,13 @@ class Features:
     exceptions: pd.DataFrame = field(default_factory=pd.DataFrame)
     exits: pd.DataFrame = field(default_factory=pd.DataFrame)
     hook_health: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Numerics (schema 1.4), as stored (the drift detector reads them): sampled gradient norms
+    #: and loss scales (NumericsSample), first non-finite values (NonFinite), replica checksums
+    #: (ParamFingerprint) and data-loader batch statistics (BatchStats).
+    numerics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    nonfinite: pd.DataFrame = field(default_factory=pd.DataFrame)
+    fingerprints: pd.DataFrame = field(default_factory=pd.DataFrame)
+    batch_stats: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @classmethod
     def from_store(cls, store: RunStore) -> Features:
@@ -119,6 +126,10 @@ class Features:
             exceptions=store.frame("exception"),
             exits=store.frame("rank_exit"),
             hook_health=store.frame("hook_health"),
+            numerics=store.frame("numerics"),
+            nonfinite=store.frame("nonfinite"),
+            fingerprints=store.frame("fingerprint"),
+            batch_stats=store.frame("batch_stats"),
         )
 
     def wide(self, column: str, warmup_steps: int = 0) -> pd.DataFrame:

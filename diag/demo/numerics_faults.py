@@ -56,7 +56,7 @@ class NumericsFaults:
                 out.view(-1)[0] = math.nan
             return out
 
-        module.forward = poisoned  # type: ignore[method-assign]
+        module.forward = poisoned
 
     def batch(self, step: int, x: torch.Tensor) -> torch.Tensor:
         """The input of ``step`` (with a NaN if the input fault is due now)."""

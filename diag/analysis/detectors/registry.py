@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from diag.analysis.detectors import checkpoint, data, hang, kernel, link, node
+from diag.analysis.detectors import checkpoint, data, drift, hang, kernel, link, node
 from diag.analysis.features import Features
 from diag.analysis.findings import Finding, ranked
 from diag.analysis.reconcile import reconcile
@@ -32,6 +32,7 @@ DETECTORS: dict[str, Callable[[Features, Any], list[Finding]]] = {
     "link": _link,
     "kernel": _kernel,
     "hang": hang.detect,
+    "drift": drift.detect,
 }
 
 #: detector name -> its default config (the typed dataclass its ``detect`` accepts).
@@ -42,6 +43,7 @@ DEFAULT_CONFIGS: dict[str, object] = {
     "link": link.LinkConfig(),
     "kernel": kernel.KernelConfig(),
     "hang": hang.HangConfig(),
+    "drift": drift.DriftConfig(),
 }
 
 

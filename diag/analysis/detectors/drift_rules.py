@@ -1,0 +1,163 @@
+"""The drift detector's rules as plain functions on arrays and frames (no findings here).
+
+- :func:`spikes`: a value is a *spike* when it is above a robust rolling baseline of the values
+  before it: with ``med`` the median and ``mad = 1.4826 x median(|x - med|)`` of the previous
+  ``window`` values (at least ``min_history`` of them), ``x > med + k x max(mad, rel_floor x
+  |med|)`` and ``x > min_ratio x med`` (the second test only bites for a positive baseline).
+  The median and the MAD ignore the spikes themselves (a single outlier moves neither),
+  ``rel_floor`` keeps a flat series from flagging rounding noise, and ``min_ratio`` asks for a
+  jump large in absolute terms too.
+- :func:`replica_votes`: at each fingerprint step, the ranks of a data-parallel group must report
+  one checksum. With three or more ranks the checksum of a strict majority is the healthy one
+  and the others are the odd ranks; with two (or no majority) the replicas differ but which one
+  is wrong cannot be told.
+- :func:`scale_collapse`: the AMP loss scale *collapses* when it falls to ``peak / 2**halvings``
+  of its running peak (repeated overflows, each halving it), or below ``tiny`` after at least
+  three drops.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
+
+MAD_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal noise
+_CHUNK = 8192
+
+
+def rolling_baseline(values: np.ndarray, window: int, min_history: int) -> tuple[np.ndarray, ...]:
+    """(median, MAD-sigma) of the ``window`` values before each position (NaN where fewer than
+    ``min_history``)."""
+    n = len(values)
+    med = np.full(n, np.nan)
+    mad = np.full(n, np.nan)
+    if n == 0 or window < 1:
+        return med, mad
+    padded = np.concatenate([np.full(window, np.nan), values.astype(float)])
+    windows = sliding_window_view(padded, window)[:n]  # row i: values[i - window : i]
+    for lo in range(0, n, _CHUNK):
+        w = windows[lo : lo + _CHUNK]
+        enough = (~np.isnan(w)).sum(axis=1) >= max(min_history, 1)
+        if not enough.any():
+            continue
+        m = np.full(len(w), np.nan)
+        d = np.full(len(w), np.nan)
+        m[enough] = np.nanmedian(w[enough], axis=1)
+        d[enough] = MAD_SIGMA * np.nanmedian(np.abs(w[enough] - m[enough, None]), axis=1)
+        med[lo : lo + len(w)] = m
+        mad[lo : lo + len(w)] = d
+    return med, mad
+
+
+@dataclass(frozen=True, slots=True)
+class Spike:
+    """One spike: at ``step``, ``value`` against the baseline ``median`` and its ``mad``."""
+
+    step: int
+    value: float
+    median: float
+    mad: float
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.median if self.median > 0 else float("inf")
+
+
+def spikes(
+    series: pd.Series,
+    *,
+    window: int,
+    min_history: int,
+    k: float,
+    min_ratio: float,
+    rel_floor: float,
+) -> list[Spike]:
+    """The spikes of ``series`` (index: step, sorted; non-finite values left out)."""
+    s = series.astype(float)
+    s = s[np.isfinite(s.to_numpy())]
+    values = s.to_numpy()
+    med, mad = rolling_baseline(values, window, min_history)
+    scale = np.fmax(mad, rel_floor * np.abs(med))
+    with np.errstate(invalid="ignore"):
+        flag = (values > med + k * scale) & (values > min_ratio * med)
+    steps = s.index.to_numpy()
+    return [
+        Spike(int(steps[i]), float(values[i]), float(med[i]), float(mad[i]))
+        for i in np.flatnonzero(flag)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Vote:
+    """The replicas of one data-parallel group at one fingerprint step."""
+
+    group: str
+    step: int
+    ranks: tuple[int, ...]
+    agree: bool
+    odd: tuple[int, ...]  # the minority; () when all agree or no majority can be told
+    num_checksums: int
+
+
+def replica_votes(fingerprints: pd.DataFrame) -> list[Vote]:
+    """One :class:`Vote` per (group, step) with at least two ranks, in step order."""
+    if fingerprints.empty:
+        return []
+    df = fingerprints[fingerprints["rank"] >= 0]
+    df = df.drop_duplicates(subset=["dp_group", "step", "rank"], keep="last")
+    out = []
+    for (group, step), g in df.groupby(["dp_group", "step"], sort=True):
+        if len(g) < 2:
+            continue
+        ranks = tuple(int(r) for r in g["rank"])
+        sums = [int(c) for c in g["checksum"]]
+        counts = Counter(sums)
+        if len(counts) == 1:
+            out.append(Vote(str(group), int(step), ranks, True, (), 1))
+            continue
+        top, top_n = counts.most_common(1)[0]
+        odd: tuple[int, ...] = ()
+        if len(ranks) >= 3 and top_n * 2 > len(ranks):
+            odd = tuple(sorted(r for r, c in zip(ranks, sums, strict=True) if c != top))
+        out.append(Vote(str(group), int(step), ranks, False, odd, len(counts)))
+    return sorted(out, key=lambda v: (v.step, v.group))
+
+
+@dataclass(frozen=True, slots=True)
+class Collapse:
+    """A loss-scale collapse on one rank: from ``peak`` down to ``value`` at ``detected_step``,
+    in ``num_drops`` drops from ``onset_step`` (the first drop after the peak)."""
+
+    rank: int
+    onset_step: int
+    detected_step: int
+    peak: float
+    value: float
+    num_drops: int
+
+
+def scale_collapse(scales: pd.DataFrame, *, halvings: int, tiny: float) -> list[Collapse]:
+    """Per rank, the first collapse of its loss scale (``scales``: rank, step, ts_ns,
+    loss_scale; see the module docstring)."""
+    out: list[Collapse] = []
+    if scales.empty:
+        return out
+    df = scales.sort_values(["rank", "step", "ts_ns"], kind="stable")
+    for rank, g in df.groupby("rank", sort=True):
+        peak, first_drop, drops, last = -np.inf, -1, 0, None
+        for step, value in zip(g["step"], g["loss_scale"].astype(float), strict=True):
+            if value >= peak:
+                peak, drops = value, 0
+            elif last is not None and value < last:
+                drops += 1
+                first_drop = int(step) if drops == 1 else first_drop
+            last = value
+            collapsed = value <= peak / 2.0**halvings or (value < tiny and drops >= 3)
+            if drops and collapsed:
+                out.append(Collapse(int(rank), first_drop, int(step), peak, value, drops))
+                break
+    return out
