@@ -21,7 +21,11 @@ cost the training thread as the hook timed it, and the hook thread's processing 
 summarizing + writing the trace, pauses included; an upper bound on its GIL time); the amortized
 cost at the default interval is (window step extra + hook-thread time) / (1000 x median step).
 
-    .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel]
+Numerics tier (``--tier numerics``, ~50 ms step): no hook, the hook without the numerics
+checks and the hook with them at their default intervals, interleaved; plus the training
+thread's cost of each numerics piece timed directly (:mod:`overhead_numerics`).
+
+    .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel|numerics]
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from diag.agent import hook
 from diag.config import HookConfig
 from diag.transport import codec, frames
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overhead_numerics import numerics_tier
 
 
 class FrameSink(threading.Thread):
@@ -141,7 +148,7 @@ def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=4, help="ABBA repetitions per step size")
-    p.add_argument("--tier", choices=("all", "base", "kernel"), default="all")
+    p.add_argument("--tier", choices=("all", "base", "kernel", "numerics"), default="all")
     p.add_argument("--window-every", type=int, default=50, help="kernel tier: steps per window")
     p.add_argument("--trace-dir", default="", help="kernel tier: keep raw traces here")
     p.add_argument("--no-shapes", action="store_true", help="kernel tier: record_shapes off")
@@ -212,8 +219,12 @@ def main() -> None:
             trace_dir=args.trace_dir, profile_record_shapes=not args.no_shapes,
         )  # fmt: skip
         kernel_tier(step, kcfg, args.reps)
+    if args.tier in ("all", "numerics"):
+        calibrate(50.0)
+        sample = next(iter(DataLoader(data, batch_size=32)))
+        numerics_tier(step, cfg, model, opt, sample, args.reps)
     # Blocks of ~5 s, so the hook thread's pacing settles as it does in a long job.
-    sizes = ((50.0, 100, 20), (5.0, 1000, 200)) if args.tier != "kernel" else ()
+    sizes = ((50.0, 100, 20), (5.0, 1000, 200)) if args.tier in ("all", "base") else ()
     for target_ms, steps_per_block, settle in sizes:
         calibrate(target_ms)
         times: dict[bool, list[int]] = {True: [], False: []}

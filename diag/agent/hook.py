@@ -153,6 +153,12 @@ class Hook:
         self.num_errors += 1
         self.last_error = message
 
+    def add_replica(self, ddp: Any) -> None:
+        """A DistributedDataParallel module (seen by its wrapped ``__init__``, or handed over by
+        a job that built it before installing the hook): the numerics tier fingerprints it."""
+        if self.numerics is not None:
+            self._patcher.handles.append(self.numerics.add_replica(ddp))
+
     def numerics_call(self, fn: Any, *args: Any) -> None:
         """Call a numerics callback; its failure is counted, the caller carries on."""
         try:

@@ -180,9 +180,9 @@ def wrap_ddp_init(hook: Hook, original: Any) -> Any:
     @functools.wraps(original)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        if hook.active and hook.numerics is not None:
+        if hook.active:
             try:
-                hook._patcher.handles.append(hook.numerics.add_replica(self))
+                hook.add_replica(self)
             except Exception as exc:
                 hook.error(exc)
 
