@@ -28,6 +28,9 @@ COMMANDS: dict[str, str] = {
     "triage": "diag.cli.triage_cmd",
     "faults": "diag.cli.faults_cmd",
     "diff": "diag.cli.diff_cmd",
+    "preflight": "diag.cli.preflight_cmd",
+    "replay": "diag.cli.replay_cmd",
+    "attach": "diag.cli.attach_cmd",
 }
 
 _HELP: dict[str, str] = {
@@ -43,6 +46,11 @@ _HELP: dict[str, str] = {
     ),
     "faults": "inject a fault into a real CPU torchrun job and check that diag names it",
     "diff": "compare two runs: loss and gradient-norm parity, divergent step, time by phase",
+    "preflight": "measure this node's devices and links with the probes, judged against a baseline",
+    "replay": "re-run the probes that match a finding on its suspect and a healthy peer",
+    "attach": (
+        "attach to a running torchrun job: hook every rank of this node, watch it live, detach"
+    ),
 }
 
 
