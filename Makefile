@@ -20,8 +20,8 @@ test: $(STAMP) lint
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check diag tests bench scripts
-	$(VENV)/bin/ruff format --check diag tests bench scripts
+	$(VENV)/bin/ruff check diag probes tests bench scripts
+	$(VENV)/bin/ruff format --check diag probes tests bench scripts
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

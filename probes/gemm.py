@@ -1,0 +1,77 @@
+"""GEMM throughput: ``torch.matmul`` GFLOP/s per dtype and shape (2*m*k*n flops per call).
+
+On the CPU ``threads`` pins torch's intra-op threads (default 1: one core, stable on a shared
+machine; 0 leaves torch's default); a dtype the device cannot multiply is ``unsupported``. Each
+timed run repeats the multiply for at least ``min_run_s`` so a CPU quota or a clock throttle that
+acts per scheduling period is seen in every run.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from probes.base import ProbeContext, ProbeResult, best_time, params_dict, sync_for
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmParams:
+    shapes: tuple[tuple[int, int, int], ...] = ((1024, 1024, 1024),)
+    dtypes: tuple[str, ...] = ("float32", "bfloat16")
+    repeats: int = 15
+    min_run_s: float = 0.05
+    threads: int = 1
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for dt in self.dtypes:
+            if dt not in DTYPES:
+                raise ValueError(f"dtypes: {dt!r} is not one of {DTYPES}")
+        for shape in self.shapes:
+            if len(shape) != 3 or min(shape) <= 0 or max(shape) > 65536:
+                raise ValueError(f"shapes: {shape} is not (m, k, n) with 0 < each <= 65536")
+        if not 1 <= self.repeats <= 100 or self.min_run_s <= 0 or self.threads < 0:
+            raise ValueError("repeats must be in [1, 100], min_run_s > 0, threads >= 0")
+
+
+class GemmProbe:
+    name: ClassVar[str] = "gemm"
+    Params: ClassVar[type] = GemmParams
+
+    def run(self, params: GemmParams, ctx: ProbeContext) -> list[ProbeResult]:
+        import torch
+
+        if ctx.device == "cpu" and params.threads:
+            torch.set_num_threads(params.threads)
+        sync = sync_for(ctx.device)
+        out = []
+        for dtype in params.dtypes:
+            for m, k, n in params.shapes:
+                metric = f"{dtype} {m}x{k}x{n}"
+                base: dict[str, Any] = {
+                    "probe": self.name,
+                    "device": ctx.device_id,
+                    "params": params_dict(params),
+                }
+                try:
+                    a = torch.randn(m, k, device=ctx.device).to(getattr(torch, dtype))
+                    b = torch.randn(k, n, device=ctx.device).to(getattr(torch, dtype))
+                    once = best_time(functools.partial(torch.matmul, a, b), 1, sync)
+                except (RuntimeError, TypeError) as exc:
+                    out.append(ProbeResult(**base, status="unsupported", detail=f"{metric}: {exc}"))
+                    continue
+                iters = max(1, int(params.min_run_s / max(once, 1e-6)))
+
+                def many(a: torch.Tensor = a, b: torch.Tensor = b, iters: int = iters) -> None:
+                    for _ in range(iters):
+                        torch.matmul(a, b)
+
+                secs = best_time(many, params.repeats, sync) / iters
+                value = 2.0 * m * k * n / secs / 1e9
+                out.append(
+                    ProbeResult(**base, status="ok", value=value, unit="GFLOP/s", metric=metric)
+                )
+        return out
