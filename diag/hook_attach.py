@@ -62,11 +62,21 @@ def _watch(hook: Any, status: str, stop_file: str, owner_pid: int, deadline: flo
         time.sleep(POLL_S)
         if not hook.active:  # uninstalled by someone else (the job itself)
             break
+    _not_an_exit(hook)
     if hook_mod.installed() is hook:
         hook_mod.uninstall()
     else:
         hook.close()
     _write_status(status, state="detached")
+
+
+def _not_an_exit(hook: Any) -> None:
+    """A detach is not an exit: the last health report of the hook's final cycle must not say
+    ``final`` (:class:`~diag.schema.HookHealth`: "the process exited normally"), or the analyzer
+    would take a hang this hook reported as resolved by a clean exit."""
+    thread = hook.thread
+    health = thread._health
+    thread._health = lambda *, final: health(final=False)
 
 
 def start(spec_json: str) -> None:
