@@ -16,8 +16,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from diag import schema
 from diag.agent import hook, hook_fingerprint
+from diag.agent.hook_events import EventFactory
 from diag.agent.hook_nonfinite import replay
-from diag.agent.hook_numerics_events import batch_stats
+from diag.agent.hook_numerics import Numerics
+from diag.agent.hook_numerics_events import NumericsEvents, batch_stats
 from diag.config import HookConfig
 
 FAST = {"flush_interval_s": 0.05, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
@@ -262,3 +264,36 @@ def test_batch_stats_sample_large_tensors() -> None:
     assert (full["min_value"], full["max_value"], full["sampled"]) == (0.0, 999.0, False)
     part = batch_stats(torch, {"x": x}, 100, full=False)
     assert part["sampled"] and part["num_elements"] == 100 and part["num_nonfinite"] == 0
+
+
+class Replica:
+    """What the numerics tier reads of a DistributedDataParallel module."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.process_group = None
+
+
+def test_a_device_loss_read_late_arms_module_checks_for_the_next_forward() -> None:
+    """The path of a loss on a GPU, driven by hand: the hook thread reads a non-finite loss
+    (here a tensor standing in for a device one) and the next forward names the module."""
+    records: list[tuple[object, ...]] = []
+
+    def fail(exc: BaseException) -> None:
+        raise exc
+
+    num = Numerics(HookConfig(), torch, emit=records.append, error=fail, pg_info=lambda g: ("0", 2))
+    net = Net()
+    poison(net.body.get_submodule("2"), lambda: True)
+    num.add_replica(Replica(net))
+    side = NumericsEvents(num, EventFactory(host="h", rank=0, local_rank=0, job_id="j"), torch)
+    rec = ("step", 7, 0, 1, *([0] * 7), torch.tensor(math.nan), 1, 0, 0)
+    built: list[schema.Event] = []
+    rec = side.step_record(rec, built)
+    assert isinstance(rec[11], float) and math.isnan(rec[11]) and num.window_for is not None
+    num.on_batch(torch.randn(4, 8), 8)  # the next step begins: the checks are armed
+    net(torch.randn(4, 8))
+    num.post_step(8)
+    (found,) = [r for r in records if r[0] == "nonfinite"]
+    assert found[1:9] == (7, "module_output", "body.2", "output", 1, 64, "window", True)
+    assert num.window_for is None and not torch.nn.modules.module._global_forward_hooks
