@@ -236,7 +236,10 @@ class HookThread(threading.Thread):
         if tag == "step":
             if self.numerics is not None:
                 built: list[schema.Event] = []
-                rec = self.numerics.step_record(rec, built)
+                try:  # a failure here must not lose the step itself
+                    rec = self.numerics.step_record(rec, built)
+                except Exception as exc:
+                    self.hook.error(exc)
                 self.sender.add(built)
             self.windows.end(rec[1], rec[3] + off)
             self._pending_steps.append(rec)
