@@ -91,9 +91,19 @@ def payload(spec: dict[str, Any]) -> str:
     )
 
 
+def gone(pid: int) -> bool:
+    """No process ``pid`` any more, or only its zombie (it exited; its parent has not reaped it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    state = stat[stat.rfind(")") + 2 :].split()[:1]
+    return state in (["Z"], ["X"])
+
+
 def inject(injector: Injector, pid: int, code: str) -> None:
     """Run ``code`` in ``pid``; :class:`AttachError` (one line) when it cannot be done."""
-    if not os.path.exists(f"/proc/{pid}"):
+    if gone(pid):
         raise AttachError(f"pid {pid}: vanished before the hook could be injected")
     try:
         if injector.method == "remote_exec":
@@ -111,6 +121,5 @@ def inject(injector: Injector, pid: int, code: str) -> None:
     except AttachError:
         raise
     except Exception as exc:
-        gone = not os.path.exists(f"/proc/{pid}")
-        what = "vanished during injection" if gone else f"injection failed ({exc})"
+        what = "vanished during injection" if gone(pid) else f"injection failed ({exc})"
         raise AttachError(f"pid {pid}: {what}".splitlines()[0]) from None
