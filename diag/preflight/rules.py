@@ -10,8 +10,10 @@
 - :class:`ConsistencyRule`: among results with the same probe and metric from different devices
   (the GPUs of a node, the ranks of a job), one worse than the median of the others by more than
   ``tolerance`` fails; for ``numerics`` the digest (``detail``) must equal the majority's among
-  devices of the same type (silent data corruption); for ``p2p`` a pair below ``p2p_fraction`` of
-  the fastest pair fails (a slow link).
+  devices of the same type (silent data corruption); for ``p2p`` a pair below ``p2p_fraction``
+  (0.2) of the fastest pair fails (a slow link: the fastest pair is usually inside a host,
+  loopback or NVLink, whose own run-to-run spread under load reached 2x on the test machine,
+  hence 0.2; a link degraded by less is caught by the baseline rule on its pair).
 - A ``timeout`` or ``failed`` status fails; ``unsupported`` is ``skip``; an ``ok`` result no rule
   judged passes.
 """
@@ -59,7 +61,7 @@ class BaselineRule:
 @dataclass(frozen=True, slots=True)
 class ConsistencyRule:
     tolerance: float = 0.25
-    p2p_fraction: float = 0.5
+    p2p_fraction: float = 0.2
 
 
 @dataclass(frozen=True, slots=True)
