@@ -9,9 +9,10 @@ milliseconds. Rules:
   attached) is reused, never installed twice; this attach will not uninstall it either.
 - The hang watchdog is armed at once: a worker that is already stuck makes no progress after the
   attach, yet finding it is what attaching is for (the stall is measured from the attach).
-- Detach: the watcher uninstalls the hook (patches restored, optimizer hooks removed, final flush,
-  hook thread stopped, profiler window closed) as soon as the stop file exists, the attaching
-  process is gone or the deadline passed; then it ends. The job runs on untouched.
+- Detach: the watcher uninstalls the hook (patches restored, optimizer hooks removed, profiler
+  window closed, final flush, hook thread stopped, daemon connection closed) as soon as the stop
+  file exists, the attaching process is gone or the deadline passed; then it ends. The job runs
+  on untouched; only diag's imported modules stay in ``sys.modules``.
 
 The status file (JSON) says ``state``: ``attached``, ``reused``, ``failed`` (with ``error``), then
 ``detached``.
@@ -19,6 +20,7 @@ The status file (JSON) says ``state``: ``attached``, ``reused``, ``failed`` (wit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -67,6 +69,9 @@ def _watch(hook: Any, status: str, stop_file: str, owner_pid: int, deadline: flo
         hook_mod.uninstall()
     else:
         hook.close()
+    if not hook.thread.is_alive():  # the daemon connection: closed now, not at the next GC
+        with contextlib.suppress(Exception):
+            hook.thread.sender.close()
     _write_status(status, state="detached")
 
 

@@ -47,7 +47,7 @@ def test_attach_then_detach_releases_the_hook(tmp_path: Path) -> None:
     (tmp_path / "stop").touch()
     _state(tmp_path, "detached")
     assert hook.installed() is None and not attached.active
-    assert not attached.thread.is_alive()
+    assert not attached.thread.is_alive() and attached.thread.sender._sock is None
     (tmp_path / "stop").unlink()
     hook_attach.start(_spec(tmp_path))  # a second attach to the same process works again
     _state(tmp_path, "attached")
