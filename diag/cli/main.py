@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "faults": "diag.cli.faults_cmd",
     "diff": "diag.cli.diff_cmd",
     "preflight": "diag.cli.preflight_cmd",
+    "replay": "diag.cli.replay_cmd",
     "attach": "diag.cli.attach_cmd",
 }
 
@@ -46,6 +47,7 @@ _HELP: dict[str, str] = {
     "faults": "inject a fault into a real CPU torchrun job and check that diag names it",
     "diff": "compare two runs: loss and gradient-norm parity, divergent step, time by phase",
     "preflight": "measure this node's devices and links with the probes, against a baseline",
+    "replay": "re-run the probes that match a finding on its suspect and a healthy peer",
     "attach": (
         "attach to a running torchrun job: hook every rank of this node, watch it live, detach"
     ),
