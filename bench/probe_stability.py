@@ -10,7 +10,7 @@ result judged, as ``diag preflight`` does (:mod:`diag.preflight.confirm`). Print
 too: on a shared machine other people's load slows healthy runs exactly as a quota does. Reports
 false flags (healthy runs failing) and misses (degraded runs passing).
 
-    .venv/bin/python bench/probe_stability.py [--healthy 20] [--degraded 5] [--fraction 0.85]
+    .venv/bin/python bench/probe_stability.py [--healthy 20] [--degraded 5] [--fraction 0.5]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--healthy", type=int, default=20)
     parser.add_argument("--degraded", type=int, default=5)
-    parser.add_argument("--fraction", type=float, default=0.85)
+    parser.add_argument("--fraction", type=float, default=0.5)
     args = parser.parse_args()
     if (why := unavailable_reason()) is not None:
         print(f"cannot confine a probe: {why}")
@@ -75,6 +75,7 @@ def main() -> int:
         )
         print(
             f"{i + 1:2d} {kind:8s} {'FLAGGED' if failed else 'pass   '} ratio to baseline: {ratios}"
+            f"  (load average {os.getloadavg()[0]:.2f})"
         )
         false_flags += kind == "healthy" and failed
         misses += kind == "degraded" and not failed
