@@ -25,7 +25,10 @@ Numerics tier (``--tier numerics``, ~50 ms step): no hook, the hook without the 
 checks and the hook with them at their default intervals, interleaved; plus the training
 thread's cost of each numerics piece timed directly (:mod:`overhead_numerics`).
 
-    .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel|numerics]
+Attach (``--attach``): the base tier with the hook attached and detached as ``diag attach`` does
+(:mod:`overhead_attach`), the Flight Recorder at torch's default size.
+
+    .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel|numerics] [--attach]
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from diag.config import HookConfig
 from diag.transport import codec, frames
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overhead_attach import Attacher
 from overhead_numerics import numerics_tier
 
 
@@ -152,14 +156,19 @@ def main() -> None:
     p.add_argument("--window-every", type=int, default=50, help="kernel tier: steps per window")
     p.add_argument("--trace-dir", default="", help="kernel tier: keep raw traces here")
     p.add_argument("--no-shapes", action="store_true", help="kernel tier: record_shapes off")
+    p.add_argument(
+        "--attach", action="store_true", help="base tier with the hook as diag attach installs it"
+    )
     args = p.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="diag-bench-")
     sink = FrameSink(os.path.join(tmp, "daemon.sock"))
     sink.start()
     cfg = HookConfig(daemon_sock=os.path.join(tmp, "daemon.sock"))
-    hook.install(cfg)  # before the process group, so the Flight Recorder is sized
-    hook.uninstall()
+    attacher = Attacher(cfg, tmp) if args.attach else None
+    if attacher is None:
+        hook.install(cfg)  # before the process group, so the Flight Recorder is sized
+        hook.uninstall()
 
     import torch
     import torch.distributed as dist
@@ -234,14 +243,14 @@ def main() -> None:
             block_median: dict[bool, float] = {}
             for on in order:
                 if on:
-                    hook.install(cfg)
+                    attacher.attach() if attacher else hook.install(cfg)
                 # Settle after (un)installing: install's one-off work (thread start, the first
                 # Flight Recorder dump) happens once per job, not per step; it is not measured.
                 for _ in range(settle):
                     step()
                 block = [step() for _ in range(steps_per_block)]
                 if on:
-                    hook.uninstall()
+                    attacher.detach() if attacher else hook.uninstall()
                 times[on].extend(block)
                 block_median[on] = statistics.median(block)
             pairs.append(block_median[True] / block_median[False] - 1)

@@ -109,6 +109,7 @@ def test_attach_to_a_stuck_loader_names_the_rank(tmp_path: Path) -> None:
             hang = [f for f in _findings(out) if f["id"] == "hang"]
             time.sleep(0.25)
         first_s = time.monotonic() - t0
+        print(f"hang finding {first_s:.1f} s after diag attach started")
         proc.send_signal(signal.SIGINT)  # Ctrl-C: detach
         assert proc.wait(timeout=30) == 0
         assert hang, f"no hang finding within 20 s: {_findings(out)}"
