@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from diagproc import REPO, diag, env, torchrun
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
-        sys.version_info < (3, 14) and not __import__("importlib").util.find_spec("hypno"),
+        sys.version_info < (3, 14) and not importlib.util.find_spec("hypno"),
         reason="no injector: pip install hypno",
     ),
 ]
