@@ -226,12 +226,18 @@ def _watch(
 
         from diag.cli import render
 
+        history: list[tuple[float, int]] = []  # (time, steps) of the last ~10 s: the rate
         with Live(render.live(None, elapsed_s=0, steps_per_s=None), console=Console()) as view:
             while going():
                 time.sleep(1.0)
-                view.update(
-                    render.live(source.get(), elapsed_s=time.monotonic() - start, steps_per_s=None)
-                )
+                summary, now = source.get(), time.monotonic()
+                history = [
+                    *history[-10:],
+                    (now, int((summary or {}).get("run", {}).get("steps", 0) or 0)),
+                ]
+                (t0, s0), (t1, s1) = history[0], history[-1]
+                rate = (s1 - s0) / (t1 - t0) if t1 > t0 else None
+                view.update(render.live(summary, elapsed_s=now - start, steps_per_s=rate))
     except KeyboardInterrupt:
         print("diag attach: detaching", file=sys.stderr)
 
