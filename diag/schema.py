@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -591,6 +591,33 @@ class BatchStats(Event):
     sampled: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeResult(Event):
+    """One result of a probe a node daemon ran on request (schema 1.5; ``diag replay
+    --via-analyzer``): ``request_id`` of the analyzer's ``ProbeRequest``, the registry ``probe``,
+    the ``device`` measured, ``status`` (ok, unsupported, timeout, failed, or ``rejected``: the
+    daemon refused the request, ``detail`` says why), ``metric``/``value``/``unit`` as in
+    :class:`probes.base.ProbeResult` (``value`` higher-is-better unless ``lower_is_better``),
+    ``params_json`` the validated parameters it ran with and ``duration_ns`` the daemon's wall
+    time from taking the request to the result (subprocess start included). The envelope's
+    ``rank`` is the rank the request named (-1: none).
+    """
+
+    kind: ClassVar[str] = "probe_result"
+
+    request_id: str = ""
+    probe: str = ""
+    device: str = ""
+    status: str = ""
+    metric: str = ""
+    value: float | None = None
+    unit: str = ""
+    detail: str = ""
+    params_json: str = ""
+    lower_is_better: bool = False
+    duration_ns: int = 0
+
+
 #: Every event kind, by its ``kind`` name. Order is stable (it is the proto oneof order).
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
@@ -617,6 +644,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NonFinite,
         ParamFingerprint,
         BatchStats,
+        ProbeResult,
     )
 }
 

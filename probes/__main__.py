@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from probes import PROBES
@@ -34,13 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name", choices=sorted(PROBES))
     parser.add_argument("--params", help="JSON object of parameter fields")
     parser.add_argument("--device-id", default="cpu")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda:0"))
+    parser.add_argument("--nice", type=int, default=0, help="lower this process's priority first")
     args = parser.parse_args(argv)
+    if args.nice > 0:
+        os.nice(args.nice)
     try:
         params = parse_params(args.name, args.params)
     except ValueError as exc:
         print(f"python -m probes: error: {exc}", file=sys.stderr)
         return 2
-    ctx = ProbeContext(device="cpu", device_id=args.device_id)
+    ctx = ProbeContext(device=args.device, device_id=args.device_id)
     results = run_guarded(PROBES[args.name](), params, ctx, float(params.timeout_s))  # type: ignore[attr-defined]
     print(json.dumps([r.to_json() | {"lower_is_better": r.lower_is_better} for r in results]))
     return 0

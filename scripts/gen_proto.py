@@ -69,11 +69,30 @@ message ProfileRequest {
   int64 expires_ns = 7;
 }
 
+// A request for one probe from the fixed registry (`probes.PROBES`) on one node: `probe` the
+// registry name, `params_json` a JSON object of its typed parameters, `host` the node ("*": every
+// node), `device` the CUDA device index ("" or "cpu": the CPU), `rank` the run's rank it stands
+// for (-1: none). The analyzer fills `request_id`, `seq`, `requested_ns` and `expires_ns`; the
+// node daemon validates it again, runs it in a low-priority subprocess and ships ProbeResult
+// events.
+message ProbeRequest {
+  string request_id = 1;
+  int64 seq = 2;
+  string probe = 3;
+  string params_json = 4;
+  string host = 5;
+  string device = 6;
+  int64 rank = 7;
+  int64 requested_ns = 8;
+  int64 expires_ns = 9;
+}
+
 // What flows from the analyzer to the hooks, pulled: daemon <- analyzer (PollControl), then
 // hook <- daemon (framed on the hook's own Unix socket connection, read by the hook thread).
 message ControlMessage {
   oneof body {
     ProfileRequest profile = 1;
+    ProbeRequest probe = 2;  // for the node daemon itself, never relayed to hooks
   }
 }
 
@@ -93,6 +112,7 @@ service Analyzer {
   rpc Summary(SummaryRequest) returns (SummaryReply);
   rpc RequestProfile(ProfileRequest) returns (ProfileRequest);
   rpc PollControl(ControlPoll) returns (ControlReply);
+  rpc RequestProbe(ProbeRequest) returns (ProbeRequest);
 }
 """
 

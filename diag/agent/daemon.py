@@ -16,6 +16,9 @@ writes each new one, framed (4-byte big-endian length + serialized ``diag.v1.Con
 every hook connection; unexpired ones are also sent to every connection made later, so a hook
 that starts or reconnects after a request still gets it. Hooks drop duplicates and expired
 requests themselves. An unreachable analyzer only delays the next poll (logged at debug level).
+A ``ProbeRequest`` message is for the daemon itself: one addressed to this host (or ``"*"``) goes
+to the :class:`~diag.agent.probe_runner.ProbeRunner` (validated, then run in a low-priority child
+process by a worker thread), whose ``ProbeResult`` events ship like any other; hooks never see it.
 
 Shutdown (:meth:`Daemon.request_stop`, e.g. on SIGTERM): stop accepting, read what hooks already
 sent (``grace_s``), spool everything queued, try to deliver for up to ``final_flush_s``, and leave
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 
 from diag import schema
 from diag.agent.listener import HookListener
+from diag.agent.probe_runner import ProbeRunner
 from diag.agent.shipper import Shipper
 from diag.agent.spool import Spool
 from diag.collectors import COLLECTORS
@@ -86,6 +90,10 @@ class DaemonStats:
     num_control_skipped: int = 0  # control frames a hook connection missed (not reading, closed)
 
 
+def _seq(msg: pb.ControlMessage) -> int:
+    return msg.probe.seq if msg.WhichOneof("body") == "probe" else msg.profile.seq
+
+
 class Daemon:
     """One node's daemon. Build with :meth:`from_config`; :meth:`run` blocks until stopped."""
 
@@ -128,6 +136,7 @@ class Daemon:
         self._retained: list[tuple[int, bytes]] = []  # (expires_ns, frame) of unexpired messages
         self._control_thread: threading.Thread | None = None
         self.num_control_messages = 0
+        self.probes = ProbeRunner(self.host, self.emit, wall_clock=wall_clock)
         spool_dir = cfg.spool_dir or os.path.join(
             tempfile.gettempdir(), f"diag-spool-{os.getpid()}"
         )
@@ -223,11 +232,17 @@ class Daemon:
             return 0
         now = self._wall()
         new = 0
-        for msg in sorted(messages, key=lambda m: m.profile.seq):
-            seq = msg.profile.seq
+        for msg in sorted(messages, key=_seq):
+            seq = _seq(msg)
             if seq <= self._control_seq:
                 continue
             self._control_seq = seq
+            if msg.WhichOneof("body") == "probe":  # for this daemon, never for the hooks
+                new += 1
+                if self.probes.addressed_here(msg.probe):
+                    log.info("probe request %s: %s", msg.probe.request_id, msg.probe.probe)
+                    self.probes.submit(msg.probe)
+                continue
             frame = frames.encode_frame(msg.SerializeToString())
             with self._lock:  # retained first: a hook connecting meanwhile gets it at least once
                 self._retained = [(e, f) for e, f in self._retained if e > now]
@@ -270,6 +285,7 @@ class Daemon:
         """Serve until :meth:`request_stop`; then shut down cleanly and return the counters."""
         self.listener.start()
         self.shipper.start()
+        self.probes.start()
         if self.cfg.control_poll_interval_s > 0:
             self._control_thread = threading.Thread(
                 target=self._control_loop, name="diag-control", daemon=True
@@ -356,6 +372,7 @@ class Daemon:
 
     def _shutdown(self) -> DaemonStats:
         self.listener.stop(grace_s=self._grace_s)
+        self.probes.stop()
         self._apply_new_ranks()
         self.flush()
         delivered = self.shipper.drain(self._final_flush_s)

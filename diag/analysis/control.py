@@ -80,6 +80,20 @@ def request_to_json(req: pb.ProfileRequest) -> dict[str, Any]:
     }
 
 
+def probe_request_to_json(req: pb.ProbeRequest) -> dict[str, Any]:
+    return {
+        "request_id": req.request_id,
+        "seq": req.seq,
+        "probe": req.probe,
+        "params_json": req.params_json,
+        "host": req.host,
+        "device": req.device,
+        "rank": req.rank,
+        "requested_ns": req.requested_ns,
+        "expires_ns": req.expires_ns,
+    }
+
+
 def _request_from_json(data: dict[str, Any]) -> pb.ProfileRequest:
     return pb.ProfileRequest(
         request_id=str(data["request_id"]),
@@ -90,6 +104,11 @@ def _request_from_json(data: dict[str, Any]) -> pb.ProfileRequest:
         requested_ns=int(data["requested_ns"]),
         expires_ns=int(data["expires_ns"]),
     )
+
+
+def control_seq(msg: pb.ControlMessage) -> int:
+    """The ``seq`` of a control message, whatever its body."""
+    return msg.probe.seq if msg.WhichOneof("body") == "probe" else msg.profile.seq
 
 
 class ControlBoard:
@@ -121,6 +140,7 @@ class ControlBoard:
         self._newest = -1  # the newest step index seen on any rank (max of _max_step)
         self._durations: deque[int] = deque(maxlen=num_durations)
         self._requests: list[pb.ProfileRequest] = []  # in seq order
+        self._probes: list[pb.ProbeRequest] = []  # in seq order; numbered with the requests
         self._last_seq = 0
         self._load()
 
@@ -132,6 +152,7 @@ class ControlBoard:
         try:
             data = json.loads(self._path.read_text())
             requests = [_request_from_json(r) for r in data.get("requests", [])]
+            probes = [pb.ProbeRequest(**p) for p in data.get("probes", [])]
             last_seq = int(data["last_seq"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self._last_seq = self._clock() // 1_000_000
@@ -143,7 +164,8 @@ class ControlBoard:
             )
             return
         self._requests = sorted(requests, key=lambda r: r.seq)
-        self._last_seq = max([last_seq, *(r.seq for r in requests)])
+        self._probes = sorted(probes, key=lambda r: r.seq)
+        self._last_seq = max([last_seq, *(r.seq for r in requests), *(p.seq for p in probes)])
 
     def _save(self) -> None:
         if self._path is None:
@@ -151,6 +173,7 @@ class ControlBoard:
         data = {
             "last_seq": self._last_seq,
             "requests": [request_to_json(r) for r in self._requests[-_KEEP_REQUESTS:]],
+            "probes": [probe_request_to_json(p) for p in self._probes[-_KEEP_REQUESTS:]],
         }
         tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}.tmp")
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,17 +278,70 @@ class ControlBoard:
         )
         return req
 
+    def request_probe(
+        self,
+        probe: str,
+        params_json: str,
+        host: str,
+        device: str = "",
+        rank: int = -1,
+        ttl_s: float = 120.0,
+    ) -> pb.ProbeRequest:
+        """Issue a request for one registered probe with ``params_json`` on ``host`` (``"*"``:
+        every node) and ``device`` (a CUDA index; ``""``: the CPU). The name and parameters are
+        validated here (:func:`probes.validate.validate`) and again by the daemon. Raises
+        :class:`ConfigError` (one line) on a bad request, ``OSError`` as :meth:`request_profile`."""
+        from probes.validate import RequestRejected, validate
+
+        try:
+            validate(probe, params_json)
+        except RequestRejected as exc:
+            raise ConfigError(str(exc)) from None
+        if not host or (device and device != "cpu" and not device.isdigit()):
+            raise ConfigError(f"a probe request needs a host and a device index, got {device!r}")
+        if not 0 < ttl_s <= MAX_TTL_S:
+            raise ConfigError(f"ttl_s must be in (0, {MAX_TTL_S:g}], got {ttl_s}")
+        with self._lock:
+            now = self._clock()
+            req = pb.ProbeRequest(
+                request_id=secrets.token_hex(4),
+                seq=self._last_seq + 1,
+                probe=probe,
+                params_json=params_json,
+                host=host,
+                device=device,
+                rank=rank,
+                requested_ns=now,
+                expires_ns=now + int(ttl_s * 1e9),
+            )
+            self._probes.append(req)
+            self._last_seq = req.seq
+            try:
+                self._save()
+            except OSError:
+                self._probes.pop()
+                self._last_seq -= 1
+                raise
+            self._probes = self._probes[-_KEEP_REQUESTS:]
+        log.info("probe request %s (seq %d): %s on %s", req.request_id, req.seq, probe, host)
+        return req
+
     def poll(self, after_seq: int) -> list[pb.ControlMessage]:
         """The unexpired requests with ``seq > after_seq``, in seq order, as control messages."""
         with self._lock:
             now = self._clock()
             live = [r for r in self._requests if r.seq > after_seq and r.expires_ns > now]
+            probes = [p for p in self._probes if p.seq > after_seq and p.expires_ns > now]
         out = []
         for r in live:
             msg = pb.ControlMessage()
             msg.profile.CopyFrom(r)
             out.append(msg)
-        return out
+        for p in probes:
+            msg = pb.ControlMessage()
+            msg.probe.CopyFrom(p)
+            out.append(msg)
+        return sorted(out, key=control_seq)
 
     @property
     def last_seq(self) -> int:

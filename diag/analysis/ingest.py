@@ -298,6 +298,16 @@ class IngestCore:
             raise TransportError("the analyzer is shutting down")
         return self.control.request_profile(num_steps, ranks, at_step, ttl_s)
 
+    def request_probe(self, req: pb.ProbeRequest, ttl_s: float = 120.0) -> pb.ProbeRequest:
+        """Ask ``req.host``'s daemon to run one registered probe: see
+        :meth:`ControlBoard.request_probe` (only probe, params_json, host, device and rank are
+        read)."""
+        if self._closed:
+            raise TransportError("the analyzer is shutting down")
+        return self.control.request_probe(
+            req.probe, req.params_json, req.host, req.device, req.rank, ttl_s
+        )
+
     def poll_control(self, after_seq: int) -> list[pb.ControlMessage]:
         """The unexpired control messages with ``seq > after_seq`` (the ``PollControl`` RPC)."""
         return self.control.poll(after_seq)

@@ -98,6 +98,19 @@ class AnalyzerServicer:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"analyzer cannot issue requests: {message}")
         return issued
 
+    def RequestProbe(
+        self, request: pb.ProbeRequest, context: grpc.ServicerContext
+    ) -> pb.ProbeRequest:
+        """Only ``probe``, ``params_json``, ``host``, ``device`` and ``rank`` are read."""
+        try:
+            issued = self.core.request_probe(request)
+        except ConfigError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, " ".join(str(exc).split()))
+        except (OSError, TransportError) as exc:
+            message = " ".join(str(exc).split())
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"analyzer cannot issue requests: {message}")
+        return issued
+
     def PollControl(
         self, request: pb.ControlPoll, context: grpc.ServicerContext
     ) -> pb.ControlReply:
@@ -131,6 +144,11 @@ def add_to_server(servicer: AnalyzerServicer, server: grpc.Server) -> None:
             servicer.PollControl,
             request_deserializer=pb.ControlPoll.FromString,
             response_serializer=pb.ControlReply.SerializeToString,
+        ),
+        "RequestProbe": grpc.unary_unary_rpc_method_handler(
+            servicer.RequestProbe,
+            request_deserializer=pb.ProbeRequest.FromString,
+            response_serializer=pb.ProbeRequest.SerializeToString,
         ),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

@@ -2,8 +2,11 @@
 suspect and on a healthy peer, with the shapes and sizes the run recorded; print confirmed,
 refuted, inconclusive or no probe, and write ``RUN_DIR/replay.json`` (:mod:`diag.replay.replay`).
 
-The probes run here, in this process, on this node's device (the daemon does not run probes on
-request yet); under one process the link probes (p2p, collectives) are ``unsupported``. Exit 0
+By default the probes run here, in this process, on this node's device; under one process the link
+probes (p2p, collectives) are ``unsupported``. With ``--via-analyzer HOST:PORT`` (the run's live
+analyzer) each probe is sent to the suspect's and the peer's own node daemon instead, which runs it
+on that rank's device in a low-priority child process (:mod:`diag.replay.remote`); the results are
+read back from the run directory the analyzer writes (``RUN_DIR`` must be that directory). Exit 0
 whatever the outcome (the outcome is the answer); 2 on a bad run directory or finding id.
 """
 
@@ -20,6 +23,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a diag run directory")
     parser.add_argument("--finding", metavar="ID", help="finding id (default: the top finding)")
     parser.add_argument("--json", action="store_true", help="print replay.json's object")
+    parser.add_argument(
+        "--via-analyzer",
+        metavar="HOST:PORT",
+        help="run the probes on the ranks' own nodes through the run's live analyzer and daemons",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,12 +40,21 @@ def run(args: argparse.Namespace) -> int:
 
     if not (args.run_dir / "store").is_dir():
         raise InputError(f"{args.run_dir}: not a diag run directory (no store/)")
-    ctx = make_context()
+    if args.via_analyzer:
+        from diag.replay.remote import daemon_runner
+        from diag.transport.client import AnalyzerClient
 
-    def local(plan: ProbePlan, target: Target) -> list[ProbeResult]:
-        return run_guarded(PROBES[plan.probe](), plan.params, ctx, float(plan.params.timeout_s))
+        with AnalyzerClient(args.via_analyzer) as client:
+            runner = daemon_runner(args.run_dir, client.request_probe)
+            result = replay(args.run_dir, args.finding, runner)
+    else:
+        ctx = make_context()
 
-    result = replay(args.run_dir, args.finding, local)
+        def local(plan: ProbePlan, target: Target) -> list[ProbeResult]:
+            params = plan.params
+            return run_guarded(PROBES[plan.probe](), params, ctx, float(params.timeout_s))
+
+        result = replay(args.run_dir, args.finding, local)
     if args.json:
         print(json.dumps(result.to_json()))
         return 0

@@ -514,8 +514,34 @@ class BatchStats(_message.Message):
     sampled: bool
     def __init__(self, reason: _Optional[str] = ..., num_tensors: _Optional[int] = ..., num_elements: _Optional[int] = ..., num_nonfinite: _Optional[int] = ..., min_value: _Optional[float] = ..., max_value: _Optional[float] = ..., mean_abs: _Optional[float] = ..., sampled: _Optional[bool] = ...) -> None: ...
 
+class ProbeResult(_message.Message):
+    __slots__ = ("request_id", "probe", "device", "status", "metric", "value", "unit", "detail", "params_json", "lower_is_better", "duration_ns")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PROBE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    LOWER_IS_BETTER_FIELD_NUMBER: _ClassVar[int]
+    DURATION_NS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    probe: str
+    device: str
+    status: str
+    metric: str
+    value: float
+    unit: str
+    detail: str
+    params_json: str
+    lower_is_better: bool
+    duration_ns: int
+    def __init__(self, request_id: _Optional[str] = ..., probe: _Optional[str] = ..., device: _Optional[str] = ..., status: _Optional[str] = ..., metric: _Optional[str] = ..., value: _Optional[float] = ..., unit: _Optional[str] = ..., detail: _Optional[str] = ..., params_json: _Optional[str] = ..., lower_is_better: _Optional[bool] = ..., duration_ns: _Optional[int] = ...) -> None: ...
+
 class Event(_message.Message):
-    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats")
+    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result")
     ENV_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -539,6 +565,7 @@ class Event(_message.Message):
     NONFINITE_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     BATCH_STATS_FIELD_NUMBER: _ClassVar[int]
+    PROBE_RESULT_FIELD_NUMBER: _ClassVar[int]
     env: Envelope
     step: StepEvent
     collective: CollectiveEvent
@@ -562,7 +589,8 @@ class Event(_message.Message):
     nonfinite: NonFinite
     fingerprint: ParamFingerprint
     batch_stats: BatchStats
-    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ...) -> None: ...
+    probe_result: ProbeResult
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResult, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("schema_version", "sender", "sent_ns", "events")
@@ -630,11 +658,35 @@ class ProfileRequest(_message.Message):
     expires_ns: int
     def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., at_step: _Optional[int] = ..., num_steps: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., requested_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ...) -> None: ...
 
+class ProbeRequest(_message.Message):
+    __slots__ = ("request_id", "seq", "probe", "params_json", "host", "device", "rank", "requested_ns", "expires_ns")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    PROBE_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_NS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    seq: int
+    probe: str
+    params_json: str
+    host: str
+    device: str
+    rank: int
+    requested_ns: int
+    expires_ns: int
+    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., probe: _Optional[str] = ..., params_json: _Optional[str] = ..., host: _Optional[str] = ..., device: _Optional[str] = ..., rank: _Optional[int] = ..., requested_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ...) -> None: ...
+
 class ControlMessage(_message.Message):
-    __slots__ = ("profile",)
+    __slots__ = ("profile", "probe")
     PROFILE_FIELD_NUMBER: _ClassVar[int]
+    PROBE_FIELD_NUMBER: _ClassVar[int]
     profile: ProfileRequest
-    def __init__(self, profile: _Optional[_Union[ProfileRequest, _Mapping]] = ...) -> None: ...
+    probe: ProbeRequest
+    def __init__(self, profile: _Optional[_Union[ProfileRequest, _Mapping]] = ..., probe: _Optional[_Union[ProbeRequest, _Mapping]] = ...) -> None: ...
 
 class ControlPoll(_message.Message):
     __slots__ = ("host", "daemon", "after_seq")

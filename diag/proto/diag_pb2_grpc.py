@@ -59,6 +59,11 @@ class AnalyzerStub:
                 request_serializer=diag_dot_proto_dot_diag__pb2.ControlPoll.SerializeToString,
                 response_deserializer=diag_dot_proto_dot_diag__pb2.ControlReply.FromString,
                 _registered_method=True)
+        self.RequestProbe = channel.unary_unary(
+                '/diag.v1.Analyzer/RequestProbe',
+                request_serializer=diag_dot_proto_dot_diag__pb2.ProbeRequest.SerializeToString,
+                response_deserializer=diag_dot_proto_dot_diag__pb2.ProbeRequest.FromString,
+                _registered_method=True)
 
 
 class AnalyzerServicer:
@@ -94,6 +99,12 @@ class AnalyzerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestProbe(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalyzerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +132,11 @@ def add_AnalyzerServicer_to_server(servicer, server):
                     servicer.PollControl,
                     request_deserializer=diag_dot_proto_dot_diag__pb2.ControlPoll.FromString,
                     response_serializer=diag_dot_proto_dot_diag__pb2.ControlReply.SerializeToString,
+            ),
+            'RequestProbe': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestProbe,
+                    request_deserializer=diag_dot_proto_dot_diag__pb2.ProbeRequest.FromString,
+                    response_serializer=diag_dot_proto_dot_diag__pb2.ProbeRequest.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +274,33 @@ class Analyzer:
             '/diag.v1.Analyzer/PollControl',
             diag_dot_proto_dot_diag__pb2.ControlPoll.SerializeToString,
             diag_dot_proto_dot_diag__pb2.ControlReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestProbe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/diag.v1.Analyzer/RequestProbe',
+            diag_dot_proto_dot_diag__pb2.ProbeRequest.SerializeToString,
+            diag_dot_proto_dot_diag__pb2.ProbeRequest.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,9 +4,10 @@
   when absent; ``finding_id`` picks one, default the top (highest confidence).
 - Suspect: the finding's first rank; peer: the lowest rank of the run not named by the finding.
 - Each probe of :func:`~diag.replay.plan.plan_for` runs once per target through a ``runner``. The
-  CLI's runner runs them in this process on this node's device (the daemon does not run probes on
-  request yet), so on a CPU-only machine suspect and peer are both this CPU: the outcome then
-  says so and tests the device, not the suspect rank's own.
+  CLI's default runner runs them in this process on this node's device, so on a CPU-only machine
+  suspect and peer are both this CPU: the outcome then says so and tests the device, not the
+  suspect rank's own. ``--via-analyzer`` uses :func:`diag.replay.remote.daemon_runner` instead:
+  each target's own node daemon runs the probe on that rank's device.
 - Outcome: ``confirmed`` when any metric of the suspect is worse than the peer's by more than
   ``tolerance`` (10%; for ``numerics`` when the digests differ); ``refuted`` when every compared
   metric is within it; ``inconclusive`` when nothing could be compared (all ``unsupported``);

@@ -129,6 +129,15 @@ class AnalyzerClient:
             raise self._error("RequestProfile", exc) from None
         return issued
 
+    def request_probe(self, request: pb.ProbeRequest) -> pb.ProbeRequest:
+        """Ask the analyzer to have ``request.host``'s daemon run one registered probe; the
+        request as issued (``request_id``, ``seq`` filled). ``INVALID_ARGUMENT`` on a bad one."""
+        try:
+            issued: pb.ProbeRequest = self._stub.RequestProbe(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("RequestProbe", exc) from None
+        return issued
+
     def close(self) -> None:
         """Close the channel; calls in flight fail with ``CANCELLED``."""
         self._channel.close()

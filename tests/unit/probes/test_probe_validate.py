@@ -1,0 +1,55 @@
+"""Probe requests that arrive as data: only registered names with exactly their typed parameters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from probes.gemm import GemmParams
+from probes.numerics import NumericsParams
+from probes.validate import MAX_PARAMS_CHARS, RequestRejected, validate
+
+
+def test_a_valid_request_gives_the_typed_params() -> None:
+    assert validate("numerics", '{"size": 8, "depth": 2}') == NumericsParams(size=8, depth=2)
+    params = validate("gemm", json.dumps({"shapes": [[8, 8, 8]], "dtypes": ["float32"]}))
+    assert params == GemmParams(shapes=((8, 8, 8),), dtypes=("float32",))
+    assert validate("numerics", "") == NumericsParams()
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "why"),
+    [
+        ("os.system", "{}", "unknown probe"),
+        ("__import__('os')", "{}", "unknown probe"),
+        ("numerics", "not json", "not JSON"),
+        ("numerics", "[1, 2]", "JSON object"),
+        ("numerics", '{"nope": 1}', "no parameter 'nope'"),
+        ("numerics", '{"size": 1e9}', "'size' is not int"),
+        ("numerics", '{"size": true}', "'size' is not int"),
+        ("numerics", '{"size": 100000}', "size must be in"),
+        ("gemm", '{"shapes": [[8, 8]]}', "'shapes'"),
+        ("gemm", '{"dtypes": ["float32; rm -rf /"]}', "is not one of"),
+        ("numerics", '{"timeout_s": 100000}', "timeout_s above"),
+        ("numerics", json.dumps({"size": 1, "pad": "x" * MAX_PARAMS_CHARS}), "longer than"),
+    ],
+)
+def test_anything_else_is_rejected_with_one_line(name: str, params: str, why: str) -> None:
+    with pytest.raises(RequestRejected, match=why) as info:
+        validate(name, params)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "smuggled",
+    [
+        {"size": "__import__('os').system('touch /tmp/pwned')"},
+        {"seed": {"__class__": "os.system"}},
+        {"__init__": 1},
+        {"depth": ["$(id)"]},
+    ],
+)
+def test_a_payload_smuggling_code_is_rejected(smuggled: dict[str, object]) -> None:
+    with pytest.raises(RequestRejected):
+        validate("numerics", json.dumps(smuggled))
