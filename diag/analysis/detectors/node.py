@@ -14,7 +14,7 @@ window of ``window`` steps (warm-up steps skipped). ``onset_step`` is the change
 rank's ratio near the first such window (the step that best separates a lower median ratio before
 from a higher one after, ``window`` steps each side); when it is within the first ``window``
 analysed steps, or the rank was flagged from the first window on, or its median ratio before the
-onset already held ``STRUCTURAL_SHARE`` (half) of the gap after it (noise hid early flags), the
+onset already held ``structural_share`` (half) of the gap after it (noise hid early flags), the
 imbalance was there from the start: cause ``structural``, ``onset_step`` None.
 
 - ``slowdown`` (onset): ``(median job step in the anomaly - median job step before onset) /
@@ -55,10 +55,6 @@ from diag.analysis.features import (
 )
 from diag.analysis.findings import Evidence, Finding
 
-#: the share of the gap after the onset already there before it that means "no onset": noise hid
-#: some flags early on, the imbalance was there from the start.
-STRUCTURAL_SHARE = 0.5
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
@@ -72,6 +68,7 @@ class NodeConfig:
     min_frac: float = 0.8  # flagged fraction of a window that makes it persistent
     min_wait_explained: float = 0.5  # peers' wait growth / culprit's excess compute
     confident_gap: float = 0.2  # compute gap (ratio - 1) that counts fully toward confidence
+    structural_share: float = 0.5  # gap before the onset / gap after it that means "no onset"
     warning: float = 0.1  # slowdown for severity "warning"
     critical: float = 0.3  # slowdown for severity "critical"
 
@@ -153,7 +150,8 @@ def _slow_rank(
     wait_after = float(peers_wait.iloc[anomaly].median())
     gap = float(ratio[rank].iloc[anomaly].median()) - 1.0
     before_gap = float(ratio[rank].iloc[: run.onset_pos].median()) - 1.0 if run.onset_pos else 0.0
-    structural = run.onset_pos < cfg.window or (gap > 0 and before_gap >= STRUCTURAL_SHARE * gap)
+    held = gap > 0 and before_gap >= cfg.structural_share * gap
+    structural = run.onset_pos < cfg.window or held
     if structural:
         wait_before = None
         grown = wait_after - float(wait[rank].iloc[anomaly].median())
