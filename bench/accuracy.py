@@ -1,25 +1,25 @@
 """Fail-slow detection accuracy: every fault cause at several severities and seeds, judged.
 
-The suite (:func:`diag.faults.cases.suite`) injects each cause — node, data, checkpoint, kernel,
+The suite (:func:`diag.selftest.cases.suite`) injects each cause — node, data, checkpoint, kernel,
 link, structural — at each ``--severities`` value (the fraction of the job's step time the fault
 costs) for each ``--seeds`` value, with the onset at step ``--onset`` of ``--steps`` on
 ``--world-size`` ranks (2 per host), plus clean runs (by default one per seed and severity, so
 they weigh as much as one cause). Each case runs in one of two modes:
 
-- ``replay`` (default): :func:`diag.faults.simulate.replay` writes the case's synthetic event
+- ``replay`` (default): :func:`diag.selftest.simulate.replay` writes the case's synthetic event
   stream (a synchronous data-parallel job with realistic noise, warm-up, periodic checkpoints,
   eval steps, profiler windows and collectives: see that module) into a real run store and runs
   ``diag triage`` on it. About a second per case, no GPU.
-- ``live``: :func:`diag.faults.live.run_case` runs a real torchrun job under ``diag run`` with
+- ``live``: :func:`diag.selftest.live.run_case` runs a real torchrun job under ``diag run`` with
   the fault injected and returns its findings (minutes per case).
 
-Each case is judged with :func:`diag.faults.score.judge` against the prepared case (the runner
+Each case is judged with :func:`diag.selftest.score.judge` against the prepared case (the runner
 names the slow kernel and the slow link's hosts). Printed: the confusion matrix (injected cause
 rows, the top finding's cause columns; a clean run's column is its top warning-or-above
 finding's cause, else ``none``), top-1 culprit and cause accuracy (overall, per cause, per
 severity), the median and p95 detection latency in steps after the onset per severity (right
 diagnoses with an onset only), warning-or-above findings on clean runs, and one line per failed
-case with its top finding. ``--json`` prints :meth:`diag.faults.score.Summary.to_json` instead.
+case with its top finding. ``--json`` prints :meth:`diag.selftest.score.Summary.to_json` instead.
 Measured numbers only, no asserts. The goals: top-1 culprit >= 95%, top-1 cause >= 90%, no
 warning-or-above finding on a clean run, median detection within 10 steps of the onset at
 severities >= 20% and within 50 steps at 10%.
@@ -42,20 +42,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diag.errors import DiagError
-from diag.faults.cases import CLEAN, FAULT_CAUSES, Case, suite
-from diag.faults.score import NONE, Outcome, Summary, judge
+from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case, suite
+from diag.selftest.score import NONE, Outcome, Summary, judge
 
 Runner = Callable[[Case, Path], tuple[Case, list[dict[str, Any]]]]
 
 
 def replay_runner(case: Case, workdir: Path) -> tuple[Case, list[dict[str, Any]]]:
-    from diag.faults.simulate import prepare, replay
+    from diag.selftest.simulate import prepare, replay
 
     return prepare(case), replay(case, workdir / "run")
 
 
 def live_runner(case: Case, workdir: Path) -> tuple[Case, list[dict[str, Any]]]:
-    from diag.faults.live import run_case  # lazily: it needs torch and starts real jobs
+    from diag.selftest.live import run_case  # lazily: it needs torch and starts real jobs
 
     return run_case(case, workdir)
 

@@ -47,9 +47,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from diag.agent import hook
 from diag.config import HookConfig
-from diag.transport import codec, frames
+from diag.hook import core as hook
+from diag.transport import codec
+from diag.transport import framing as frames
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead_attach import Attacher

@@ -2,7 +2,7 @@
 
 With ``--attach`` the base tier's process group is created without the hook (the Flight Recorder
 keeps torch's default size, as in a job started without diag), and each "on" block installs the
-hook through :func:`diag.hook_attach.start` (the entry point the injected code calls) and ends
+hook through :func:`diag.hook.attach.start` (the entry point the injected code calls) and ends
 with the attach's detach (the stop file; the hook's watcher thread uninstalls it).
 """
 
@@ -13,8 +13,8 @@ import json
 import time
 from pathlib import Path
 
-from diag import hook_attach
 from diag.config import HookConfig
+from diag.hook import attach as hook_attach
 
 
 class Attacher:

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from diag.agent import hook
 from diag.config import HookConfig
+from diag.hook import core as hook
 
 
 def _per_call_us(fn: Callable[[], object], n: int) -> float:

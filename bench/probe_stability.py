@@ -3,7 +3,7 @@ never? Prints measured numbers.
 
 A baseline is saved from one healthy GEMM probe run (a child process, as ``diag preflight
 --save-baseline`` would); then ``--healthy`` (default 20) healthy runs and ``--degraded`` (default
-5) runs confined to ``--fraction`` of a core by a cgroup CPU quota (:mod:`diag.faults.cpuquota`,
+5) runs confined to ``--fraction`` of a core by a cgroup CPU quota (:mod:`diag.selftest.cpuquota`,
 standing in for a GPU throttled by ``1 - fraction``) are judged by
 :func:`diag.preflight.rules.judge`, interleaved; a run flagged is measured once more and the better
 result judged, as ``diag preflight`` does (:mod:`diag.preflight.confirm`). Prints the load average
@@ -20,9 +20,9 @@ import os
 import sys
 import time
 
-from diag.faults.cpuquota import run_probe, unavailable_reason
 from diag.preflight.confirm import PAUSE_S, merge_best, slow_probes
 from diag.preflight.rules import Rules, judge
+from diag.selftest.cpuquota import run_probe, unavailable_reason
 from probes.base import ProbeResult
 
 HOST = "bench"

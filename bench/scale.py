@@ -45,11 +45,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diag import schema
-from diag.analysis.detectors.registry import DEFAULT_CONFIGS, DETECTORS
-from diag.analysis.features import Features
-from diag.analysis.ingest import IngestCore
-from diag.analysis.store import RunStore
-from diag.analysis.summary import summarize
+from diag.analyzer.core import IngestCore
+from diag.diagnose.detectors.registry import DEFAULT_CONFIGS, DETECTORS
+from diag.diagnose.features import Features
+from diag.store.run_store import RunStore
+from diag.store.summary import summarize
 from diag.transport import codec
 
 MS = 1_000_000

@@ -53,12 +53,12 @@ class HookConfig:
     trace_dir: str = ""  # raw traces of the windows go here ("" = not kept)
     max_traces_per_rank: int = 20  # the oldest are deleted beyond this
     max_trace_bytes: int = 32 * 1024 * 1024  # a compressed trace larger than this is not kept
-    # Hang watchdog (diag.agent.hook_watchdog): no step end and no collective completed for
+    # Hang watchdog (diag.hook.watchdog): no step end and no collective completed for
     # max(hang_factor x p99 of recent step times, hang_min_s) -> one HangReport + every thread's
     # stack, once per stall (hang_min_s <= 0 turns it off).
     hang_min_s: float = 30.0
     hang_factor: float = 3.0
-    # Numerics (diag.agent.hook_numerics): the loss checked for NaN/Inf every step; gradient norm
+    # Numerics (diag.hook.numerics): the loss checked for NaN/Inf every step; gradient norm
     # and batch statistics every numerics_every steps; a checksum of the DDP replica's parameters
     # every fingerprint_every steps (0 turns either off); on the first non-finite loss, the step's
     # forward replayed under no_grad with module checks (nonfinite_replay) to name the module.

@@ -2,7 +2,7 @@
 
 Every event is a frozen dataclass carrying the common envelope (:class:`Event`) and a typed payload.
 The same field names appear in the dataclass, in the proto message (``diag/proto/diag.proto``) and
-in the DataFrame columns built by :func:`diag.analysis.frames.events_to_frame`.
+in the DataFrame columns built by :func:`diag.store.dataframes.events_to_frame`.
 
 Units live in field names: ``*_ns`` nanoseconds, ``*_bytes`` bytes, ``*_mhz``, ``*_c``
 (Celsius), ``*_w`` (watts), ``*_pct`` (0-100). Counters start with ``num_``. Timestamps that are
@@ -378,7 +378,7 @@ class KernelSummary(Event):
 class HangReport(Event):
     """A rank's hook saw no progress (no step end, no collective completed) for ``stall_ns``.
 
-    Sent once per stall by the hook's watchdog (:mod:`diag.agent.hook_watchdog`), from the hook
+    Sent once per stall by the hook's watchdog (:mod:`diag.hook.watchdog`), from the hook
     thread, which keeps running while the training thread is blocked; re-armed by the next
     progress. ``stalled_since_ns`` is the wall-clock time of the last progress; ``threshold_ns``
     is max(``hang_factor`` x p99 of recent step times, ``hang_min_s``). ``last_step`` is the last

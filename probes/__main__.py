@@ -1,6 +1,6 @@
 """``python -m probes NAME [--params JSON]``: run one registered probe in this process on the CPU
 (or ``cuda:0``) and print its results as a JSON list. Used to run a probe in a confined child
-process (:mod:`diag.faults.cpuquota`) and by ``diag replay``; ``--params`` is a JSON object of the
+process (:mod:`diag.selftest.cpuquota`) and by ``diag replay``; ``--params`` is a JSON object of the
 probe's parameter fields, validated by its dataclass (unknown fields are an error)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""NVML health through the :class:`~diag.collectors.gpu.GpuBackend` seam: per GPU, ``value`` is
-the number of problems found (lower is better, 0 healthy) and ``detail`` names them: volatile
+"""NVML health through the :class:`~diag.gpu.backend.GpuBackend` seam: per GPU, ``value`` is the
+number of problems found (lower is better, 0 healthy) and ``detail`` names them: volatile
 double-bit ECC errors, pending XIDs, active throttle reasons (idle excluded), SM clock below
 ``min_clock_fraction`` of its maximum while busy, power limit below ``min_power_limit_w``.
 Retired pages and the PCIe link width/generation are not in the backend's readings yet and are not
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from diag.collectors.gpu import throttle_reason_names
+from diag.daemon.collectors.gpu import throttle_reason_names
 from probes.base import ProbeContext, ProbeResult, params_dict, unsupported
 
 

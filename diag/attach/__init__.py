@@ -3,7 +3,7 @@
 :mod:`diag.attach.discover` reads ``/proc`` (the process tree under the torchrun agent and each
 worker's ``RANK``/``LOCAL_RANK``/``TORCHELASTIC_RUN_ID``); :mod:`diag.attach.inject` runs a few
 lines in each worker (``sys.remote_exec`` on Python >= 3.14, ``hypno`` before; never gdb) that call
-:func:`diag.hook_attach.start`. Detaching is the hook's own business: it uninstalls itself when the
+:func:`diag.hook.attach.start`. Detaching is the hook's own business: it uninstalls itself when the
 stop file appears, when ``diag attach`` is gone or at its deadline.
 """
 

@@ -7,7 +7,7 @@ under the GIL). The injector's Python must be the target's version, which is che
 gdb's ``call``: on these machines it failed and crashed the target worker.
 
 The injected code is only: put diag's package root on ``sys.path`` (appended: a diag the job
-already imports wins), import :mod:`diag.hook_attach`, call ``start(<json>)``; everything else
+already imports wins), import :mod:`diag.hook.attach`, call ``start(<json>)``; everything else
 happens in the target's own threads.
 """
 
@@ -84,8 +84,8 @@ def payload(spec: dict[str, Any]) -> str:
         "import sys\n"
         "try:\n"
         f"    sys.path.append({root!r}) if {root!r} not in sys.path else None\n"
-        "    import diag.hook_attach\n"
-        f"    diag.hook_attach.start({json.dumps(spec)!r})\n"
+        "    import diag.hook.attach\n"
+        f"    diag.hook.attach.start({json.dumps(spec)!r})\n"
         "except BaseException:\n"
         "    pass\n"
     )

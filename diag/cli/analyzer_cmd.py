@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     )
     detectors = None
     if args.detector_config:
-        from diag.analysis.detector_config import load_detector_config
+        from diag.diagnose.detector_config import load_detector_config
 
         detectors = load_detector_config(args.detector_config)
     run_dir = Path(cfg.run_dir)
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{run_dir} is not a directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     handler = _log_to_file(run_dir)
-    from diag.analysis.service import serve  # grpc and pandas only for this command
+    from diag.analyzer.service import serve  # grpc and pandas only for this command
 
     host = cfg.bind.rsplit(":", 1)[0]
     if not is_loopback(host):

@@ -224,7 +224,7 @@ def _watch(
         from rich.console import Console
         from rich.live import Live
 
-        from diag.cli import render
+        from diag.cli.render import tables as render
 
         history: list[tuple[float, int]] = []  # (time, steps) of the last ~10 s: the rate
         with Live(render.live(None, elapsed_s=0, steps_per_s=None), console=Console()) as view:
@@ -247,7 +247,7 @@ def _print_final(
 ) -> None:
     from rich.console import Console
 
-    from diag.cli import render
+    from diag.cli.render import tables as render
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     if summary:

@@ -28,8 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from diag.agent.daemon import Daemon
     from diag.config import load_config
+    from diag.daemon.daemon import Daemon
 
     cfg = load_config(
         "daemon",

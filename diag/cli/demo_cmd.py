@@ -1,9 +1,8 @@
 """``diag demo``: the built-in demonstration, a real 4-rank CPU DDP job with one slow rank.
 
-It runs ``diag/demo/train_ddp.py`` (a small model, DDP on gloo) under ``diag run`` with rank 2
-doing extra compute every step from step 20 on, and ends with the per-rank table in which that
-rank stands out and the finding that names it, its cause and the step it started at.
-"""
+It runs ``diag/selftest/workloads/train_ddp.py`` (a small model, DDP on gloo) under ``diag run``
+with rank 2 doing extra compute every step from step 20 on, and ends with the per-rank table in
+which that rank stands out and the finding that names it, its cause and the step it started at."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from pathlib import Path
 from diag.cli import run_cmd
 
 HELP = "run the built-in demo: a 4-rank CPU DDP job with one slow rank, diagnosed"
-DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "demo" / "train_ddp.py"
+DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "selftest" / "workloads" / "train_ddp.py"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

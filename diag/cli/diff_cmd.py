@@ -1,5 +1,5 @@
 """``diag diff RUN_A RUN_B [--json] [--html FILE]``: parity of two runs (see
-:mod:`diag.analysis.diff` for the rules).
+:mod:`diag.compare.diff` for the rules).
 
 Prints the verdict and tables (loss and gradient-norm comparison, step time by phase, kernel
 changes), or with ``--json`` one object ``{"a", "b", "alignment", "verdict", "loss",
@@ -20,8 +20,8 @@ HELP = "compare two runs: loss and gradient-norm parity, divergent step, time by
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from diag.analysis.diff import GRAD_NORM_BAND, LOSS_BAND
-    from diag.analysis.diff_perf import MIN_SLOWER_PCT
+    from diag.compare.diff import GRAD_NORM_BAND, LOSS_BAND
+    from diag.compare.perf import MIN_SLOWER_PCT
 
     parser.add_argument("run_a", type=Path, metavar="RUN_A", help="the reference run directory")
     parser.add_argument("run_b", type=Path, metavar="RUN_B", help="the run compared with it")
@@ -54,7 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from diag.analysis.diff import DiffConfig, diff_runs
+    from diag.compare.diff import DiffConfig, diff_runs
     from diag.errors import InputError
 
     for name, value in (
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result = diff_runs(args.run_a, args.run_b, cfg)
     if args.html:
-        from diag.cli.diff_html import write_report
+        from diag.cli.render.diff_html import write_report
 
         write_report(args.html, result)
     if args.json:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
-    from diag.cli.diff_render import diff_renderables
+    from diag.cli.render.diff import diff_renderables
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     for item in diff_renderables(result.to_json()):

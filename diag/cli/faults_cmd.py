@@ -4,10 +4,10 @@
     diag faults run CAUSE [--severity 0.2] [--rank R] [--onset 30] [--steps 80] [--nproc 4]
                           [--seed 0] [--out DIR] [--json]
 
-``run`` injects one fault (:mod:`diag.faults.cases`: ``node``, ``data``, ``checkpoint``,
+``run`` injects one fault (:mod:`diag.selftest.cases`: ``node``, ``data``, ``checkpoint``,
 ``kernel``, ``structural``, ``link`` — which needs root for network namespaces — or ``clean``)
-into a real torchrun job under ``diag run`` (:mod:`diag.faults.live`), triages the run and says
-whether diag named the injected culprit and cause (:mod:`diag.faults.score`). Exit status 0 when
+into a real torchrun job under ``diag run`` (:mod:`diag.selftest.live`), triages the run and says
+whether diag named the injected culprit and cause (:mod:`diag.selftest.score`). Exit status 0 when
 it did, 1 when it did not. ``bench/accuracy.py`` runs the whole suite over severities and seeds.
 """
 
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_case(args: argparse.Namespace) -> int:
-    from diag.faults.cases import CLEAN, Case
-    from diag.faults.live import run_case
-    from diag.faults.score import judge
+    from diag.selftest.cases import CLEAN, Case
+    from diag.selftest.live import run_case
+    from diag.selftest.score import judge
 
     if not 2 <= args.nproc <= 64:
         raise ConfigError("--nproc must be between 2 and 64")
@@ -107,7 +107,7 @@ def _run_case(args: argparse.Namespace) -> int:
         return 0 if outcome.ok else 1
     from rich.console import Console
 
-    from diag.cli import render
+    from diag.cli.render import tables as render
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     console.print(f"injected: {case.name} — {_DESCRIPTIONS[case.cause]}")

@@ -39,11 +39,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from diag.collectors.gpu import GpuBackend
+    from diag.cli.render.preflight import results_table
+    from diag.daemon.collectors.gpu import GpuBackend
     from diag.errors import CollectorUnavailable
     from diag.preflight import baseline as bl
     from diag.preflight.confirm import PAUSE_S, merge_best, slow_probes
-    from diag.preflight.render import results_table
     from diag.preflight.rules import judge
     from diag.preflight.runner import check_names, gather, make_context, run_probes
     from probes import DEFAULT_PROBES
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     backend: GpuBackend | None = None
     if "nvml" in names:
         try:
-            from diag.collectors.nvml import NvmlBackend
+            from diag.gpu.nvml import NvmlBackend
 
             backend = NvmlBackend.open()
         except CollectorUnavailable:

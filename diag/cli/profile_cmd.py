@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--at-step must be >= 0 (0 = a few steps ahead), got {args.at_step}")
     ranks = parse_ranks(args.ranks)
     target = args.analyzer or analyzer_of(args.run_dir)
-    from diag.analysis.control import request_to_json
+    from diag.analyzer.control import request_to_json
     from diag.transport.client import AnalyzerClient  # grpc only for this command
 
     with AnalyzerClient(target, timeout_s=5.0) as client:

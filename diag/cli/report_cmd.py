@@ -1,7 +1,7 @@
 """``diag report DIR [--json] [--kernels] [--kernels-top N]``: the per-rank summary of a run.
 
 ``--kernels`` adds the cross-rank kernel table of the run's profiler windows
-(:func:`diag.analysis.kernels.from_store`); with ``--json`` it is the ``"kernels"`` list.
+(:func:`diag.traces.kernels.from_store`); with ``--json`` it is the ``"kernels"`` list.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from diag.analysis.store import RunStore
-    from diag.analysis.summary import summarize
+    from diag.store.run_store import RunStore
+    from diag.store.summary import summarize
 
     store = RunStore.open(args.run_dir)
     summary = summarize(store).to_json()
     if args.kernels:
-        from diag.analysis.kernels import from_store
+        from diag.traces.kernels import from_store
 
         summary["kernels"] = from_store(store, top=args.kernels_top or None).to_json()
     if args.json:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
-    from diag.cli import render
+    from diag.cli.render import tables as render
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     console.print(render.report(summary))

@@ -147,7 +147,7 @@ def _detector_config(args: argparse.Namespace) -> dict[str, object] | None:
             f"--detector-config {args.detector_config} sets the embedded analyzer's detectors; "
             "with --analyzer give it to diag analyzer instead"
         )
-    from diag.analysis.detector_config import load_detector_config
+    from diag.diagnose.detector_config import load_detector_config
 
     return load_detector_config(args.detector_config)
 

@@ -29,7 +29,7 @@ from diag.transport import local
 
 log = logging.getLogger(__name__)
 
-INJECT_DIR = Path(__file__).resolve().parent.parent / "agent" / "inject"
+INJECT_DIR = Path(__file__).resolve().parent.parent / "hook" / "inject"
 PACKAGE_ROOT = Path(diag.__file__).resolve().parent.parent
 
 
@@ -142,7 +142,7 @@ class EmbeddedAnalyzer:
         cls, run_dir: Path, detectors: Mapping[str, object] | None = None
     ) -> EmbeddedAnalyzer:
         """Serve ``run_dir``; live and final triage use ``detectors`` (name -> config)."""
-        from diag.analysis.service import serve
+        from diag.analyzer.service import serve
         from diag.config import AnalyzerConfig
 
         cfg = AnalyzerConfig(bind="127.0.0.1:0", run_dir=str(run_dir))
@@ -166,7 +166,7 @@ class EmbeddedAnalyzer:
         self._server.stop(grace=2.0).wait(5.0)
         self._core.close()
         try:
-            from diag.analysis.triage import write_findings
+            from diag.diagnose.triage import write_findings
 
             write_findings(self.run_dir, self._core.triage().findings)
         except Exception as exc:  # the run is stored; only the findings are missing
@@ -333,7 +333,7 @@ def watch(job: Job, source: SummarySource, *, live: bool, refresh_s: float = 1.0
     from rich.console import Console
     from rich.live import Live
 
-    from diag.cli import render
+    from diag.cli.render import tables as render
 
     console = Console()
     job.sink = lambda line, is_err: console.print(line, markup=False, highlight=False)
@@ -360,7 +360,7 @@ def watch(job: Job, source: SummarySource, *, live: bool, refresh_s: float = 1.0
 def print_final(summary: Mapping[str, Any] | None, *, out: Path, exit_code: int) -> None:
     from rich.console import Console
 
-    from diag.cli import render
+    from diag.cli.render import tables as render
 
     # A report piped to a file or a pager still gets room for its columns.
     console = Console(width=None if sys.stdout.isatty() else 120)

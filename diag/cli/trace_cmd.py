@@ -1,7 +1,7 @@
 """``diag trace PATH [PATH ...] [--out FILE] [--steps A:B] [--top N] [--json]``.
 
 - One run directory: writes the merged Chrome/Perfetto trace of all ranks (steps, collectives,
-  the profiler windows' kernels; :mod:`diag.analysis.timeline`) to ``--out`` (default
+  the profiler windows' kernels; :mod:`diag.traces.timeline`) to ``--out`` (default
   ``RUN_DIR/trace.json``; a name ending in ``.gz`` is gzipped).
 - Kineto trace files, or folders of them (searched recursively for ``*.json``/``*.json.gz``):
   prints each rank's heaviest kernels and the cross-rank kernel table; with ``--out`` also writes
@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_dir(run_dir: Path, args: argparse.Namespace) -> int:
-    from diag.analysis.store import RunStore
-    from diag.analysis.timeline import merged_trace, parse_steps
+    from diag.store.run_store import RunStore
+    from diag.traces.timeline import merged_trace, parse_steps
 
     trace = merged_trace(RunStore.open(run_dir), steps=parse_steps(args.steps))
     out = args.out or run_dir / "trace.json"
@@ -64,8 +64,8 @@ def _run_dir(run_dir: Path, args: argparse.Namespace) -> int:
 
 
 def _files(paths: list[Path], args: argparse.Namespace) -> int:
-    from diag.analysis import kernels, kineto, kineto_summary
     from diag.errors import InputError
+    from diag.traces import kernels, kineto, kineto_summary
 
     files: list[Path] = []
     for p in paths:
@@ -89,7 +89,7 @@ def _files(paths: list[Path], args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        from diag.cli import render
+        from diag.cli.render import tables as render
 
         console = Console(width=None if sys.stdout.isatty() else 120)
         for s in per_trace:
@@ -97,7 +97,7 @@ def _files(paths: list[Path], args: argparse.Namespace) -> int:
         if len(table.ranks) > 1:
             console.print(render.kernel_table(table.to_json()))
     if args.out:
-        from diag.analysis.timeline import merged_kineto
+        from diag.traces.timeline import merged_kineto
 
         _write(merged_kineto(traces), args.out, stream=sys.stderr if args.json else sys.stdout)
     return 0

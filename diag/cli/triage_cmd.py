@@ -6,14 +6,14 @@ checkpoint is to blame for a slow run, and which rank(s) failed first in a faile
 * a diag run directory: the detectors run on its store, merged with the remains inside it
   (``logs/job.log``, dumps); writes ``DIR/findings.jsonl`` (one finding per line);
 * a timing table from another tool (``.parquet`` or ``.csv``, see
-  :mod:`diag.analysis.timing_table`): the same detectors run on it, and nothing is written;
+  :mod:`diag.diagnose.timing_table`): the same detectors run on it, and nothing is written;
 * anything else, a directory or one file of what a failed run left (Flight Recorder dumps,
-  torchelastic error files, worker logs, see :mod:`diag.remains`): nothing is written there.
+  torchelastic error files, worker logs, see :mod:`diag.postmortem`): nothing is written there.
 
 Prints a table, or with ``--json`` one object ``{"run": {...}, "findings": [...]}`` (findings
 sorted by confidence, highest first; ``"problems"`` and ``"missing"`` too when remains were read).
 ``--html FILE`` also writes one self-contained HTML report. ``--config FILE.toml`` sets detector
-thresholds (:mod:`diag.analysis.detector_config`).
+thresholds (:mod:`diag.diagnose.detector_config`).
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from diag.analysis.detector_config import load_detector_config
-    from diag.analysis.timing_table import is_timing_table
-    from diag.analysis.triage import triage_remains, triage_run_dir, triage_table, write_findings
-    from diag.remains.discover import is_run_dir
+    from diag.diagnose.detector_config import load_detector_config
+    from diag.diagnose.timing_table import is_timing_table
+    from diag.diagnose.triage import triage_remains, triage_run_dir, triage_table, write_findings
+    from diag.postmortem.discover import is_run_dir
 
     detectors = load_detector_config(args.config) if args.config else None
     report = None
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         result, report = triage_remains(args.run_dir)  # remains: never written into
     out = result.to_json()
     if args.html:
-        from diag.remains.html_data import write_report
+        from diag.cli.render.triage_html import write_report
 
         write_report(args.html, args.run_dir, out, report)
     if args.json:
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
-    from diag.cli import render
+    from diag.cli.render import tables as render
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     if out["findings"]:

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from diag.analysis.store import RunStore
 from diag.proto import diag_pb2 as pb
 from diag.replay.plan import ProbePlan
 from diag.replay.replay import Runner, Target
+from diag.store.run_store import RunStore
 from probes.base import ProbeResult, params_dict
 
 WAIT_GRACE_S = 45.0

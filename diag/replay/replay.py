@@ -12,7 +12,7 @@
   ``tolerance`` (10%; for ``numerics`` when the digests differ); ``refuted`` when every compared
   metric is within it; ``inconclusive`` when nothing could be compared (all ``unsupported``);
   ``no probe`` when no probe applies to the cause. Each comparison becomes an
-  :class:`~diag.analysis.findings.Evidence` (``value`` the suspect's, ``reference`` the peer's)
+  :class:`~diag.findings.Evidence` (``value`` the suspect's, ``reference`` the peer's)
   appended to the finding in ``RUN_DIR/replay.json``:
   ``{"finding": {...}, "outcome", "note", "suspect", "peer", "results": [...]}``.
 """
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diag.analysis.findings import Evidence
-from diag.analysis.store import RunStore
 from diag.errors import InputError
+from diag.findings import Evidence
 from diag.replay.plan import ProbePlan, plan_for
+from diag.store.run_store import RunStore
 from probes.base import ProbeResult
 
 REPLAY_FILE = "replay.json"
@@ -75,7 +75,7 @@ def load_findings(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "findings.jsonl"
     if path.exists():
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    from diag.analysis.triage import triage_run_dir
+    from diag.diagnose.triage import triage_run_dir
 
     return [f.to_json() for f in triage_run_dir(run_dir)[0].findings]
 

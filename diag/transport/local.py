@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from diag.errors import TransportError
 from diag.schema import Event
-from diag.transport import codec, frames
+from diag.transport import codec
+from diag.transport import framing as frames
 
 
 def send_events(

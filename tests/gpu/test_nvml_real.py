@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from diag.collectors.gpu import GpuCollector
-from diag.collectors.nvml import NvmlBackend
+from diag.daemon.collectors.gpu import GpuCollector
 from diag.errors import CollectorUnavailable
+from diag.gpu.nvml import NvmlBackend
 from diag.schema import GpuSample
 
 pytestmark = pytest.mark.gpu

@@ -1,7 +1,7 @@
-"""The two-node network for the integration tests: :mod:`diag.faults.netns` as a pytest fixture.
+"""The two-node network for the integration tests: :mod:`diag.selftest.netns` as a pytest fixture.
 
 The network itself (namespaces, bridge, veth pairs, the stale sweep) lives in the package, where
-the link fault (:mod:`diag.faults.link`) uses it too; this module re-exports what the tests use
+the link fault (:mod:`diag.selftest.link`) uses it too; this module re-exports what the tests use
 and adds :func:`two_nodes`, which skips a test with the reason when the machine cannot host the
 network (not root, no ``ip netns``).
 """
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from diag.faults.netns import (
+from diag.selftest.netns import (
     NetnsUnavailable,
     Node,
     TwoNodes,

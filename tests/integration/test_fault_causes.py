@@ -1,6 +1,6 @@
 """Injected fail-slow faults in real 4-rank torchrun jobs: ``diag triage`` names the cause.
 
-Each test runs one case of the fault suite (:mod:`diag.faults.live`: the demo job under ``diag
+Each test runs one case of the fault suite (:mod:`diag.selftest.live`: the demo job under ``diag
 run`` with warm-up, an eval pass, periodic saves and profiler windows, and one fault sized to cost
 30% of the job's step from step 30), then triages the run: the top finding must name the injected
 culprit and cause with its onset, and no other finding of severity warning or above may blame
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from diag.faults.cases import Case
-from diag.faults.live import run_case
-from diag.faults.score import judge
+from diag.selftest.cases import Case
+from diag.selftest.live import run_case
+from diag.selftest.score import judge
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """The slow-link fault, live: two emulated nodes (network namespaces, 2 ranks each, gloo over a
 bridge), node B's link rate-limited with ``tc tbf`` from step 30 to cost half of the job's step
-(:mod:`diag.faults.link`); ``diag triage`` must name the link between node-a and node-b, and no
+(:mod:`diag.selftest.link`); ``diag triage`` must name the link between node-a and node-b, and no
 finding of severity warning or above may blame a node or the data loader. Needs root, ``ip netns``
 and ``tc`` (skipped otherwise). One two-node launch (about 20 s).
 """
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from diag.faults.cases import Case
-from diag.faults.link import HOSTS, run_link_case
-from diag.faults.netns import unavailable_reason
-from diag.faults.score import judge
+from diag.selftest.cases import Case
+from diag.selftest.link import HOSTS, run_link_case
+from diag.selftest.netns import unavailable_reason
+from diag.selftest.score import judge
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 

@@ -1,4 +1,5 @@
-"""Hangs and crashes of real 2-rank gloo jobs under ``diag run`` (``diag/faults/hang_job.py``).
+"""Hangs and crashes of real 2-rank gloo jobs under ``diag run``
+(``diag/selftest/workloads/hang_job.py``).
 
 Each test checks the culprit rank and the cause, that ``diag run`` exits with the job's own exit
 code, and that the finding was there well before the collective timeout (40 s): the hook's

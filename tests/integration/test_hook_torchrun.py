@@ -39,11 +39,12 @@ def test_torchrun_two_ranks_slow_rank_split() -> None:
         DIAG_HOOK_DAEMON_SOCK=sink.path,
         DIAG_HOOK_JOB_ID="itest",
         DIAG_HOOK_FR_POLL_INTERVAL_S="0.5",
-        PYTHONPATH=os.pathsep.join([str(REPO / "diag/agent/inject"), str(REPO)]),
+        PYTHONPATH=os.pathsep.join([str(REPO / "diag/hook/inject"), str(REPO)]),
     )
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(REPO / "diag/demo/train_ddp.py"), "--steps", str(STEPS), "--slow-rank", "1",
+        str(REPO / "diag/selftest/workloads/train_ddp.py"),
+        "--steps", str(STEPS), "--slow-rank", "1",
         "--slow-ms", "30", "--save-every", "10", "--ckpt-dir", str(short),
     ]  # fmt: skip
     try:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from diagproc import diag, env, torchrun
 
-from diag.analysis.store import RunStore
+from diag.store.run_store import RunStore
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from diag.faults.cpuquota import run_probe, unavailable_reason
 from diag.preflight.confirm import merge_best, slow_probes
 from diag.preflight.rules import judge
+from diag.selftest.cpuquota import run_probe, unavailable_reason
 from probes.base import ProbeResult
 
 pytestmark = pytest.mark.integration

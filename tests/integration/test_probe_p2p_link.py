@@ -1,5 +1,5 @@
 """The point-to-point matrix names a slow link: two emulated nodes (network namespaces on a bridge,
-:mod:`diag.faults.netns`), two ranks each, node B's veth rate-limited with ``tc tbf``; ``diag
+:mod:`diag.selftest.netns`), two ranks each, node B's veth rate-limited with ``tc tbf``; ``diag
 preflight --probes p2p --json`` under torchrun on both nodes must fail exactly the four rank pairs
 that cross node-a <-> node-b and pass the two pairs inside a node. Needs root, ``ip netns`` and
 ``tc`` (skipped otherwise).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from diag.faults.netns import Node, TwoNodes, stop, two_node_network, unavailable_reason
+from diag.selftest.netns import Node, TwoNodes, stop, two_node_network, unavailable_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 

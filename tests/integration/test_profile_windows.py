@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from diagproc import diag, env, torchrun
 
-from diag.analysis.store import RunStore
+from diag.store.run_store import RunStore
 
 pytestmark = pytest.mark.integration
 

@@ -1,9 +1,10 @@
 """Failures of jobs run with plain ``torchrun`` (no diag): ``diag triage`` on what torchrun left.
 
-The jobs are ``diag/faults/hang_job.py`` launched by ``torchrun --log-dir DIR --redirects 3``,
-so the only remains are torchrun's per-rank stdout/stderr files and its own output (kept next to
-them, as a launcher's log would be). One launch per test: a rank that raises (the job fails in a
-second or two) and, with 3 ranks, a rank that skips a collective (the others time out after the
+The jobs are ``diag/selftest/workloads/hang_job.py`` launched by ``torchrun --log-dir DIR
+--redirects 3``, so the only remains are torchrun's per-rank stdout/stderr files and its own output
+(kept next to them, as a launcher's log would be). One launch per test: a rank that raises (the job
+fails in a second or two) and, with 3 ranks, a rank that skips a collective (the others time out
+after the
 process group's 12 s timeout; torchrun's own summary blames a rank that timed out waiting).
 """
 

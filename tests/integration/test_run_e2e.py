@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from diagproc import Analyzer, diag, env, printed_losses, torchrun
 
-from diag.analysis.store import RunStore
+from diag.store.run_store import RunStore
 
 pytestmark = pytest.mark.integration
 

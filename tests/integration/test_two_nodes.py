@@ -310,7 +310,7 @@ def test_two_node_diag_run(two_nodes: TwoNodes, tmp_path: Path) -> None:
 
 def _check_clock_alignment(run_dir: Path) -> None:
     """Per step, the 4 ranks' end_ns agree on the analyzer's clock (per-host ClockSync offsets)."""
-    from diag.analysis.store import RunStore
+    from diag.store.run_store import RunStore
 
     store = RunStore.open(run_dir)
     steps = store.frame("step")

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 import torch.distributed as dist
 
-from diag.agent import hook
 from diag.config import HookConfig
+from diag.hook import core as hook
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from diag import schema
 from diag.errors import SchemaError
 from diag.proto import diag_pb2 as pb
 from diag.proto import diag_pb2_grpc
-from diag.transport import codec, frames
+from diag.transport import codec
+from diag.transport import framing as frames
 
 E = TypeVar("E", bound=schema.Event)
 

@@ -7,7 +7,8 @@ import threading
 from pathlib import Path
 
 from diag import schema
-from diag.transport import codec, frames
+from diag.transport import codec
+from diag.transport import framing as frames
 
 
 class FrameSink(threading.Thread):

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from daemon_doubles import FakeHook, hook_events, wait_for
 
-from diag.agent.daemon import Daemon, DaemonStats
-from diag.analysis.service import serve
+from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig, DaemonConfig
+from diag.daemon.daemon import Daemon, DaemonStats
 from diag.proto import diag_pb2 as pb
-from diag.transport import frames
+from diag.transport import framing as frames
 
 
 class ReadingHook(FakeHook):

@@ -19,8 +19,8 @@ import pytest
 from daemon_doubles import AnalyzerServer, FakeHook, RecordingAnalyzer, hook_events, wait_for
 
 from diag import schema
-from diag.agent.daemon import Daemon, DaemonStats
 from diag.config import DaemonConfig
+from diag.daemon.daemon import Daemon, DaemonStats
 from diag.errors import CollectorUnavailable
 from diag.proto import diag_pb2 as pb
 
@@ -190,7 +190,7 @@ def test_failing_collectors_and_rejected_batches_do_not_stop_the_daemon(
     rec = analyzer.servicer
     daemon = Daemon(config(tmp_path, analyzer.target), [Boom(), GoesAway()])
     daemon.spool.append(pb.EventBatch(schema_version="9.0").SerializeToString())  # refused
-    with caplog.at_level(logging.WARNING, logger="diag.agent"):
+    with caplog.at_level(logging.WARNING, logger="diag.daemon"):
         running = Running(daemon)
         wait_for(lambda: len(rec.of_kind(schema.CollectorError)) >= 5, what="collector errors")
         stats = running.stop()
@@ -199,7 +199,7 @@ def test_failing_collectors_and_rejected_batches_do_not_stop_the_daemon(
     gone = [e for e in errors if e.collector == "goes_away"]
     assert boom[0].message == "RuntimeError: disk on fire"
     assert len(gone) == 1 and gone[0].unavailable
-    lines = [r.getMessage() for r in caplog.records if r.name == "diag.agent.daemon"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "diag.daemon.daemon"]
     assert sum("disk on fire" in ln for ln in lines) == 1
     assert sum("device removed" in ln for ln in lines) == 1
     assert stats.num_batches_rejected == 1

@@ -14,9 +14,9 @@ import pytest
 from daemon_doubles import AnalyzerServer, FakeHook, RecordingAnalyzer, wait_for
 
 from diag import schema
-from diag.agent.daemon import Daemon
-from diag.collectors.ranks import RankWatch
 from diag.config import DaemonConfig
+from diag.daemon.collectors.ranks import RankWatch
+from diag.daemon.daemon import Daemon
 
 STACK = '[{"pid": 1, "os_thread_id": 1, "thread_name": "MainThread", "frames": []}]'
 

@@ -13,10 +13,11 @@ import pytest
 from daemon_doubles import FakeHook, hook_events, wait_for
 
 from diag import schema
-from diag.agent.listener import HookListener
+from diag.daemon.listener import HookListener
 from diag.errors import ConfigError
 from diag.proto import diag_pb2 as pb
-from diag.transport import codec, frames
+from diag.transport import codec
+from diag.transport import framing as frames
 
 
 class Sink:
@@ -68,7 +69,7 @@ def test_many_hooks_and_a_malformed_one_is_closed_alone(
         hook.send(hook_events("n", r, 100 + r, range(0, 5)))
     bad.send(hook_events("n", 9, 109, range(0, 2)))
     wait_for(lambda: sink.count() == 17, what="first batches")
-    with caplog.at_level(logging.WARNING, logger="diag.agent.listener"):
+    with caplog.at_level(logging.WARNING, logger="diag.daemon.listener"):
         bad.send_raw(frames.encode_frame(b"\xff\xff not a batch"))
         wait_for(lambda: listener.num_malformed == 1, what="malformed frame")
     assert len(caplog.records) == 1 and "malformed" in caplog.records[0].getMessage()

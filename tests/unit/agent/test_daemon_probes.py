@@ -9,8 +9,8 @@ from pathlib import Path
 
 from test_daemon_control import Analyzer, Running
 
-from diag.agent.daemon import Daemon
 from diag.config import DaemonConfig
+from diag.daemon.daemon import Daemon
 from diag.replay.plan import ProbePlan
 from diag.replay.remote import daemon_runner
 from diag.replay.replay import Target

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from diag.agent.spool import Spool
+from diag.daemon.spool import Spool
 from diag.errors import ConfigError
 
 
@@ -87,7 +87,7 @@ def test_bound_drops_the_oldest_and_counts_them(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     spool = Spool(tmp_path, max_bytes=1000, segment_bytes=300, fsync=False)
-    with caplog.at_level(logging.WARNING, logger="diag.agent.spool"):
+    with caplog.at_level(logging.WARNING, logger="diag.daemon.spool"):
         for i in range(30):
             spool.append(payload(i))
     assert spool.pending_bytes <= 1000
@@ -99,7 +99,7 @@ def test_bound_drops_the_oldest_and_counts_them(
 CRASHER = textwrap.dedent(
     """
     import os, signal, sys
-    from diag.agent.spool import Spool
+    from diag.daemon.spool import Spool
     spool = Spool(sys.argv[1], segment_bytes=1000)
     for i in range(30):
         spool.append(f"batch-{i:05d}-".encode().ljust(100, b"x"))
@@ -118,7 +118,7 @@ def test_killed_mid_write_reopen_keeps_every_intact_batch(
 ) -> None:
     proc = subprocess.run([sys.executable, "-c", CRASHER, str(tmp_path)], check=False)
     assert proc.returncode == -signal.SIGKILL
-    with caplog.at_level(logging.ERROR, logger="diag.agent.spool"):
+    with caplog.at_level(logging.ERROR, logger="diag.daemon.spool"):
         spool = Spool(tmp_path, segment_bytes=1000, fsync=False)
     assert spool.num_corrupt_segments == 1
     (line,) = [r.getMessage() for r in caplog.records]
@@ -140,7 +140,7 @@ def test_corrupt_middle_segment_keeps_prefix_and_later_segments(
     data = bytearray(second.read_bytes())
     data[108 * 2 + 50] ^= 0xFF  # damage the third record of the second segment
     second.write_bytes(bytes(data))
-    with caplog.at_level(logging.ERROR, logger="diag.agent.spool"):
+    with caplog.at_level(logging.ERROR, logger="diag.daemon.spool"):
         spool = Spool(tmp_path, segment_bytes=1000, fsync=False)
     (line,) = [r.getMessage() for r in caplog.records]
     assert str(second) in line and "offset 216" in line and "checksum mismatch" in line

@@ -19,8 +19,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from diag import schema
-from diag.agent import hook
 from diag.config import HookConfig
+from diag.hook import core as hook
 
 FAST = {"flush_interval_s": 0.05, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
 
@@ -182,7 +182,7 @@ def test_user_exceptions_propagate_unchanged(world: None) -> None:
     assert h.num_errors == 0, h.last_error
 
 
-@pytest.mark.parametrize("module", ["diag.agent.hook", "diag.hook"])
+@pytest.mark.parametrize("module", ["diag.hook.core", "diag.hook"])
 def test_import_is_cheap(module: str) -> None:
     code = (
         f"import sys, {module}\n"

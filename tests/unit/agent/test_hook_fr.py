@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from diag.agent.hook_fr import FrState, PyCall, StepWindows
-from diag.collectors.fr import entry_to_collective, load_fr_dump, normalize_op, pg_sizes
 from diag.errors import InputError
+from diag.flight_recorder import entry_to_collective, load_fr_dump, normalize_op, pg_sizes
+from diag.hook.fr_state import FrState, PyCall, StepWindows
 
 # shared/ lies beside the checkout (as in CI); DIAG_SHARED_DIR points elsewhere.
 SHARED = Path(os.environ.get("DIAG_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))

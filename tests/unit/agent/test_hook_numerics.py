@@ -15,12 +15,13 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from diag import schema
-from diag.agent import hook, hook_fingerprint
-from diag.agent.hook_events import EventFactory
-from diag.agent.hook_nonfinite import replay
-from diag.agent.hook_numerics import Numerics
-from diag.agent.hook_numerics_events import NumericsEvents, batch_stats
 from diag.config import HookConfig
+from diag.hook import core as hook
+from diag.hook import fingerprint as hook_fingerprint
+from diag.hook.events import EventFactory
+from diag.hook.nonfinite import replay
+from diag.hook.numerics import Numerics
+from diag.hook.numerics_events import NumericsEvents, batch_stats
 
 FAST = {"flush_interval_s": 0.05, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
 EVERY = {"numerics_every": 4, "fingerprint_every": 3}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diag.agent.phases import BACKWARD, CHECKPOINT, DATA, OPTIMIZER, STEP_FIELDS, StepTracker
+from diag.hook.phases import BACKWARD, CHECKPOINT, DATA, OPTIMIZER, STEP_FIELDS, StepTracker
 
 
 def run(script: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
@@ -73,7 +73,7 @@ def test_run_queue_delay_per_step_from_the_injected_clock() -> None:
 
 
 def test_run_queue_clock_reads_this_threads_schedstat(tmp_path: Any) -> None:
-    from diag.agent.sched import runqueue_clock
+    from diag.hook.sched import runqueue_clock
 
     clock = runqueue_clock()
     if clock is not None:  # Linux with schedstats: cumulative, never decreasing

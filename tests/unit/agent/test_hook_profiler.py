@@ -20,12 +20,12 @@ from hook_sink import FrameSink, of_kind
 from torch import nn
 
 from diag import schema
-from diag.agent import hook
-from diag.agent.hook_kernels import summarize
-from diag.agent.hook_profiler import ProfilerWindows, RequestFilter
 from diag.config import HookConfig
+from diag.hook import core as hook
+from diag.hook.kernels import summarize
+from diag.hook.profiler import ProfilerWindows, RequestFilter
 from diag.proto import diag_pb2 as pb
-from diag.transport import frames
+from diag.transport import framing as frames
 
 FAST = {"flush_interval_s": 0.02, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
 NO_PERIODIC = {"profile_every_steps": 0}

@@ -18,11 +18,11 @@ import torch.distributed as dist
 from hook_sink import FrameSink, of_kind
 
 from diag import schema
-from diag.agent import hook
-from diag.agent.hook_events import EventFactory
-from diag.agent.hook_stacks import ExceptHooks, ExceptionInfo, thread_stacks
-from diag.agent.hook_watchdog import HangWatchdog, StallWatch, completed_total, fr_facts
 from diag.config import HookConfig
+from diag.hook import core as hook
+from diag.hook.events import EventFactory
+from diag.hook.stacks import ExceptHooks, ExceptionInfo, thread_stacks
+from diag.hook.watchdog import HangWatchdog, StallWatch, completed_total, fr_facts
 
 S = 1_000_000_000
 
@@ -178,7 +178,7 @@ def test_thread_stacks_are_innermost_first() -> None:
     stacks = thread_stacks()
     me = next(s for s in stacks if s.thread_id == threading.get_native_id())
     first = me.frames.splitlines()[0]
-    assert first.endswith(" thread_stacks") and "hook_stacks.py:" in first
+    assert first.endswith(" thread_stacks") and "diag/hook/stacks.py:" in first
 
 
 def test_excepthooks_report_then_call_the_previous_hook() -> None:

@@ -10,7 +10,7 @@ import time
 from daemon_doubles import wait_for
 
 from diag import schema
-from diag.agent.probe_runner import ProbeRunner
+from diag.daemon.probe_runner import ProbeRunner
 from diag.proto import diag_pb2 as pb
 from probes.validate import validate
 

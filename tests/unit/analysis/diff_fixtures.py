@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from diag import schema
-from diag.analysis.store import RunStore
+from diag.store.run_store import RunStore
 
 MS = 1_000_000
 T0 = 1_800_000_000_000_000_000

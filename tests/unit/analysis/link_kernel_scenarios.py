@@ -9,7 +9,7 @@ from pathlib import Path
 from analysis_fixtures import MS, T0, Source
 
 from diag import schema
-from diag.analysis.store import RunStore
+from diag.store.run_store import RunStore
 
 HOSTS = {0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"}
 GROUPS = {"dp0": (0, 2), "dp1": (1, 3)}  # DP pairs across the two hosts

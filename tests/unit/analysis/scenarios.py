@@ -20,7 +20,7 @@ import numpy as np
 from analysis_fixtures import MS, T0, Source
 
 from diag import schema
-from diag.analysis.store import RunStore
+from diag.store.run_store import RunStore
 
 
 @dataclass(frozen=True, kw_only=True)

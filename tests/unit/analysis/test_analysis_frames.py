@@ -10,7 +10,7 @@ import pytest
 from analysis_fixtures import Source
 
 from diag import schema
-from diag.analysis import frames
+from diag.store import dataframes as frames
 
 
 @pytest.mark.parametrize("kind", list(schema.EVENT_TYPES))

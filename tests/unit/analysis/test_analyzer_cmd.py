@@ -15,10 +15,10 @@ import grpc
 import pyarrow.parquet as pq
 from analysis_fixtures import Source, batch
 
-from diag.analysis.store import RunStore
 from diag.cli.analyzer_cmd import is_loopback
 from diag.proto import diag_pb2 as pb
 from diag.proto import diag_pb2_grpc as pb_grpc
+from diag.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[3]
 

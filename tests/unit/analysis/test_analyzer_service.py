@@ -11,8 +11,8 @@ import grpc
 import pytest
 from analysis_fixtures import Source, batch, keys
 
-from diag.analysis.ingest import IngestCore
-from diag.analysis.service import serve
+from diag.analyzer.core import IngestCore
+from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
 from diag.proto import diag_pb2 as pb
 from diag.proto import diag_pb2_grpc as pb_grpc

@@ -11,14 +11,14 @@ import grpc
 import pytest
 from analysis_fixtures import MS, Source, batch
 
-from diag.analysis.control import ControlBoard
-from diag.analysis.ingest import IngestCore
-from diag.analysis.service import serve
-from diag.analysis.store import RunStore
+from diag.analyzer.control import ControlBoard
+from diag.analyzer.core import IngestCore
+from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
 from diag.errors import ConfigError, NotReady
 from diag.proto import diag_pb2 as pb
 from diag.proto import diag_pb2_grpc as pb_grpc
+from diag.store.run_store import RunStore
 
 S = 1_000_000_000
 

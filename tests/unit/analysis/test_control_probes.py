@@ -8,8 +8,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from diag.analysis.control import ControlBoard, control_seq
-from diag.analysis.service import serve
+from diag.analyzer.control import ControlBoard, control_seq
+from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
 from diag.errors import ConfigError
 from diag.proto import diag_pb2 as pb

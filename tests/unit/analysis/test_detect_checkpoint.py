@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from scenarios import Scenario
 
-from diag.analysis.detectors import checkpoint
-from diag.analysis.detectors.registry import run_all
-from diag.analysis.features import Features
+from diag.diagnose.detectors import checkpoint
+from diag.diagnose.detectors.registry import run_all
+from diag.diagnose.features import Features
 
 
 def test_slow_checkpoint_names_paths_and_throughput(tmp_path: Path) -> None:

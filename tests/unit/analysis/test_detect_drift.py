@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from numerics_scenarios import NumericsRun
 
-from diag.analysis.detectors import drift
-from diag.analysis.detectors.registry import run_all
-from diag.analysis.features import Features
-from diag.analysis.findings import Finding
+from diag.diagnose.detectors import drift
+from diag.diagnose.detectors.registry import run_all
+from diag.diagnose.features import Features
+from diag.findings import Finding
 
 
 def findings(run: NumericsRun, tmp_path: Path) -> dict[str, Finding]:

@@ -9,12 +9,12 @@ from pathlib import Path
 from analysis_fixtures import MS, T0, Source
 
 from diag import schema
-from diag.analysis.detectors import hang
-from diag.analysis.detectors.hang_evidence import breaks_pattern, rank_states, stack_cause
-from diag.analysis.detectors.registry import run_all
-from diag.analysis.features import Features
-from diag.analysis.findings import Finding
-from diag.analysis.store import RunStore
+from diag.diagnose.detectors import hang
+from diag.diagnose.detectors.hang_evidence import breaks_pattern, rank_states, stack_cause
+from diag.diagnose.detectors.registry import run_all
+from diag.diagnose.features import Features
+from diag.findings import Finding
+from diag.store.run_store import RunStore
 
 S = 1_000_000_000
 STALL = T0 + 10 * S  # when the last progress was
@@ -23,7 +23,7 @@ DATA_STACK = "\n".join([
     "/job/hang_job.py:41 Stuck.__getitem__",
     f"{SITE}/torch/utils/data/_utils/fetch.py:52 _MapDatasetFetcher.fetch",
     f"{SITE}/torch/utils/data/dataloader.py:789 _SingleProcessDataLoaderIter._next_data",
-    "/repo/diag/agent/hook_patches.py:120 wrapped_next",
+    "/repo/diag/hook/patches.py:120 wrapped_next",
     "/job/hang_job.py:90 main",
 ])  # fmt: skip
 WAIT_STACK = "\n".join([
@@ -127,7 +127,7 @@ def test_rank_stuck_in_its_data_loader(tmp_path: Path) -> None:
     seqs = {e.subject: (e.value, e.reference) for e in f.evidence if e.metric == "last_seq"}
     assert seqs == {"rank 0": (12, 12), "rank 1": (11, 12)}
     (stack,) = [e for e in f.evidence if e.metric == "stack"]
-    assert stack.subject == "rank 1 main thread (python)" and "hook_patches" not in stack.note
+    assert stack.subject == "rank 1 main thread (python)" and "diag/hook/" not in stack.note
     assert "<- torch/utils/data/_utils/fetch.py:52 _MapDatasetFetcher.fetch <-" in stack.note
 
 

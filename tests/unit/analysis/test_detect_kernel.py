@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 from link_kernel_scenarios import BASE, kernel_run, noisy
 
-from diag.analysis.detectors import kernel
-from diag.analysis.store import RunStore
+from diag.diagnose.detectors import kernel
+from diag.store.run_store import RunStore
 
 CFG = kernel.KernelConfig()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from link_kernel_scenarios import link_run
 
-from diag.analysis.detectors import link
-from diag.analysis.store import RunStore
+from diag.diagnose.detectors import link
+from diag.store.run_store import RunStore
 
 CFG = link.LinkConfig()
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from scenarios import Scenario
 
-from diag.analysis.detectors import node
-from diag.analysis.detectors.registry import run_all
-from diag.analysis.features import Features
+from diag.diagnose.detectors import node
+from diag.diagnose.detectors.registry import run_all
+from diag.diagnose.features import Features
 
 
 def _features(sc: Scenario, tmp_path: Path) -> Features:

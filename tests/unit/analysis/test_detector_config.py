@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from scenarios import Scenario
 
-from diag.analysis.detector_config import load_detector_config, parse_detector_config
-from diag.analysis.detectors.checkpoint import CheckpointConfig
-from diag.analysis.detectors.node import NodeConfig
-from diag.analysis.ingest import IngestCore
-from diag.analysis.store import RunStore
-from diag.analysis.triage import triage
+from diag.analyzer.core import IngestCore
+from diag.diagnose.detector_config import load_detector_config, parse_detector_config
+from diag.diagnose.detectors.checkpoint import CheckpointConfig
+from diag.diagnose.detectors.node import NodeConfig
+from diag.diagnose.triage import triage
 from diag.errors import ConfigError, InputError
+from diag.store.run_store import RunStore
 
 
 def _file(tmp_path: Path, text: str) -> Path:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from diff_fixtures import RunBuilder, base_loss
 
-from diag.analysis.diff import DiffConfig, diff_runs
-from diag.analysis.diff_curves import Band, first_divergence
+from diag.compare.curves import Band, first_divergence
+from diag.compare.diff import DiffConfig, diff_runs
 from diag.errors import InputError
 
 STEPS = range(60)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scenarios import Scenario
 
-from diag.analysis.features import CKPT_COLUMNS, STEP_COLUMNS, Features, peer_median, persistence
+from diag.diagnose.features import CKPT_COLUMNS, STEP_COLUMNS, Features, peer_median, persistence
 
 
 def test_steps_and_ckpt_frames(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_compute_is_the_ranks_own_less_its_run_queue_delay(tmp_path: Path) -> No
     import dataclasses
 
     from diag import schema
-    from diag.analysis.store import RunStore
+    from diag.store.run_store import RunStore
 
     events = Scenario(ranks=2, steps=3).events()
     delayed = [

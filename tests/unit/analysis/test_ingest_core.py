@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from analysis_fixtures import Source, batch, keys
 
-from diag.analysis.ingest import IngestCore, IngestResult
-from diag.analysis.store import RunStore
-from diag.analysis.wal import read_wal, wal_paths
+from diag.analyzer.core import IngestCore, IngestResult
+from diag.analyzer.wal import read_wal, wal_paths
 from diag.errors import SchemaError
+from diag.store.run_store import RunStore
 
 
 def _core(run_dir: Path) -> IngestCore:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from diag import schema
-from diag.analysis import kernels
-from diag.analysis.kineto import load_trace
-from diag.analysis.kineto_summary import summarize
-from diag.analysis.store import RunStore
+from diag.store.run_store import RunStore
+from diag.traces import kernels
+from diag.traces.kineto import load_trace
+from diag.traces.kineto_summary import summarize
 
 SHARED = Path(os.environ.get("DIAG_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))
 KINETO = SHARED / "data" / "external" / "kineto"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from diag.analysis.kineto import TraceEvent, load_trace, rank_from_name
-from diag.analysis.kineto_summary import category_of, summarize
 from diag.errors import InputError
+from diag.traces.kineto import TraceEvent, load_trace, rank_from_name
+from diag.traces.kineto_summary import category_of, summarize
 
 # shared/ lies beside the checkout (as in CI); DIAG_SHARED_DIR points elsewhere.
 SHARED = Path(os.environ.get("DIAG_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))

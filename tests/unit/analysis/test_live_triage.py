@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 from scenarios import Scenario
 
-from diag.analysis.service import serve
+from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
 from diag.proto import diag_pb2_grpc as pb_grpc
 from diag.transport import codec

@@ -15,10 +15,10 @@ from analysis_fixtures import MS, Source
 from scenarios import Scenario
 
 from diag import schema
-from diag.analysis.detectors import node, node_evidence
-from diag.analysis.features import Features
-from diag.analysis.findings import Finding
-from diag.analysis.store import RunStore
+from diag.diagnose.detectors import node, node_evidence
+from diag.diagnose.features import Features
+from diag.findings import Finding
+from diag.store.run_store import RunStore
 
 # Rank 2 (node1, local rank 2) is slow from step 50, by little enough that the detector's own
 # confidence (~0.76) leaves room to see what corroboration adds.

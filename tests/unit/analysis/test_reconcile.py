@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from scenarios import Scenario
 
-from diag.analysis.features import Features
-from diag.analysis.findings import Evidence, Finding
-from diag.analysis.reconcile import ReconcileConfig, attribute, reconcile, steps_per_window
+from diag.diagnose.features import Features
+from diag.diagnose.reconcile import ReconcileConfig, attribute, reconcile, steps_per_window
+from diag.findings import Evidence, Finding
 
 
 def _node(

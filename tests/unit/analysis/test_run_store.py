@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from analysis_fixtures import Source, keys
 
-from diag.analysis.store import RunStore
 from diag.errors import InputError
+from diag.store.run_store import RunStore
 
 
 def test_flush_writes_one_part_per_kind_and_frame_merges_buffer(tmp_path: Path) -> None:

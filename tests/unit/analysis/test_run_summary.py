@@ -10,8 +10,8 @@ import pytest
 from analysis_fixtures import MS, T0, Source
 
 from diag import schema
-from diag.analysis.store import RunStore
-from diag.analysis.summary import summarize
+from diag.store.run_store import RunStore
+from diag.store.summary import summarize
 
 
 def _run(tmp_path: Path, *, ended: bool = True) -> RunStore:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from diag import schema
-from diag.analysis.store import RunStore
-from diag.analysis.timeline import clock_offsets, merged_trace, parse_steps
 from diag.errors import InputError
+from diag.store.run_store import RunStore
+from diag.traces.timeline import clock_offsets, merged_trace, parse_steps
 
 MS = 1_000_000
 T0 = 1_790_000_000_000_000_000  # analyzer clock at step 0

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diag.analysis.timing_table import features_from_table, read_timing_table
-from diag.analysis.triage import triage_table
+from diag.diagnose.timing_table import features_from_table, read_timing_table
+from diag.diagnose.triage import triage_table
 from diag.errors import InputError
 
 MS = 1_000_000

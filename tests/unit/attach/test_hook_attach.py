@@ -1,4 +1,4 @@
-""":func:`diag.hook_attach.start` in this process: attach, reuse, detach, bad spec."""
+""":func:`diag.hook.attach.start` in this process: attach, reuse, detach, bad spec."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import time
 from pathlib import Path
 
-from diag import hook_attach
-from diag.agent import hook
 from diag.config import HookConfig
+from diag.hook import attach as hook_attach
+from diag.hook import core as hook
 
 
 def _spec(tmp_path: Path, **extra: object) -> str:

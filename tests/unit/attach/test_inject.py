@@ -15,7 +15,7 @@ from diag.attach import AttachError, inject
 def test_payload_is_small_valid_python_that_calls_start() -> None:
     code = inject.payload({"hook": {"job_id": "x'y\\"}, "status": "/tmp/s.json"})
     compile(code, "<injected>", "exec")
-    assert "diag.hook_attach.start(" in code and len(code) < 4096
+    assert "diag.hook.attach.start(" in code and len(code) < 4096
     start = code.index("start(") + len("start(")
     spec = ast.literal_eval(code[start : code.index(")\n", start)])  # the literal given to start()
     assert json.loads(spec)["hook"]["job_id"] == "x'y\\"

@@ -13,8 +13,8 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).parents[1] / "analysis"))
 from diff_fixtures import RunBuilder, base_loss
 
-from diag.cli.diff_render import diff_renderables
 from diag.cli.main import main
+from diag.cli.render.diff import diff_renderables
 
 
 def _runs(tmp_path: Path) -> tuple[Path, Path]:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from diag.faults.cases import CLEAN, FAULT_CAUSES
+from diag.selftest.cases import CLEAN, FAULT_CAUSES
 
 
 def _diag(*args: str) -> subprocess.CompletedProcess[str]:

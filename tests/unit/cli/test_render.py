@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from diag.cli import render
+from diag.cli.render import tables as render
 
 
 def _summary(slow_ratio: float) -> dict:

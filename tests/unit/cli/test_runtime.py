@@ -20,7 +20,7 @@ def test_run_event_reads_torchrun_shape() -> None:
 def test_worker_env_puts_the_hook_first_and_keeps_user_path() -> None:
     env = runtime.worker_env({"PYTHONPATH": "/user/lib"}, daemon_sock="/tmp/s", job_id="j")
     parts = env["PYTHONPATH"].split(":")
-    assert parts[0].endswith("diag/agent/inject") and parts[-1] == "/user/lib"
+    assert parts[0].endswith("diag/hook/inject") and parts[-1] == "/user/lib"
     assert (env["DIAG_HOOK"], env["DIAG_HOOK_DAEMON_SOCK"], env["DIAG_HOOK_JOB_ID"]) == (
         "1", "/tmp/s", "j",
     )  # fmt: skip

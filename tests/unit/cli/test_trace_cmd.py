@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.text import Text
 
 from diag import schema
-from diag.analysis.store import RunStore
-from diag.cli import render
 from diag.cli.main import main
+from diag.cli.render import tables as render
+from diag.store.run_store import RunStore
 
 SHARED = Path(os.environ.get("DIAG_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))
 KINETO = SHARED / "data" / "external" / "kineto"

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from diag import schema
-from diag.collectors.base import stamp
-from diag.collectors.gpu import (
+from diag.config import DaemonConfig
+from diag.daemon.collectors.base import stamp
+from diag.daemon.collectors.gpu import (
     HW_SLOWDOWN,
     FakeGpuBackend,
     GpuCollector,
     backend_from_config,
     throttle_reason_names,
 )
-from diag.config import DaemonConfig
 from diag.errors import ConfigError
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from diag import schema
-from diag.collectors.host import HostCollector
+from diag.daemon.collectors.host import HostCollector
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "proc_fake"
 

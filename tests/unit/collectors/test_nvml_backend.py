@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from diag.collectors.nvml import NvmlBackend
 from diag.errors import CollectorUnavailable
+from diag.gpu.nvml import NvmlBackend
 
 
 def test_without_nvml_library_it_is_unavailable() -> None:
@@ -166,7 +166,7 @@ def test_pynvml_is_imported_only_when_opened() -> None:
     import subprocess
 
     code = (
-        "import sys, diag.collectors, diag.collectors.nvml, diag.agent.daemon; "
+        "import sys, diag.daemon.collectors, diag.gpu.nvml, diag.daemon.daemon; "
         "print('pynvml' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

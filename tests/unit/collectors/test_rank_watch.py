@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from diag import schema
-from diag.collectors.ranks import RankWatch, find_stack_tool, pyspy_threads
+from diag.daemon.collectors.ranks import RankWatch, find_stack_tool, pyspy_threads
 
 
 def _stat(root: Path, pid: int, *, state: str = "S", start: int = 500) -> None:

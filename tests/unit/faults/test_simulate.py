@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from diag import schema
-from diag.faults.cases import CLEAN, FAULT_CAUSES, Case, suite
-from diag.faults.score import judge
-from diag.faults.simulate import dp_groups, prepare, replay, simulate
+from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case, suite
+from diag.selftest.score import judge
+from diag.selftest.simulate import dp_groups, prepare, replay, simulate
 
 
 def _case(cause: str, severity: float = 0.2, seed: int = 0) -> Case:

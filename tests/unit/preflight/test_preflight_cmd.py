@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from diag.cli.main import main
-from diag.preflight.render import results_table
+from diag.cli.render.preflight import results_table
 from diag.preflight.rules import judge
 from probes.base import ProbeResult
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fr_fixtures import dump, entry, write_pickle
 
-from diag.remains.analyze import analyze
-from diag.remains.discover import collect
+from diag.postmortem.analyze import analyze
+from diag.postmortem.discover import collect
 
 GROUPS = {"0": [0, 1, 2, 3], "1": [0, 1], "2": [2, 3], "3": [1, 3]}
 

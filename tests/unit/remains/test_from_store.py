@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 from diag import schema
-from diag.analysis.store import RunStore
-from diag.analysis.triage import triage_run_dir
-from diag.remains.html import render
-from diag.remains.html_data import report_data
+from diag.cli.render.html import render
+from diag.cli.render.triage_html import report_data
+from diag.diagnose.triage import triage_run_dir
+from diag.store.run_store import RunStore
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "analysis"))
 from analysis_fixtures import MS, T0, Source

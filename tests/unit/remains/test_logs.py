@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from diag.remains.analyze import analyze
-from diag.remains.causes import classify
-from diag.remains.discover import collect
-from diag.remains.logs import parse_log
-from diag.remains.records import Clue
+from diag.postmortem.analyze import analyze
+from diag.postmortem.causes import classify
+from diag.postmortem.discover import collect
+from diag.postmortem.logs import parse_log
+from diag.postmortem.records import Clue
 
 ERROR_FILE = "torchelastic_abc/none_x1/attempt_0/2/error.json"
 TRACEBACK = """Traceback (most recent call last):

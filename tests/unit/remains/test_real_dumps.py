@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from fr_fixtures import write_json
 
-from diag.collectors.fr import load_fr_dump
-from diag.remains.analyze import analyze
-from diag.remains.discover import collect
+from diag.flight_recorder import load_fr_dump
+from diag.postmortem.analyze import analyze
+from diag.postmortem.discover import collect
 
 # shared/ lies beside the checkout (as in CI); DIAG_SHARED_DIR points elsewhere.
 SHARED = Path(os.environ.get("DIAG_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))

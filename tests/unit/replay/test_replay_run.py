@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from diag import schema
-from diag.analysis.store import RunStore
 from diag.cli.main import main
 from diag.errors import InputError
 from diag.replay.plan import ProbePlan, collective_sizes, gemm_shape, heaviest_gemm_shapes
 from diag.replay.replay import Target, replay
+from diag.store.run_store import RunStore
 from probes.base import ProbeResult
 
 

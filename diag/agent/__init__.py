@@ -1,1 +1,0 @@
-"""diag's in-process side: the in-job hook (``hook.py``) and, elsewhere, the node daemon."""

@@ -1,0 +1,335 @@
+"""The ingest core: validate a batch, drop events already stored, log it durably, then store it.
+
+No gRPC here (``diag.analyzer.service`` is the thin adapter); every public method is thread-safe
+behind one lock.
+
+The exactly-once guarantee, for a daemon that resends every batch it has not seen acknowledged:
+
+- an event is accepted iff ``seq > high_water[source]`` (each source numbers its events 0, 1, ...
+  and sends them in order, gaps allowed);
+- accepted events are appended to the write-ahead log and fsynced *before* the reply, so an
+  acknowledged event survives a SIGKILL;
+- at start-up the high-water marks are rebuilt from the Parquet parts and the WAL. WAL events
+  are matched against the parts by exact ``(source, seq)``, not by high-water mark, because a crash
+  in the middle of a flush can leave one kind's part written and another's not.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from google.protobuf.message import DecodeError
+
+from diag import schema
+from diag.analyzer import wal as wal_mod
+from diag.analyzer.control import CONTROL_FILE, ControlBoard
+from diag.diagnose.detectors.registry import run_all
+from diag.diagnose.features import Features
+from diag.diagnose.triage import TriageResult
+from diag.errors import InputError, SchemaError, TransportError
+from diag.proto import diag_pb2 as pb
+from diag.store.run_store import RunStore
+from diag.store.summary import RunSummary, summarize
+from diag.transport import codec
+
+log = logging.getLogger(__name__)
+
+#: event kinds after which the live triage runs at once rather than at its next interval.
+URGENT_KINDS = frozenset({schema.HangReport.kind, schema.ExceptionEvent.kind, schema.RankExit.kind})
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """The answer to one batch: events newly stored, and events dropped as already stored."""
+
+    num_accepted: int
+    num_duplicates: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What start-up found: WAL events replayed into the store (``num_replayed``), WAL events
+    already in Parquet parts (``num_already_stored``, a crash between a flush and the WAL delete),
+    WAL files with a torn tail, and corrupt parts moved aside (their new ``*.corrupt`` paths)."""
+
+    num_wal_files: int
+    num_replayed: int
+    num_already_stored: int
+    num_torn_wal_files: int
+    corrupt_parts: tuple[Path, ...]
+
+
+def _lock_run_dir(store: RunStore) -> IO[str]:
+    """Refuse a second analyzer process on the same run directory (two WAL writers would each
+    replay and fold the other's files). A POSIX record lock: per process, released by the kernel
+    when the process dies, even by SIGKILL."""
+    fh = open(store.store_dir / "analyzer.lock", "a+")  # noqa: SIM115 - held while serving
+    try:
+        fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "?"
+        fh.close()
+        raise InputError(f"{store.run_dir} is in use by another analyzer (pid {holder})") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+class IngestCore:
+    """Deduplicating, write-ahead-logged ingest into a :class:`RunStore`.
+
+    Construction recovers the run directory (moves corrupt parts aside, replays leftover WAL files,
+    folds them into parts) and rebuilds the high-water marks; :attr:`recovery` says what it found.
+    ``clock`` gives the analyzer's wall time in nanoseconds (the ``analyzer_time_ns`` of replies).
+    ``control`` is the board of on-demand requests (default: one on ``RUN_DIR/control.json`` with
+    ``clock``); the core feeds it every accepted ``StepEvent`` (and, at start-up, the stored ones).
+    ``detectors`` (name -> config) are the detector configs :meth:`triage` runs with.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        clock: Callable[[], int] = time.time_ns,
+        *,
+        control: ControlBoard | None = None,
+        detectors: Mapping[str, object] | None = None,
+    ) -> None:
+        self.store = store
+        self.detectors = dict(detectors or {})
+        self.clock = clock
+        self.control = control or ControlBoard(clock, state_path=store.run_dir / CONTROL_FILE)
+        self._lock = threading.RLock()
+        self.latest_triage: TriageResult | None = None
+        #: set when an event arrives that a finding should follow at once (a hang report, an
+        #: exception, a rank exit): the live triage runs then instead of at its next interval.
+        self.urgent = threading.Event()
+        self._high_water: dict[str, int] = {}
+        self._closed = False
+        store.wal_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock_run_dir(store)
+        self.recovery = self._recover()
+        self._wal = wal_mod.WalWriter(store.wal_dir)
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def _recover(self) -> RecoveryReport:
+        corrupt = self.store.quarantine_corrupt_parts()
+        for kind in self.store.kinds():
+            df = self.store.frame(kind)
+            self._raise_marks(df.groupby("source")["seq"].max().items())
+            if kind == schema.StepEvent.kind:
+                recent = df.tail(256)  # sorted by time: the newest steps and their durations
+                self.control.observe_steps(
+                    zip(
+                        recent["rank"].tolist(),
+                        recent["step"].tolist(),
+                        recent["duration_ns"].tolist(),
+                        recent["end_ns"].tolist(),
+                        strict=True,
+                    )
+                )
+        paths = wal_mod.wal_paths(self.store.wal_dir)
+        events: list[schema.Event] = []
+        torn = 0
+        for path in paths:
+            contents = wal_mod.read_wal(path)
+            if contents.num_trailing_bytes:
+                torn += 1
+                log.warning(
+                    "WAL %s ends in a torn frame (%d bytes, a crash mid-write); kept its %d whole "
+                    "frames",
+                    path,
+                    contents.num_trailing_bytes,
+                    len(contents.payloads),
+                )
+            for i, payload in enumerate(contents.payloads):
+                try:
+                    events += codec.events_from_batch(pb.EventBatch.FromString(payload))
+                except (DecodeError, SchemaError) as exc:
+                    log.warning("WAL %s frame %d is unreadable, skipped: %s", path, i, exc)
+        replay, num_stored = self._not_in_parts(events)
+        self.store.append(replay)
+        self._raise_marks((ev.source, ev.seq) for ev in replay)
+        self._observe_steps(replay)
+        if paths:
+            try:
+                self.store.flush()
+                wal_mod.WalWriter(self.store.wal_dir).delete_closed()
+            except OSError as exc:
+                log.warning("cannot fold the WAL into parts yet (kept it): %s", exc)
+            log.info(
+                "recovered %d events from %d WAL files (%d were already stored)",
+                len(replay),
+                len(paths),
+                num_stored,
+            )
+        return RecoveryReport(len(paths), len(replay), num_stored, torn, tuple(corrupt))
+
+    def _not_in_parts(self, events: list[schema.Event]) -> tuple[list[schema.Event], int]:
+        """WAL events that no part holds yet (by exact key), each once, in WAL order."""
+        seen: set[tuple[str, int]] = set()
+        by_kind: dict[str, set[str]] = {}
+        for ev in events:
+            by_kind.setdefault(type(ev).kind, set()).add(ev.source)
+        for kind, sources in by_kind.items():
+            df = self.store.frame(kind)
+            df = df[df["source"].isin(list(sources))]
+            seen.update(zip(df["source"].tolist(), df["seq"].tolist(), strict=True))
+        out = []
+        for ev in events:
+            key = (ev.source, ev.seq)
+            if key not in seen:
+                seen.add(key)
+                out.append(ev)
+        return out, len(events) - len(out)
+
+    def _raise_marks(self, pairs: Iterable[tuple[str, int]]) -> None:
+        hw = self._high_water
+        for source, seq in pairs:
+            if seq > hw.get(source, -1):
+                hw[source] = int(seq)
+
+    # -- ingest -------------------------------------------------------------------------------
+
+    def ingest(self, batch: pb.EventBatch) -> IngestResult:
+        """Store the new events of ``batch``; durable (WAL, fsynced) when this returns.
+
+        Raises :class:`SchemaError` (one line) if any event is invalid: then nothing is stored.
+        Raises ``OSError`` if the WAL cannot be written: then nothing is stored or acknowledged.
+        """
+        events = codec.events_from_batch(batch)
+        with self._lock:
+            if self._closed:
+                raise TransportError("the analyzer is shutting down")
+            marks: dict[str, int] = {}
+            keep: list[int] = []
+            for i, ev in enumerate(events):
+                if ev.seq > marks.get(ev.source, self._high_water.get(ev.source, -1)):
+                    marks[ev.source] = ev.seq
+                    keep.append(i)
+            if keep:
+                if len(keep) == len(events):
+                    payload = batch.SerializeToString()
+                else:
+                    out = pb.EventBatch(
+                        schema_version=batch.schema_version,
+                        sender=batch.sender,
+                        sent_ns=batch.sent_ns,
+                    )
+                    out.events.extend(batch.events[i] for i in keep)
+                    payload = out.SerializeToString()
+                self._wal.append(payload)
+                self._high_water.update(marks)
+                self.store.append(events[i] for i in keep)
+                self._observe_steps(events[i] for i in keep)
+                if any(events[i].kind in URGENT_KINDS for i in keep):
+                    self.urgent.set()
+            return IngestResult(len(keep), len(events) - len(keep))
+
+    def _observe_steps(self, events: Iterable[schema.Event]) -> None:
+        steps = [
+            (ev.rank, ev.step, ev.duration_ns, ev.end_ns)
+            for ev in events
+            if isinstance(ev, schema.StepEvent)
+        ]
+        if steps:
+            self.control.observe_steps(steps)
+
+    def flush(self) -> int:
+        """Fold buffered events into Parquet parts and delete the WAL files they came from.
+
+        Returns the number of parts written. On an ``OSError`` the unwritten rows stay buffered and
+        the WAL is kept; the next flush retries.
+        """
+        with self._lock:
+            if self._closed or not self.store.num_buffered:
+                return 0
+            self._wal.rotate()
+            parts = self.store.flush()
+            self._wal.delete_closed()
+            return len(parts)
+
+    def close(self) -> None:
+        """Final flush; later ingests are refused. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self.flush()
+            finally:
+                self._wal.close()
+                self._closed = True
+                self._lock_file.close()
+                self.urgent.set()  # wake the live triage so that it sees the close
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def high_water(self) -> dict[str, int]:
+        """A copy of the per-source high-water marks (the largest ``seq`` stored per source)."""
+        with self._lock:
+            return dict(self._high_water)
+
+    # -- control ------------------------------------------------------------------------------
+
+    def request_profile(
+        self,
+        num_steps: int = 1,
+        ranks: Sequence[int] = (),
+        at_step: int = 0,
+        ttl_s: float = 120.0,
+    ) -> pb.ProfileRequest:
+        """Ask every rank (or ``ranks``) for a profiler window: see
+        :meth:`ControlBoard.request_profile`. For in-process callers (``diag run``'s embedded
+        analyzer, detectors) and the ``RequestProfile`` RPC."""
+        if self._closed:
+            raise TransportError("the analyzer is shutting down")
+        return self.control.request_profile(num_steps, ranks, at_step, ttl_s)
+
+    def request_probe(self, req: pb.ProbeRequest, ttl_s: float = 120.0) -> pb.ProbeRequest:
+        """Ask ``req.host``'s daemon to run one registered probe: see
+        :meth:`ControlBoard.request_probe` (only probe, params_json, host, device and rank are
+        read)."""
+        if self._closed:
+            raise TransportError("the analyzer is shutting down")
+        return self.control.request_probe(
+            req.probe, req.params_json, req.host, req.device, req.rank, ttl_s
+        )
+
+    def poll_control(self, after_seq: int) -> list[pb.ControlMessage]:
+        """The unexpired control messages with ``seq > after_seq`` (the ``PollControl`` RPC)."""
+        return self.control.poll(after_seq)
+
+    def summarize(self) -> RunSummary:
+        """:func:`diag.store.summary.summarize` of the store, taken under the lock."""
+        with self._lock:
+            return summarize(self.store)
+
+    def triage(self) -> TriageResult:
+        """The detectors on the store as it is now: the frames are read under the lock, the
+        detectors run outside it (ingest goes on meanwhile). Remembered as ``latest_triage``."""
+        with self._lock:
+            features = Features.from_store(self.store)
+            run = summarize(self.store).to_json()["run"]
+        result = TriageResult(run=run, findings=tuple(run_all(features, self.detectors)))
+        self.latest_triage = result
+        return result
+
+    def summary_json(self) -> dict[str, Any]:
+        """``summarize().to_json()``: the ``diag report --json`` object (works after close too)."""
+        out = self.summarize().to_json()
+        if self.latest_triage is not None:
+            out["findings"] = [f.to_json() for f in self.latest_triage.findings]
+        return out

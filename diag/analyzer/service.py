@@ -1,0 +1,239 @@
+"""The analyzer's gRPC service: a thin adapter over :class:`~diag.analyzer.core.IngestCore`.
+
+``Ingest`` takes the raw request bytes (no deserializer in front of it) so that garbage is answered
+like any other malformed batch: ``INVALID_ARGUMENT`` with one line, nothing stored. ``Time`` answers
+the analyzer's wall clock for the daemons' NTP-style offset; ``Summary`` the ``diag report --json``
+object of the run so far. ``RequestProfile`` issues an on-demand profile request (the analyzer
+fills ``request_id``, ``seq``, the times and, when 0, ``at_step``; bad arguments are
+``INVALID_ARGUMENT``); ``PollControl`` answers a daemon the requests newer than its ``after_seq``.
+:func:`serve` is the composition: store, core, server, flush thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent import futures
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from diag import schema
+from diag.analyzer.core import IngestCore
+from diag.config import AnalyzerConfig
+from diag.diagnose.triage import write_findings
+from diag.errors import ConfigError, NotReady, SchemaError, TransportError
+from diag.proto import diag_pb2 as pb
+from diag.store.run_store import RunStore
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "diag.v1.Analyzer"
+
+
+def parse_batch(data: bytes | pb.EventBatch) -> pb.EventBatch:
+    """An ``EventBatch`` from request bytes; :class:`SchemaError` (one line) if they are not one."""
+    if isinstance(data, pb.EventBatch):
+        return data
+    batch = pb.EventBatch()
+    try:
+        batch.ParseFromString(data)
+    except (DecodeError, RuntimeError) as exc:
+        raise SchemaError(f"malformed event batch ({len(data)} bytes): {exc}") from None
+    return batch
+
+
+class AnalyzerServicer:
+    """The ``diag.v1.Analyzer`` methods; ``Ingest`` takes a proto message or raw bytes."""
+
+    def __init__(self, core: IngestCore) -> None:
+        self.core = core
+
+    def Ingest(
+        self, request: bytes | pb.EventBatch, context: grpc.ServicerContext
+    ) -> pb.IngestReply:
+        try:
+            batch = parse_batch(request)
+            result = self.core.ingest(batch)
+        except SchemaError as exc:
+            message = " ".join(str(exc).split())
+            log.warning("rejected a batch from %s: %s", context.peer(), message)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        except (OSError, TransportError) as exc:
+            message = " ".join(str(exc).split())
+            log.error("cannot store a batch (not acknowledged): %s", message)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"analyzer cannot store events: {message}")
+        return pb.IngestReply(
+            num_accepted=result.num_accepted,
+            num_duplicates=result.num_duplicates,
+            analyzer_time_ns=self.core.clock(),
+            schema_version=schema.SCHEMA_VERSION,
+        )
+
+    def Time(self, request: pb.TimeRequest, context: grpc.ServicerContext) -> pb.TimeReply:
+        return pb.TimeReply(analyzer_time_ns=time.time_ns())
+
+    def Summary(self, request: pb.SummaryRequest, context: grpc.ServicerContext) -> pb.SummaryReply:
+        return pb.SummaryReply(json=json.dumps(self.core.summary_json()))
+
+    def RequestProfile(
+        self, request: pb.ProfileRequest, context: grpc.ServicerContext
+    ) -> pb.ProfileRequest:
+        """Only ``num_steps``, ``ranks`` and ``at_step`` of the request are read."""
+        try:
+            issued = self.core.request_profile(
+                num_steps=request.num_steps, ranks=list(request.ranks), at_step=request.at_step
+            )
+        except ConfigError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, " ".join(str(exc).split()))
+        except NotReady as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, " ".join(str(exc).split()))
+        except (OSError, TransportError) as exc:
+            message = " ".join(str(exc).split())
+            log.error("cannot issue a profile request: %s", message)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"analyzer cannot issue requests: {message}")
+        return issued
+
+    def RequestProbe(
+        self, request: pb.ProbeRequest, context: grpc.ServicerContext
+    ) -> pb.ProbeRequest:
+        """Only ``probe``, ``params_json``, ``host``, ``device`` and ``rank`` are read."""
+        try:
+            issued = self.core.request_probe(request)
+        except ConfigError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, " ".join(str(exc).split()))
+        except (OSError, TransportError) as exc:
+            message = " ".join(str(exc).split())
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"analyzer cannot issue requests: {message}")
+        return issued
+
+    def PollControl(
+        self, request: pb.ControlPoll, context: grpc.ServicerContext
+    ) -> pb.ControlReply:
+        return pb.ControlReply(messages=self.core.poll_control(request.after_seq))
+
+
+def add_to_server(servicer: AnalyzerServicer, server: grpc.Server) -> None:
+    """Register the servicer; ``Ingest`` gets raw bytes (see the module docstring)."""
+    handlers: dict[str, grpc.RpcMethodHandler] = {
+        "Ingest": grpc.unary_unary_rpc_method_handler(
+            servicer.Ingest,
+            request_deserializer=None,
+            response_serializer=pb.IngestReply.SerializeToString,
+        ),
+        "Time": grpc.unary_unary_rpc_method_handler(
+            servicer.Time,
+            request_deserializer=pb.TimeRequest.FromString,
+            response_serializer=pb.TimeReply.SerializeToString,
+        ),
+        "Summary": grpc.unary_unary_rpc_method_handler(
+            servicer.Summary,
+            request_deserializer=pb.SummaryRequest.FromString,
+            response_serializer=pb.SummaryReply.SerializeToString,
+        ),
+        "RequestProfile": grpc.unary_unary_rpc_method_handler(
+            servicer.RequestProfile,
+            request_deserializer=pb.ProfileRequest.FromString,
+            response_serializer=pb.ProfileRequest.SerializeToString,
+        ),
+        "PollControl": grpc.unary_unary_rpc_method_handler(
+            servicer.PollControl,
+            request_deserializer=pb.ControlPoll.FromString,
+            response_serializer=pb.ControlReply.SerializeToString,
+        ),
+        "RequestProbe": grpc.unary_unary_rpc_method_handler(
+            servicer.RequestProbe,
+            request_deserializer=pb.ProbeRequest.FromString,
+            response_serializer=pb.ProbeRequest.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+
+
+def _flush_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> None:
+    while not stop.wait(interval_s) and not core.closed:
+        try:
+            core.flush()
+        except Exception:  # keep ingesting: the WAL still holds everything not yet in parts
+            log.exception("periodic flush failed; will retry")
+
+
+#: seconds the live triage waits after an urgent event for the rest of the same moment's reports.
+URGENT_SETTLE_S = 0.5
+
+
+def _triage_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> None:
+    """Run the detectors on the live run every ``interval_s``, and at once after an urgent event
+    (:data:`~diag.analyzer.core.URGENT_KINDS`: a hang report, an exception, a rank exit; a
+    short settle lets the other ranks' reports of the same moment arrive first); new findings are
+    logged and ``RUN_DIR/findings.jsonl`` is rewritten whenever the findings change."""
+    seen: list[dict[str, Any]] = []
+    while not core.closed:
+        if core.urgent.wait(interval_s):
+            if stop.wait(URGENT_SETTLE_S):
+                break
+            core.urgent.clear()
+        if stop.is_set() or core.closed:
+            break
+        try:
+            result = core.triage()
+        except Exception:  # a half-written run, a detector bug: the analyzer keeps ingesting
+            log.exception("live triage failed; will retry")
+            continue
+        current = [f.to_json() for f in result.findings]
+        if current != seen:
+            write_findings(core.store.run_dir, result.findings)
+            known = {f["id"] for f in seen}
+            for f in current:
+                if f["id"] not in known:
+                    log.warning("finding: %s (%s, confidence %.2f)", f["summary"], f["cause"],
+                                f["confidence"])  # fmt: skip
+            seen = current
+
+
+def serve(
+    cfg: AnalyzerConfig, *, detectors: Mapping[str, object] | None = None
+) -> tuple[grpc.Server, int, IngestCore]:
+    """Open (recovering) the store at ``cfg.run_dir``, start the server on ``cfg.bind`` and the
+    flush thread (and the live triage, with ``detectors``: name -> config, defaults for the
+    others). Returns the started server, the bound port and the core.
+
+    To stop: ``server.stop(grace).wait()`` then ``core.close()`` (final flush; ends the thread).
+    """
+    if not cfg.run_dir:
+        raise TransportError("the analyzer needs a run directory")
+    core = IngestCore(RunStore.create(cfg.run_dir), detectors=detectors)
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", cfg.max_message_bytes),
+        ("grpc.max_send_message_length", cfg.max_message_bytes),
+        # One analyzer per port: without this, grpc lets a second process bind the same port.
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
+    add_to_server(AnalyzerServicer(core), server)
+    try:
+        port = server.add_insecure_port(cfg.bind)
+    except RuntimeError as exc:
+        core.close()
+        raise TransportError(f"cannot bind {cfg.bind}: {exc}") from None
+    if port == 0:
+        core.close()
+        raise TransportError(f"cannot bind {cfg.bind}")
+    server.start()
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=_flush_loop, args=(core, cfg.flush_interval_s, stop), name="diag-flush", daemon=True
+    )
+    thread.start()
+    if cfg.triage_interval_s > 0:
+        threading.Thread(
+            target=_triage_loop,
+            args=(core, cfg.triage_interval_s, stop),
+            name="diag-triage",
+            daemon=True,
+        ).start()
+    return server, port, core

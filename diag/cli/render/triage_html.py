@@ -1,0 +1,67 @@
+"""Gather what ``diag triage --html`` draws from the path it was given, and write the page.
+
+Step data (compute per rank and step) comes from a run directory's store or a timing table;
+collectives from the remains' Flight Recorder dumps, else from the run store's own collective
+events; stacks and culprits from the remains analysis (:class:`~diag.postmortem.analyze.
+RemainsReport`). Rendering is :func:`diag.cli.render.html.render`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from diag.cli.render.html import ReportData, render
+from diag.errors import InputError
+from diag.postmortem.analyze import RemainsReport
+from diag.postmortem.discover import is_run_dir
+
+
+def report_data(path: Path, result: Mapping[str, Any], report: RemainsReport | None) -> ReportData:
+    """The page's data for ``diag triage PATH`` with its ``--json`` object ``result``."""
+    steps = pd.DataFrame()
+    dumps = report.remains.dumps if report is not None else ()
+    if is_run_dir(path):
+        from diag.diagnose.features import Features
+        from diag.postmortem.from_store import dumps_from_collectives
+        from diag.store.run_store import RunStore
+
+        store = RunStore.open(path)
+        steps = Features.from_store(store).steps
+        if not dumps:
+            dumps = dumps_from_collectives(store.frame("collective"), f"{path}/store")
+    elif path.is_file():
+        from diag.diagnose.timing_table import (
+            features_from_table,
+            is_timing_table,
+            read_timing_table,
+        )
+
+        if is_timing_table(path):
+            steps = features_from_table(read_timing_table(path)).steps
+    run_id = result.get("run", {}).get("id") or path.name
+    return ReportData(
+        title=f"diag triage: {run_id}",
+        result=result,
+        steps=steps,
+        dumps=tuple(dumps),
+        stacks=report.stacks if report is not None else {},
+    )
+
+
+def write_report(
+    out: Path, path: Path, result: Mapping[str, Any], report: RemainsReport | None
+) -> Path:
+    """Write the page for ``path`` to ``out`` (atomically); :class:`InputError` if it cannot."""
+    page = render(report_data(Path(path), result, report))
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise InputError(f"{out}: cannot write the HTML report ({exc.strerror or exc})") from None
+    return out

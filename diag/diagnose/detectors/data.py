@@ -1,0 +1,244 @@
+"""Data detector: the input pipeline holds the job back.
+
+Three signatures, each a finding with cause ``data``:
+
+1. *One rank's loader* (``data-rank<r>``): the rank's ``data_ms`` exceeds its peers' median by
+   more than ``max(min_excess_ms, min_excess_frac x job step)`` in ``>= min_frac`` of a sliding
+   ``window``. ``slowdown`` as in the node detector: job step after vs before onset (or, from the
+   start, the excess divided by the job step).
+2. *Every rank's loader* (``data-all``): the per-step median over ranks of ``data_ms /
+   duration_ms`` (the data share) is above ``share_threshold`` and above its own baseline (the
+   median share of the first ``window`` analysed steps) by ``min_share_growth``, persistently.
+   ``slowdown`` = job step after vs before onset.
+3. *Imbalance that moves* (``data-moving``; only ``info`` when a host's CPUs are saturated, since
+   ranks descheduled in turn look the same): the per-step ratio ``max / median`` of compute over
+   ranks is ``>= min_ratio`` in ``>= min_imbalanced_frac`` of steps, yet no rank is the slowest in
+   more than ``max_top_share`` of those steps: the work itself is uneven (sequence lengths, sample
+   sizes), not a node. ``ranks`` are the ``num_named`` most frequent slowest ranks; ``slowdown`` is
+   the median over imbalanced steps of ``(max - median compute) / job step``.
+
+Confidence: (1, 2) as in the node detector, ``consistency x (0.5 + 0.5 x min(1, gap /
+confident_gap))`` with ``gap`` the excess as a fraction of the job step; (3) ``0.9 x imbalanced
+fraction x (1 - top share)``: a rotating culprit is inferred, not observed, hence the 0.9 cap.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from diag.diagnose.detectors.node import confidence, severity
+from diag.diagnose.features import Features, peer_median, persistence, persistent_columns
+from diag.findings import Evidence, Finding
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataConfig:
+    """Thresholds of the data detector (see the module docstring)."""
+
+    warmup_steps: int = 5
+    window: int = 10
+    min_frac: float = 0.8
+    min_excess_ms: float = 2.0  # one rank: absolute floor of the data-wait excess
+    min_excess_frac: float = 0.05  # one rank: excess as a fraction of the job step
+    share_threshold: float = 0.15  # all ranks: data share of the step
+    min_share_growth: float = 0.05  # all ranks: share above the early baseline
+    min_ratio: float = 1.1  # moving: per-step max / median compute
+    min_imbalanced_frac: float = 0.5  # moving: fraction of steps that are imbalanced
+    max_top_share: float = 0.4  # moving: most frequent slowest rank's share of those steps
+    num_named: int = 3  # moving: ranks named
+    saturated_cpu_pct: float = 90.0  # moving: host CPU use at which it is only "info"
+    confident_gap: float = 0.2
+    warning: float = 0.1
+    critical: float = 0.3
+
+
+def detect(features: Features, cfg: DataConfig | None = None) -> list[Finding]:
+    """Data-loader findings: one rank, every rank, or an imbalance that moves between ranks."""
+    cfg = cfg or DataConfig()
+    data = features.wide("data_ms", cfg.warmup_steps)
+    if data.shape[1] < 1 or len(data) < cfg.window:
+        return []
+    duration = features.wide("duration_ms", cfg.warmup_steps).reindex_like(data)
+    job_step = duration.median(axis=1)
+    out = []
+    if data.shape[1] >= 2:
+        out.extend(_one_rank(data, job_step, cfg))
+    if not out:
+        out.extend(_all_ranks(data, duration, job_step, cfg))
+    compute = features.wide("compute_ms", cfg.warmup_steps)
+    if compute.shape[1] >= 3:
+        out.extend(_moving(compute, job_step.reindex(compute.index), cfg, _cpu_busy(features)))
+    return out
+
+
+def _cpu_busy(features: Features) -> float | None:
+    """The median CPU use (0-100) of the run's busiest host, from the daemon's host samples."""
+    host = features.host
+    if host.empty or "cpu_busy_pct" not in host:
+        return None
+    per_host = host.groupby("host")["cpu_busy_pct"].median()
+    return float(per_host.max()) if len(per_host) else None
+
+
+def _before_after(job_step: pd.Series, onset: int, end: int) -> float:
+    after = float(job_step.iloc[onset : end + 1].median())
+    before = float(job_step.iloc[:onset].median())
+    return max(0.0, (after - before) / after) if after > 0 else 0.0
+
+
+def _one_rank(data: pd.DataFrame, job_step: pd.Series, cfg: DataConfig) -> list[Finding]:
+    excess = data - peer_median(data)
+    floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * job_step.to_numpy())
+    out = []
+    # Only ranks with a persistent run of flagged steps can be named: find them all at once.
+    flagged = excess.to_numpy() > floor[:, None]
+    for rank in data.columns[persistent_columns(flagged, cfg.window, cfg.min_frac)]:
+        flags = excess[rank].to_numpy() > floor
+        run = persistence(flags, cfg.window, cfg.min_frac)
+        if run is None:
+            continue
+        span = slice(run.onset_pos, run.end_pos + 1)
+        extra = float(excess[rank].iloc[span].median())
+        step_ms = float(job_step.iloc[span].median())
+        structural = run.onset_pos < cfg.window
+        slowdown = (
+            extra / step_ms if structural else _before_after(job_step, run.onset_pos, run.end_pos)
+        )
+        onset = None if structural else int(data.index[run.onset_pos])
+        mine = float(data[rank].iloc[span].median())
+        out.append(
+            Finding(
+                id=f"data-rank{rank}",
+                symptom="slowdown",
+                cause="data",
+                severity=severity(slowdown, cfg.warning, cfg.critical),
+                ranks=(int(rank),),
+                onset_step=onset,
+                detected_step=int(data.index[run.detected_pos]),
+                slowdown=slowdown,
+                confidence=confidence(run.consistency, extra / step_ms, cfg.confident_gap),
+                summary=(
+                    f"rank {rank} waits {extra:.1f} ms/step longer for data than its peers "
+                    f"{'from the start' if onset is None else f'from step {onset}'}; "
+                    f"job steps {slowdown:.0%} slower"
+                ),
+                evidence=(
+                    Evidence(
+                        metric="data_ms",
+                        subject=f"rank {rank}",
+                        value=mine,
+                        reference=mine - extra,
+                        unit="ms",
+                        note="median data-loader wait in the anomaly vs the peers' median",
+                    ),
+                ),
+            )
+        )
+    return out
+
+
+def _all_ranks(
+    data: pd.DataFrame, duration: pd.DataFrame, job_step: pd.Series, cfg: DataConfig
+) -> list[Finding]:
+    share = (data / duration.where(duration > 0)).median(axis=1).fillna(0.0)
+    baseline = float(share.iloc[: cfg.window].median())
+    flags = ((share > cfg.share_threshold) & (share > baseline + cfg.min_share_growth)).to_numpy()
+    run = persistence(flags, cfg.window, cfg.min_frac)
+    if run is None:
+        return []
+    now = float(share.iloc[run.onset_pos : run.end_pos + 1].median())
+    slowdown = _before_after(job_step, run.onset_pos, run.end_pos)
+    onset = int(data.index[run.onset_pos])
+    return [
+        Finding(
+            id="data-all",
+            symptom="slowdown",
+            cause="data",
+            severity=severity(slowdown, cfg.warning, cfg.critical),
+            ranks=tuple(int(r) for r in data.columns),
+            onset_step=onset,
+            detected_step=int(data.index[run.detected_pos]),
+            slowdown=slowdown,
+            confidence=confidence(run.consistency, now - baseline, cfg.confident_gap),
+            summary=(
+                f"every rank waits for data: {now:.0%} of the step from step {onset} "
+                f"(was {baseline:.0%}); job steps {slowdown:.0%} slower"
+            ),
+            evidence=(
+                Evidence(
+                    metric="data_share",
+                    subject="all ranks",
+                    value=now,
+                    reference=baseline,
+                    note="median over ranks of data_ms / step, in the anomaly vs the first steps",
+                ),
+            ),
+        )
+    ]
+
+
+def _moving(
+    compute: pd.DataFrame, job_step: pd.Series, cfg: DataConfig, cpu_busy: float | None = None
+) -> list[Finding]:
+    median = compute.median(axis=1)
+    ratio = compute.max(axis=1) / median
+    imbalanced = ratio >= cfg.min_ratio
+    frac = float(imbalanced.mean())
+    if frac < cfg.min_imbalanced_frac:
+        return []
+    slowest = compute[imbalanced].idxmax(axis=1)
+    counts = Counter(int(r) for r in slowest)
+    top_share = max(counts.values()) / len(slowest)
+    if top_share > cfg.max_top_share:
+        return []
+    named = sorted(counts, key=lambda r: (-counts[r], r))[: cfg.num_named]
+    lost = ((compute.max(axis=1) - median) / job_step)[imbalanced]
+    slowdown = float(lost.median())
+    gap = float(ratio[imbalanced].median()) - 1.0
+    # On a host whose CPUs are saturated, ranks descheduled in turn look exactly like uneven
+    # batches: say so, and do not raise it above info.
+    saturated = cpu_busy is not None and cpu_busy >= cfg.saturated_cpu_pct
+    level = "info" if saturated else severity(slowdown, cfg.warning, cfg.critical)
+    caveat = (
+        f"; but the host CPUs are {cpu_busy:.0f}% busy, so ranks taking turns for CPU time look "
+        "the same: check for contention first"
+        if saturated and cpu_busy is not None
+        else ""
+    )
+    return [
+        Finding(
+            id="data-moving",
+            symptom="slowdown",
+            cause="data",
+            severity=level,
+            ranks=tuple(named),
+            slowdown=slowdown,
+            confidence=float(min(0.9, 0.9 * frac * (1.0 - top_share))),
+            summary=(
+                f"compute is uneven across ranks in {frac:.0%} of steps (slowest rank "
+                f"{gap:.0%} above the median) but the slowest rank keeps changing (none in more "
+                f"than {top_share:.0%}): uneven batches (e.g. sequence lengths), not a node"
+                f"{caveat}"
+            ),
+            evidence=(
+                Evidence(
+                    metric="compute_max_over_median",
+                    subject="all ranks",
+                    value=gap + 1.0,
+                    reference=cfg.min_ratio,
+                    note="median over imbalanced steps of max / median compute",
+                ),
+                Evidence(
+                    metric="top_slowest_share",
+                    subject=f"rank {named[0]}",
+                    value=top_share,
+                    reference=cfg.max_top_share,
+                    note="share of imbalanced steps in which the most frequent rank is slowest",
+                ),
+            ),
+        )
+    ]

@@ -1,0 +1,363 @@
+"""Kernel detector: one operator or GPU kernel slower on one rank than on its peers, or slower
+than earlier in the same run (a regression), from the ``kernel`` frame (one
+:class:`~diag.schema.KernelSummary` per kernel per profiler window per rank).
+
+A kernel is ``(name, category)``; its time in a window is ``total_ns`` summed over devices (0 when
+a rank profiled the window without it; unknown when the rank did not profile that window, e.g. its
+profiler was still busy: such cells take no part in medians or flags). ``collective`` kernels are
+ignored (they hold the wait for late peers: the link and node detectors' business), and so are
+autograd's per-node wrappers (``autograd::engine::evaluate_function: ...``), whose time includes
+the gradient hooks run inside them (DDP's reducer: bucket copies and all-reduce launches). A
+window's duration is the median over ranks of its :class:`~diag.schema.ProfileWindow`
+``duration_ns`` (without one, the window's busiest rank's summed ``kernel``-category time, or the
+summed ``cpu_op`` time).
+
+- **Cross-rank** (``kernel:<name>:rank<r>``): in a window, rank r is slow when its time over the
+  median over ranks is >= ``rank_ratio`` and the excess (time - median) is >= ``min_excess_frac``
+  of the window (the excess says it matters, the ratio that it is more than noise); flagged when,
+  from an onset window on, that holds in >= ``consistent_frac`` of the windows (at least
+  ``min_windows``), with >= ``min_ranks`` ranks. Windows before the onset do not count against
+  it: a kernel that slows down mid-run was fine before. A window in which the rank calls the
+  kernel more than ``max_calls_ratio`` x the median number of calls is never slow: the rank does
+  more work there (an extra loop, a different batch), it does not run a slower kernel.
+- **Regression** (``kernel:<name>:regression``): per call (``total_ns / num_calls``; a window that
+  calls the kernel more often, e.g. with an eval pass, does more work, it does not run a slower
+  kernel). A rank's baseline is its median per-call time over the first ``baseline_windows``
+  windows; a later window regresses when per call / baseline >= ``regress_ratio`` and the time
+  lost, ``(per call - baseline) x calls``, is >= ``min_excess_frac`` of the window; a rank
+  regresses when, from an onset window on, >= ``consistent_frac`` of the windows do. One finding
+  lists every regressing rank (not already flagged cross-rank for that kernel); its excess is the
+  time lost, its reference the baseline x calls.
+
+``slowdown`` = median over flagged windows of the mean excess over the named ranks / window
+duration. Nested wrappers: a flagged CPU operator is dropped when a flagged operator of the same
+category and kind, with the same ranks and a smaller total time, explains >= ``nest_share`` of its
+excess (its time is inside the wrapper's: ``aten::matmul`` -> ``aten::mm``); the wrapper is named
+in the evidence. Severity: ``critical`` at ``critical_slowdown``, else ``warning`` (an excess
+under ``min_excess_frac`` of the window is never flagged).
+Confidence = 0.4 + 0.4 x consistency + 0.15 x min(1, flagged windows / 4), at most 0.95.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from diag.findings import Evidence, Finding
+from diag.store.run_store import RunStore
+
+_IGNORED = ("collective",)
+#: operator names whose time is not the operator's own (autograd node wrappers run hooks inside).
+_IGNORED_PREFIXES = ("autograd::engine::evaluate_function:",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelConfig:
+    """Thresholds of the kernel detector (see the module doc for the formulas)."""
+
+    rank_ratio: float = 1.15  # rank's time / median over ranks for a slow window
+    regress_ratio: float = 1.3  # window time / the rank's early baseline for a regressed window
+    min_excess_frac: float = 0.05  # the excess must be >= 5% of the window to matter
+    consistent_frac: float = 0.6  # share of windows (from the onset) that must agree
+    min_windows: int = 2  # fewer flagged windows is noise
+    min_ranks: int = 3  # a median over fewer ranks says little
+    max_calls_ratio: float = 1.25  # cross-rank: more calls than this x the median is more work
+    baseline_windows: int = 2  # the first windows: the run's own baseline
+    nest_share: float = 0.8  # a child explaining 80% of a wrapper's excess replaces it
+    critical_slowdown: float = 0.2
+
+
+def detect_from_store(store: RunStore, cfg: KernelConfig | None = None) -> list[Finding]:
+    """:func:`detect` on the store's ``kernel`` and ``profile_window`` frames."""
+    kinds = store.kinds()
+    if "kernel" not in kinds:
+        return []
+    windows = store.frame("profile_window") if "profile_window" in kinds else pd.DataFrame()
+    return detect(store.frame("kernel"), windows, cfg or KernelConfig())
+
+
+def detect(kernels: pd.DataFrame, windows: pd.DataFrame, cfg: KernelConfig) -> list[Finding]:
+    """Kernel findings from a ``kernel`` frame and a ``profile_window`` frame (may be empty)."""
+    k = (
+        kernels[
+            (kernels["rank"] >= 0)
+            & ~kernels["category"].isin(_IGNORED)
+            & ~kernels["name"].astype(str).str.startswith(_IGNORED_PREFIXES)
+        ]
+        if len(kernels)
+        else kernels
+    )
+    if k.empty:
+        return []
+    # (window, rank) pairs that were profiled at all: elsewhere a rank's time is unknown, not 0.
+    profiled = k.groupby(["window_id", "rank"]).size().unstack("rank", fill_value=0)
+    sums = k.groupby(["name", "category", "window_id", "rank"])[["total_ns", "num_calls"]].sum()
+    table = sums["total_ns"].astype(float).unstack("rank", fill_value=0.0)
+    calls = sums["num_calls"].unstack("rank", fill_value=0).reindex_like(table).fillna(0)
+    ranks = [int(r) for r in table.columns]
+    order, first_step, dur = _windows(k, windows)
+    if len(ranks) < 1 or not order:
+        return []
+    found: list[dict] = []
+    for (name, cat), t in table.groupby(level=["name", "category"]):
+        seen = profiled.reindex(index=order, columns=t.columns).fillna(0).astype(bool)
+        t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float).where(seen)
+        n = calls.loc[(name, cat)].reindex(order).fillna(0).astype(float).where(seen)
+        if len(ranks) >= cfg.min_ranks:
+            found += _cross_rank(name, cat, t, n, dur, cfg)
+        found += _regression(
+            name, cat, t, n, dur, cfg, {c["ranks"] for c in found if c["name"] == name}
+        )
+    kept = _drop_wrappers(found, cfg)
+    return [
+        _finding(c, first_step, cfg)
+        for c in sorted(kept, key=lambda c: (c["kind"], c["name"], c["ranks"]))
+    ]
+
+
+def _windows(k: pd.DataFrame, pw: pd.DataFrame) -> tuple[list[str], dict[str, int], pd.Series]:
+    """Window order (by first step, then time), each window's first step and duration (ns)."""
+    key = k.groupby("window_id").agg(step=("step", "min"), ts=("ts_ns", "min"))
+    if len(pw):
+        pw = pw[(pw["rank"] >= 0) & pw["ok"]]
+        dur = pw.groupby("window_id")["duration_ns"].median().astype(float)
+        key = key.combine_first(
+            pw.groupby("window_id").agg(step=("step", "min"), ts=("ts_ns", "min"))
+        )
+    else:
+        dur = pd.Series(dtype=float)
+    busy = (
+        k.groupby(["window_id", "category", "rank"])["total_ns"]
+        .sum()
+        .groupby(["window_id", "category"])
+        .max()
+        .unstack()
+    )
+    fallback = busy["kernel"] if "kernel" in busy else busy.get("cpu_op", pd.Series(dtype=float))
+    key = key.sort_values(["step", "ts"], kind="stable")
+    dur = dur.combine_first(fallback.astype(float)).reindex(key.index)
+    return list(key.index), {w: int(s) for w, s in key["step"].items()}, dur
+
+
+def _cross_rank(
+    name: str, cat: str, t: pd.DataFrame, n: pd.DataFrame, dur: pd.Series, cfg: KernelConfig
+) -> list[dict]:
+    med = t.median(axis=1)
+    med_calls = n.median(axis=1)
+    dur = dur.reindex(t.index)
+    out = []
+    for r in t.columns:
+        excess = t[r] - med
+        same_work = ~(n[r] > cfg.max_calls_ratio * med_calls)
+        slow = (
+            (t[r] >= cfg.rank_ratio * med)
+            & (med > 0)
+            & (excess >= cfg.min_excess_frac * dur)
+            & same_work
+        )
+        onset = _onset(slow.to_numpy(), cfg)
+        if onset is None:
+            continue
+        # Consistency counts from the first slow window: windows before a mid-run onset are
+        # fine by definition and say nothing against it.
+        after = slow.iloc[onset:]
+        wins = list(after.index[after])
+        out.append(
+            _cand(
+                "rank",
+                name,
+                cat,
+                (int(r),),
+                wins,
+                excess[wins],
+                dur,
+                float(after.mean()),
+                med[wins],
+                t[r][wins],
+            )
+        )
+    return out
+
+
+def _onset(flags: np.ndarray, cfg: KernelConfig) -> int | None:
+    """The first flagged position from which >= ``consistent_frac`` of the windows, and at least
+    ``min_windows``, are flagged; ``None`` when there is none."""
+    for i in range(len(flags)):
+        rest = flags[i:]
+        if rest[0] and rest.sum() >= cfg.min_windows and rest.mean() >= cfg.consistent_frac:
+            return i
+    return None
+
+
+def _regression(
+    name: str,
+    cat: str,
+    t: pd.DataFrame,
+    calls: pd.DataFrame,
+    dur: pd.Series,
+    cfg: KernelConfig,
+    taken: set,
+) -> list[dict]:
+    if len(t) <= cfg.baseline_windows:
+        return []
+    # Per call when the calls are known: a window that runs the kernel more often (an eval pass,
+    # more micro-batches) does more work, it does not run a slower kernel.
+    known = calls > 0
+    per_call = (t / calls.where(known)).where(known, t)
+    weight = calls.where(known, 1.0)
+    base = per_call.iloc[: cfg.baseline_windows].median()
+    later = per_call.iloc[cfg.baseline_windows :]
+    lost = (later - base) * weight.iloc[cfg.baseline_windows :]  # time lost in the window
+    ranks, wins, consist = [], set(), []
+    for r in t.columns:
+        if (int(r),) in taken or base[r] <= 0:
+            continue
+        flags = (later[r] >= cfg.regress_ratio * base[r]) & (
+            lost[r] >= cfg.min_excess_frac * dur.reindex(later.index)
+        )
+        f = flags.to_numpy()
+        for i in range(len(f)):
+            if (
+                f[i]
+                and f[i:].sum() >= min(cfg.min_windows, len(f))
+                and f[i:].mean() >= cfg.consistent_frac
+            ):
+                ranks.append(r)
+                wins |= set(later.index[i:][f[i:]])
+                consist.append(float(f[i:].mean()))
+                break
+    if not ranks:
+        return []
+    w = [x for x in t.index if x in wins]
+    excess = lost.loc[w, ranks].mean(axis=1)
+    return [
+        _cand(
+            "regression",
+            name,
+            cat,
+            tuple(int(r) for r in ranks),
+            w,
+            excess,
+            dur,
+            statistics.mean(consist),
+            (base[ranks] * weight.loc[w, ranks]).mean(axis=1),
+            t.loc[w, ranks].mean(axis=1),
+        )
+    ]
+
+
+def _cand(kind, name, cat, ranks, wins, excess, dur, consist, ref, value) -> dict:
+    frac = (excess / dur.reindex(excess.index)).dropna()
+    return {
+        "kind": kind,
+        "name": name,
+        "category": cat,
+        "ranks": ranks,
+        "windows": list(wins),
+        "excess_ns": float(excess.median()),
+        "slowdown": float(min(1.0, frac.median())) if len(frac) else None,
+        "consistency": consist,
+        "value": float(pd.Series(value).median()),
+        "reference": float(pd.Series(ref).median()),
+        "wrappers": [],
+    }
+
+
+def _drop_wrappers(found: list[dict], cfg: KernelConfig) -> list[dict]:
+    """Keep leaf operators: scan by reference time, smallest first; drop a candidate whose
+    excess is mostly explained by a kept, smaller one of the same kind, category and ranks."""
+    kept: list[dict] = []
+    for c in sorted(found, key=lambda c: (c["reference"], c["name"])):
+        child = next(
+            (
+                j
+                for j in kept
+                if (j["kind"], j["category"], j["ranks"]) == (c["kind"], c["category"], c["ranks"])
+                and c["category"] == "cpu_op"
+                and j["reference"] < c["reference"]
+                and j["excess_ns"] >= cfg.nest_share * c["excess_ns"]
+            ),
+            None,
+        )
+        if child is None:
+            kept.append(c)
+        else:
+            child["wrappers"].append(c["name"])
+    return kept
+
+
+def _finding(c: dict, first_step: dict[str, int], cfg: KernelConfig) -> Finding:
+    slowdown = c["slowdown"]
+    severity = (
+        "critical" if slowdown is not None and slowdown >= cfg.critical_slowdown else "warning"
+    )
+    onset_w = c["windows"][0]
+    ratio = c["value"] / c["reference"] if c["reference"] > 0 else float("inf")
+    ranks = c["ranks"]
+    confidence = 0.4 + 0.4 * c["consistency"] + 0.15 * min(1.0, len(c["windows"]) / 4)
+    also = f" (also slower: {', '.join(c['wrappers'])}, its callers)" if c["wrappers"] else ""
+    if c["kind"] == "rank":
+        r = ranks[0]
+        onset = (
+            None if onset_w == min(first_step, key=lambda w: first_step[w]) else first_step[onset_w]
+        )
+        summary = (
+            f"{c['name']} takes {ratio:.1f}x the peers' median time on rank {r} in "
+            f"{len(c['windows'])} profiler windows{also}; compare rank {r}'s GPU clocks and "
+            f"throttling, or rerun the op in isolation on that GPU"
+        )
+        ref_note = "median over ranks"
+    else:
+        onset = first_step[onset_w]
+        who = f"ranks {list(ranks)}"
+        summary = (
+            f"{c['name']} regressed {ratio:.1f}x against the run's first windows on {who} "
+            f"from step {onset}{also}; look for a change in input shapes, dtype or clocks"
+        )
+        ref_note = "median over the first windows"
+    evidence = [
+        Evidence(
+            metric="kernel_time_ns",
+            subject=c["name"],
+            value=c["value"],
+            reference=c["reference"],
+            unit="ns",
+            note=ref_note,
+        ),
+        Evidence(
+            metric="excess_window_share",
+            subject=c["name"],
+            value=slowdown if slowdown is not None else float("nan"),
+            reference=cfg.min_excess_frac,
+            unit="fraction",
+        ),
+        Evidence(
+            metric="consistent_windows",
+            subject=c["name"],
+            value=c["consistency"],
+            reference=cfg.consistent_frac,
+            unit="fraction",
+        ),
+    ]
+    evidence += [
+        Evidence(metric="wrapper", subject=w, value=1.0, note=f"caller of {c['name']}")
+        for w in c["wrappers"]
+    ]
+    suffix = f"rank{ranks[0]}" if c["kind"] == "rank" else "regression"
+    return Finding(
+        id=f"kernel:{c['name']}:{suffix}",
+        symptom="slowdown",
+        cause="kernel",
+        severity=severity,
+        ranks=ranks,
+        kernel=c["name"],
+        onset_step=onset,
+        detected_step=first_step[c["windows"][min(cfg.min_windows, len(c["windows"])) - 1]],
+        slowdown=slowdown,
+        confidence=min(0.95, confidence),
+        summary=summary,
+        evidence=tuple(evidence),
+    )

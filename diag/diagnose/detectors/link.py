@@ -1,0 +1,482 @@
+"""Link detector: collectives of one process group slow while compute is balanced and ranks
+arrive together, so the time goes to the wire, not to a late rank.
+
+Per collective (matched across ranks by ``(pg_name, seq_id)``, point-to-point ops left out):
+
+- **arrival skew** = ``max(enqueue_ns) - min(enqueue_ns)`` over its ranks (raw host clocks: it
+  assumes hosts are synced to well under a collective's duration);
+- **transfer** = the smallest per-rank duration (``duration_ns``, else ``end_ns - start_ns``).
+  The last rank to arrive waits for nobody, so its duration is the transfer itself, and each
+  duration is measured on one host's clock. Without durations (e.g. gloo) the proxy is the
+  smallest ``collective_wait_ns`` over the group's ranks in the step: coarse (a rank's wait covers
+  all its groups and every collective of the step, and on a busy CPU its collective threads'
+  scheduling), and flagged in the evidence. A proxy covers the step, so the group's collectives
+  without durations in one step are one row: that transfer, the sum of their bytes, the median
+  of their skews;
+- **cost** = transfer / ``num_bytes`` (ns per byte, the inverse bandwidth; per call when bytes
+  are unknown).
+
+Per group and step the cost is the group's transfer over its bytes in the step (sum over its rows:
+bulk transfers dominate, a small eval all-reduce's latency does not), then the centered rolling
+median over ``smooth_steps`` steps (one eval or checkpoint step, or a rank descheduled once, is
+not a trend; a step change keeps its step). A step is *slow* against a reference cost when its
+cost is ``slow_ratio`` x the reference and the excess, (cost - reference) x the group's bytes in
+the step, is at least ``min_excess_frac`` of the step's median duration (a tiny collective's
+noise is not a slowdown). Two references:
+
+- its own level just before: each step whose cost is slow against the median of the
+  ``baseline_steps`` steps before it (at least half of them there) and whose predecessor is not
+  starts a candidate period, whose later steps are judged against that same level (the job's
+  pace drifts, e.g. with the host's load: the first steps of a run are no baseline for its end);
+- its peers (other groups of the same size spanning as many hosts): each step against their
+  median cost in that step; the first such step is a candidate too (a group slow from the start).
+
+A candidate period counts when, from its start to the end, at least ``persist_frac`` of the steps
+(and ``min_slow_steps``) are slow against its reference (or against the peers); of those, the one
+with the most evidence, ``sum(slow - persist_frac)``, wins (the earliest on a tie); its start is
+the onset (``None`` when it is the first step). ``detected_step`` is the ``min_slow_steps``-th
+slow step from the onset plus the ``smooth_steps // 2`` later steps its smoothed cost needed.
+Over the slow steps:
+
+- no late rank explains it. A rank's own work before a collective is its ``compute_ns`` less
+  ``cpu_wait_ns`` (the time its training thread waited for a CPU: a rank descheduled on a busy
+  host is not a slow rank) plus ``data_wait_ns`` and ``checkpoint_ns``; per step, the imbalance
+  is ``max / median`` of that over the ranks and the late rank's excess is ``max - median``
+  (medians over the slow steps). It is a late rank when the imbalance is above
+  ``max_compute_ratio`` and the excess is at least ``max_compute_share`` of the group's median
+  excess transfer per step, or when the arrivals are skewed (median skew above
+  ``max(skew_floor_ns, max_skew_ratio x median transfer)``) and the excess is at least
+  ``max_skew_ratio`` of that skew. A skew its ranks' own work does not explain is left to the
+  collectives: ranks leave a slow ring all-reduce at different times, so they also arrive at the
+  next one at different times.
+
+A group inside one host judged by the proxy is left out: on one host the collective wait
+cannot tell a slow interconnect from the host's CPU contention, which slows the same ranks alike.
+
+Localization: the host pairs each group spans; the suspect pairs are those common to every slow
+group and absent from the fast ones (or, when the fast groups use the same pairs, those common to
+the slow groups: then the ranks point at the NICs). ``slowdown`` = median over slow steps of the
+group's excess transfer (transfer - reference cost x bytes) / the step's median duration (an upper
+bound: collectives may overlap compute). Severity: ``critical`` at ``critical_slowdown``,
+``warning`` at ``warn_slowdown``, else ``info`` (``warning`` when step durations are unknown).
+Confidence = 0.4 + 0.3 x persistence + 0.15 (measured durations, not the proxy) + 0.1 (a unique
+host pair, or a peer group that stayed fast), at most 0.95.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from diag.findings import Evidence, Finding, LinkRef
+from diag.store.run_store import RunStore
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkConfig:
+    """Thresholds of the link detector (see the module doc for the formulas)."""
+
+    slow_ratio: float = 1.5  # smoothed cost / reference (level before, or peers): slow step
+    min_excess_frac: float = 0.03  # ... and its excess transfer / the step's median duration
+    smooth_steps: int = 5  # centered rolling median of the per-step cost (1: none)
+    baseline_steps: int = 10  # the steps before a candidate onset whose median is its reference
+    min_slow_steps: int = 5  # fewer slow steps is noise
+    persist_frac: float = 0.8  # share of steps from the onset on that must be slow
+    max_compute_ratio: float = 1.15  # own work max/median above this: maybe a late rank
+    max_compute_share: float = 0.5  # ... when its excess is this share of the excess transfer
+    max_skew_ratio: float = 0.5  # skew / transfer above this, explained by own work: late rank
+    skew_floor_ns: int = 1_000_000  # skews under 1 ms always count as aligned
+    warn_slowdown: float = 0.05
+    critical_slowdown: float = 0.2
+
+
+def detect_from_store(store: RunStore, cfg: LinkConfig | None = None) -> list[Finding]:
+    """:func:`detect` on the store's ``collective`` and ``step`` frames."""
+    kinds = store.kinds()
+    if "collective" not in kinds:
+        return []
+    steps = store.frame("step") if "step" in kinds else pd.DataFrame()
+    return detect(store.frame("collective"), steps, cfg or LinkConfig())
+
+
+def detect(collectives: pd.DataFrame, steps: pd.DataFrame, cfg: LinkConfig) -> list[Finding]:
+    """Link findings from a ``collective`` frame and a ``step`` frame (may be empty)."""
+    coll = _per_collective(collectives, steps)
+    if coll.empty:
+        return []
+    hosts = _hosts_by_rank(collectives, steps)
+    ranks_of = {
+        g: tuple(sorted(set().union(*rs))) for g, rs in coll.groupby("pg")["ranks"] if len(rs)
+    }
+    span = {g: tuple(sorted({hosts.get(r, "?") for r in rs})) for g, rs in ranks_of.items()}
+    by_step = coll.groupby(["pg", "step"])
+    nbytes = by_step["bytes"].sum().unstack("pg").sort_index()
+    cost = _smooth(by_step["transfer"].sum().unstack("pg").sort_index() / nbytes, cfg.smooth_steps)
+    balance = _own_work_balance(steps)
+    step_ns = steps.groupby("step")["duration_ns"].median() if len(steps) else pd.Series()
+    slow: dict[str, dict] = {}
+    for g in cost.columns:
+        peers = [
+            p
+            for p in cost.columns
+            if p != g and _kind(p, ranks_of, span) == _kind(g, ranks_of, span)
+        ]
+        res = _slow_group(g, cost, nbytes[g], peers, coll, balance, step_ns, cfg)
+        # Inside one host the proxy cannot tell the interconnect from CPU contention.
+        if res is not None and not (res["proxy"] and len(span[g]) < 2):
+            slow[g] = res
+    if not slow:
+        return []
+    pairs = {g: _pairs(span[g]) for g in cost.columns}
+    fast_pairs = set().union(*(pairs[g] for g in cost.columns if g not in slow))
+    common = set.intersection(*(pairs[g] for g in slow))
+    suspect = common - fast_pairs or common
+    clusters = [sorted(slow)] if suspect and len(slow) > 1 else [[g] for g in sorted(slow)]
+    return [
+        _finding(
+            c, slow, ranks_of, span, suspect, fast_pairs, bool(set(cost.columns) - set(slow)), cfg
+        )
+        for c in clusters
+    ]
+
+
+def _per_collective(collectives: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per matched collective with a duration, and per (group, step) for those without
+    (the proxy covers the step): pg, seq, step, ranks, skew, transfer, bytes, cost, proxy."""
+    c = collectives
+    if c.empty:
+        return pd.DataFrame()
+    c = c[(c["rank"] >= 0) & (c["seq_id"] >= 0) & ~c["is_p2p"]].copy()
+    if c.empty:
+        return pd.DataFrame()
+    c["pg"] = c["pg_name"].where(c["pg_name"] != "", "default")
+    c["step"] = _steps_of(c, steps)
+    dur = c["duration_ns"].astype("Float64")
+    dur = dur.fillna((c["end_ns"] - c["start_ns"]).astype("Float64"))
+    c["dur"] = dur.astype(float)
+    rows = []
+    wait = _wait_by_rank_step(steps)
+    for (pg, seq), grp in c.groupby(["pg", "seq_id"], sort=True):
+        ranks = tuple(sorted({int(r) for r in grp["rank"]}))
+        durations = grp["dur"].dropna()
+        step = int(grp["step"].max())
+        proxy = durations.empty
+        if proxy:
+            waits = [wait.get((r, step)) for r in ranks]
+            if step < 0 or any(w is None for w in waits):
+                continue
+            transfer = float(min(w for w in waits if w is not None))
+        else:
+            transfer = float(durations.min())
+        rows.append(
+            {
+                "pg": pg,
+                "seq": int(seq),
+                "step": step,
+                "ranks": ranks,
+                "skew": float(grp["enqueue_ns"].max() - grp["enqueue_ns"].min()),
+                "transfer": transfer,
+                "bytes": float(grp["num_bytes"].max()),
+                "proxy": proxy,
+            }
+        )
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out = out[out["step"] >= 0]
+    proxied = out[out["proxy"]]
+    if len(proxied):
+        merged = proxied.groupby(["pg", "step"], as_index=False).agg(
+            seq=("seq", "min"),
+            ranks=("ranks", "first"),
+            skew=("skew", "median"),
+            transfer=("transfer", "first"),
+            bytes=("bytes", "sum"),
+            proxy=("proxy", "first"),
+        )
+        out = pd.concat([out[~out["proxy"]], merged], ignore_index=True)
+    # cost: per byte; per call where the bytes are unknown (the bytes then count 1 per call)
+    out["bytes"] = out["bytes"].where(out["bytes"] > 0, 1.0)
+    out["cost"] = out["transfer"] / out["bytes"]
+    return out.sort_values(["pg", "step", "seq"], ignore_index=True)
+
+
+def _smooth(cost: pd.DataFrame, window: int) -> pd.DataFrame:
+    """Each group's per-step cost as the centered rolling median over ``window`` of its steps."""
+    if window <= 1:
+        return cost
+    return cost.apply(
+        lambda col: col.dropna().rolling(window, center=True, min_periods=1).median()
+    ).reindex(cost.index)
+
+
+def _steps_of(c: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """The envelope step, else the rank's step whose end is the first at/after the enqueue."""
+    out = c["step"].to_numpy(dtype=np.int64).copy()
+    if steps.empty or (out >= 0).all():
+        return out
+    for rank, idx in c.groupby("rank").groups.items():
+        st = steps[steps["rank"] == rank].sort_values("end_ns")
+        if st.empty:
+            continue
+        pos = np.searchsorted(st["end_ns"].to_numpy(), c.loc[idx, "enqueue_ns"].to_numpy())
+        cand = st["step"].to_numpy()[np.minimum(pos, len(st) - 1)]
+        cand = np.where(pos < len(st), cand, -1)
+        loc = c.index.get_indexer(idx)
+        out[loc] = np.where(out[loc] >= 0, out[loc], cand)
+    return out
+
+
+def _wait_by_rank_step(steps: pd.DataFrame) -> dict[tuple[int, int], float]:
+    if steps.empty:
+        return {}
+    s = steps[steps["rank"] >= 0]
+    return {
+        (int(r), int(k)): float(w)
+        for r, k, w in zip(s["rank"], s["step"], s["collective_wait_ns"], strict=True)
+    }
+
+
+def _hosts_by_rank(*frames: pd.DataFrame) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for f in frames:
+        if len(f):
+            for r, h in zip(f["rank"], f["host"], strict=True):
+                if r >= 0:
+                    out.setdefault(int(r), str(h))
+    return out
+
+
+def _own_work_balance(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step: ``ratio`` = max / median and ``excess_ns`` = max - median over the ranks of
+    their own work before a collective: ``compute_ns`` less ``cpu_wait_ns`` (a rank descheduled
+    on a busy host is not a late rank), plus ``data_wait_ns`` and ``checkpoint_ns``."""
+    if steps.empty:
+        return pd.DataFrame(columns=["ratio", "excess_ns"], dtype=float)
+    s = steps[(steps["rank"] >= 0) & (steps["compute_ns"] > 0)]
+    own = s["compute_ns"].astype(float)
+    if "cpu_wait_ns" in s:
+        own = own - s["cpu_wait_ns"].astype(float).fillna(0).clip(lower=0)
+    own = own.clip(lower=0)
+    for col in ("data_wait_ns", "checkpoint_ns"):
+        if col in s:
+            own = own + s[col].astype(float).fillna(0).clip(lower=0)
+    agg = own.groupby(s["step"]).agg(["max", "median"])
+    ratio = (agg["max"] / agg["median"]).where(agg["median"] > 0)
+    return pd.DataFrame({"ratio": ratio, "excess_ns": agg["max"] - agg["median"]})
+
+
+def _kind(g: str, ranks_of: dict, span: dict) -> tuple[int, int]:
+    return (len(ranks_of[g]), len(span[g]))
+
+
+def _pairs(hosts: tuple[str, ...]) -> set[tuple[str, str]]:
+    return set(combinations(hosts, 2)) if len(hosts) > 1 else {(hosts[0], hosts[0])}
+
+
+def _is_slow(
+    values: np.ndarray,
+    ref: np.ndarray | float,
+    size: np.ndarray,
+    floor: np.ndarray,
+    cfg: LinkConfig,
+) -> np.ndarray:
+    """Per step: cost >= ``slow_ratio`` x ``ref`` and (cost - ref) x bytes >= ``floor``
+    (``False`` where ``ref`` is NaN)."""
+    with np.errstate(invalid="ignore"):
+        return np.asarray(
+            (values >= cfg.slow_ratio * ref) & ((values - ref) * size >= floor), dtype=bool
+        )
+
+
+def _slow_period(
+    values: np.ndarray,
+    size: np.ndarray,
+    floor: np.ndarray,
+    peer: np.ndarray | None,
+    cfg: LinkConfig,
+) -> tuple[int, np.ndarray, float] | None:
+    """The slow period (see the module doc): its start position, its slow flags and the reference
+    cost it was judged against, or ``None``."""
+    w = cfg.baseline_steps
+    series = pd.Series(values)
+    before = series.rolling(w, min_periods=max(2, w // 2)).median().shift(1).to_numpy()
+    peer_flags = np.zeros(len(values), dtype=bool)
+    if peer is not None:
+        peer_flags = _is_slow(values, peer, size, floor, cfg)
+    above = _is_slow(values, before, size, floor, cfg)  # each step against the level before it
+    starts = np.flatnonzero(above & ~np.r_[False, above[:-1]])
+    candidates = [(int(t), float(before[t])) for t in starts]
+    candidates += [(int(t), float("nan")) for t in np.flatnonzero(peer_flags)[:1]]
+    best: tuple[float, int, np.ndarray, float] | None = None
+    for t, ref in candidates:
+        flags = peer_flags.copy()
+        if not np.isnan(ref):
+            flags[t:] |= _is_slow(values[t:], ref, size[t:], floor[t:], cfg)
+        tail = flags[t:]
+        if not tail[0] or tail.sum() < cfg.min_slow_steps or tail.mean() < cfg.persist_frac:
+            continue
+        evidence = float((tail - cfg.persist_frac).sum())
+        if best is None or evidence > best[0] or (evidence == best[0] and t < best[1]):
+            best = (evidence, t, flags, ref)
+    if best is None:
+        return None
+    _, start, flags, ref = best
+    if np.isnan(ref):
+        assert peer is not None
+        ref = float(np.nanmedian(peer[start:][flags[start:]]))
+    return start, flags, ref
+
+
+def _slow_group(
+    g: str,
+    cost: pd.DataFrame,
+    nbytes: pd.Series,
+    peers: list[str],
+    coll: pd.DataFrame,
+    balance: pd.DataFrame,
+    step_ns: pd.Series,
+    cfg: LinkConfig,
+) -> dict | None:
+    """The group's slow period and its numbers, or ``None`` when it is not a link suspect."""
+    series = cost[g].dropna()
+    if len(series) < cfg.min_slow_steps:
+        return None
+    values = series.to_numpy(dtype=float)
+    size = nbytes.reindex(series.index).to_numpy(dtype=float)
+    floor = (cfg.min_excess_frac * step_ns.reindex(series.index).fillna(0.0)).to_numpy(float)
+    peer = cost[peers].median(axis=1).reindex(series.index).to_numpy(float) if peers else None
+    found = _slow_period(values, size, floor, peer, cfg)
+    if found is None:
+        return None
+    start, flags, ref = found
+    slow_steps = series.index[start:][flags[start:]]
+    rows = coll[(coll["pg"] == g) & coll["step"].isin(slow_steps)]
+    excess = (rows["transfer"] - ref * rows["bytes"]).clip(lower=0)
+    per_step = excess.groupby(rows["step"]).sum()
+    # A late rank: its own work is unbalanced by enough to explain the excess, or the skew.
+    own = balance.reindex(slow_steps).dropna()
+    late = float(own["excess_ns"].median()) if len(own) else 0.0
+    unbalanced = len(own) > 0 and float(own["ratio"].median()) > cfg.max_compute_ratio
+    med_transfer = float(rows["transfer"].median())
+    med_skew = float(rows["skew"].median())
+    skewed = med_skew > max(cfg.skew_floor_ns, cfg.max_skew_ratio * med_transfer)
+    if (unbalanced and late >= cfg.max_compute_share * float(per_step.median())) or (
+        skewed and late >= cfg.max_skew_ratio * med_skew
+    ):
+        return None
+    slowdown = None
+    if len(step_ns.reindex(per_step.index).dropna()):
+        slowdown = float(min(1.0, (per_step / step_ns.reindex(per_step.index)).median()))
+    nth = slow_steps[min(cfg.min_slow_steps, len(slow_steps)) - 1]
+    later = series.index[series.index >= nth][: cfg.smooth_steps // 2 + 1]
+    return {
+        "onset": None if start == 0 else int(series.index[start]),
+        "detected": int(later[-1]),
+        "persist": float(flags[start:].mean()),
+        "ratio": float(series.loc[slow_steps].median() / ref) if ref > 0 else float("inf"),
+        "transfer": med_transfer,
+        "skew": med_skew,
+        "imbalance": float(own["ratio"].median()) if len(own) else None,
+        "slowdown": slowdown,
+        "proxy": bool(rows["proxy"].any()),
+    }
+
+
+def _finding(
+    groups: list[str],
+    slow: dict[str, dict],
+    ranks_of: dict[str, tuple[int, ...]],
+    span: dict[str, tuple[str, ...]],
+    suspect: set[tuple[str, str]],
+    fast_pairs: set[tuple[str, str]],
+    has_fast_peer: bool,
+    cfg: LinkConfig,
+) -> Finding:
+    stats = [slow[g] for g in groups]
+    ranks = tuple(sorted({r for g in groups for r in ranks_of[g]}))
+    pair = sorted(suspect)[0] if len(suspect) == 1 else None
+    hosts = (
+        tuple(sorted(set(pair))) if pair else tuple(sorted({h for g in groups for h in span[g]}))
+    )
+    slowdowns = [s["slowdown"] for s in stats if s["slowdown"] is not None]
+    slowdown = max(slowdowns) if slowdowns else None
+    if slowdown is None:
+        severity = "warning"
+    else:
+        severity = (
+            "critical"
+            if slowdown >= cfg.critical_slowdown
+            else "warning"
+            if slowdown >= cfg.warn_slowdown
+            else "info"
+        )
+    persist = statistics.mean(s["persist"] for s in stats)
+    measured = not any(s["proxy"] for s in stats)
+    confidence = 0.4 + 0.3 * persist + 0.15 * measured + 0.1 * bool(pair or has_fast_peer)
+    onsets = [s["onset"] for s in stats if s["onset"] is not None]
+    name = ",".join(groups)
+    where = f"between {' and '.join(hosts)}" if len(hosts) > 1 else f"inside {hosts[0]}"
+    if pair and pair not in fast_pairs:
+        probe = f"confirm with a point-to-point bandwidth probe between {pair[0]} and {pair[1]}"
+    else:
+        probe = (
+            f"confirm with point-to-point bandwidth probes between ranks "
+            f"{', '.join(map(str, ranks))} "
+            f"({where}), against a fast group's ranks on the same hosts"
+        )
+    evidence = []
+    for g, s in zip(groups, stats, strict=True):
+        note = "proxy: collective_wait_ns" if s["proxy"] else ""
+        evidence += [
+            Evidence(
+                metric="transfer_cost_ratio",
+                subject=f"group {g}",
+                value=s["ratio"],
+                reference=1.0,
+                unit="x",
+                note=note,
+            ),
+            Evidence(
+                metric="arrival_skew_ns",
+                subject=f"group {g}",
+                value=s["skew"],
+                reference=s["transfer"],
+                unit="ns",
+                note="median skew vs median transfer",
+            ),
+        ]
+        if s["imbalance"] is not None:
+            evidence.append(
+                Evidence(
+                    metric="compute_imbalance",
+                    subject=f"group {g}",
+                    value=s["imbalance"],
+                    reference=cfg.max_compute_ratio,
+                    unit="max/median",
+                )
+            )
+    return Finding(
+        id=f"link:{name}",
+        symptom="slowdown",
+        cause="link",
+        severity=severity,
+        ranks=ranks,
+        hosts=hosts,
+        link=LinkRef(ranks=ranks, hosts=hosts, group=name),
+        onset_step=min(onsets) if onsets else None,
+        detected_step=max(s["detected"] for s in stats),
+        slowdown=slowdown,
+        confidence=min(0.95, confidence),
+        summary=(
+            f"collectives of group {name} (ranks {list(ranks)}) are "
+            f"{stats[0]['ratio']:.1f}x slower per byte while compute is balanced and ranks "
+            f"arrive together: suspect the link "
+            f"{where}; {probe}"
+        ),
+        evidence=tuple(evidence),
+    )

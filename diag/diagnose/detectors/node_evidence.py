@@ -1,0 +1,320 @@
+"""Corroboration of a node finding: what besides step times says the culprit is slow.
+
+The node detector names a culprit from compute times alone; this module looks for independent
+signs of the same thing over the anomaly (the wall-clock span from the first step of the anomaly
+to its last, all ranks) and returns them as :class:`Evidence` plus the *sources* that agree.
+Only what corroborates becomes evidence; missing telemetry, an unmapped GPU or a quiet host add
+nothing and never raise.
+
+- ``gpu`` (GPU slowdown), the culprit's GPU(s) against its peers' (the GPUs of the job's other
+  ranks), each GPU's median over the anomaly, then the median over GPUs: SM clock at least
+  ``CLOCK_DROP`` (5%) lower; share of samples with a slowdown throttle reason set at least
+  ``THROTTLE_SHARE`` (0.25) above the peers' share; temperature at least ``TEMP_EXCESS_C``
+  (10 C) higher; power at least ``POWER_DIFF`` (15%) off the peers' median, either way.
+- ``gpu_errors``: XID events on the culprit's GPU from the first analysed step to the anomaly's
+  end, more per GPU than on the peers' GPUs; growth (max - min over that span) of the volatile
+  ECC counters on the culprit's worst GPU: any double-bit error, or more single-bit errors than
+  the peers' median GPU.
+- ``host`` (contention): CPU cores used on the culprit's host by processes other than the job's
+  ranks, per collector cycle (host and proc samples of one cycle share ``ts_ns``)
+  ``others = num_cpus x cpu_busy_pct / 100 - sum(ranks' cpu_pct) / 100``; the median over the
+  anomaly must exceed, by ``max(CONTENTION_CORES, CONTENTION_FRAC x num_cpus)`` (1 core, 5% of
+  the host), each reference there is: the same host's median before onset and the other hosts'
+  median over the anomaly. Data-loader workers are child processes, so they count as "others":
+  the two references keep their steady load from counting.
+- Own history (:func:`history`), the culprit's median compute before onset against in the
+  anomaly, is evidence but not a source: it restates what the detector measured.
+
+Rank -> GPU: the rank's latest ``RankInfo.device`` ``"cuda:N"`` gives GPU ``N`` on the rank's
+host (``"cpu"``: no GPU); without one, the rank's ``local_rank`` (torchrun's one GPU per local
+rank). ``N`` is the CUDA index the process sees; under a ``CUDA_VISIBLE_DEVICES`` that reorders
+devices it is not NVML's index, and the mapping is wrong (RankInfo carries no GPU UUID yet).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import pandas as pd
+
+from diag.diagnose.features import Features
+from diag.findings import Evidence
+
+CLOCK_DROP = 0.05
+THROTTLE_SHARE = 0.25
+TEMP_EXCESS_C = 10.0
+POWER_DIFF = 0.15
+CONTENTION_CORES = 1.0
+CONTENTION_FRAC = 0.05
+
+GpuKey = tuple[str, int]  # (host, gpu_index)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Corroboration:
+    """Evidence that corroborates a finding, and the independent sources it came from
+    (``"gpu"``, ``"gpu_errors"``, ``"host"``; each at most once)."""
+
+    evidence: tuple[Evidence, ...] = ()
+    sources: tuple[str, ...] = ()
+
+
+def corroborate(
+    features: Features,
+    *,
+    ranks: tuple[int, ...],
+    host: str,
+    anomaly: tuple[int, int],
+    before: tuple[int, int] | None,
+) -> Corroboration:
+    """Corroboration of ``ranks`` (on ``host``) being slow over the steps ``anomaly`` (first,
+    last), with the steps ``before`` onset (first, last; ``None`` for a structural finding)."""
+    span = _span(features.steps, anomaly)
+    if span is None:
+        return Corroboration()
+    before_span = _span(features.steps, before) if before is not None else None
+    since_ns = before_span[0] if before_span is not None else span[0]  # first analysed step
+    evidence: list[Evidence] = []
+    sources: list[str] = []
+    has_gpu_data = not (features.gpu.empty and features.xid.empty)
+    gpus = gpu_of_ranks(features) if has_gpu_data else {}
+    mine = sorted({gpus[r] for r in ranks if r in gpus})
+    peers = sorted({g for r, g in gpus.items() if r not in ranks} - set(mine))
+    if mine:
+        who = _gpu_name(mine, gpus)
+        for source, found in (
+            ("gpu", _gpu_slowdown(features.gpu, mine, peers, span, who)),
+            ("gpu_errors", _gpu_errors(features, mine, peers, (since_ns, span[1]), who)),
+        ):
+            if found:
+                evidence.extend(found)
+                sources.append(source)
+    contention = _contention(features, host, span, before_span)
+    if contention:
+        evidence.extend(contention)
+        sources.append("host")
+    return Corroboration(evidence=tuple(evidence), sources=tuple(sources))
+
+
+def history(rank: int, before_ms: float, after_ms: float) -> Evidence:
+    """The rank's own median compute in the anomaly against its median before onset."""
+    ratio = after_ms / before_ms if before_ms > 0 else float("nan")
+    return Evidence(
+        metric="own_compute_ms",
+        subject=f"rank {rank}",
+        value=after_ms,
+        reference=before_ms,
+        unit="ms",
+        note=f"its median in the anomaly vs its own before onset ({ratio:.2f}x)",
+    )
+
+
+def gpu_of_ranks(features: Features) -> dict[int, GpuKey]:
+    """rank -> (host, GPU index) as the hooks report it (see the module docstring)."""
+    out: dict[int, GpuKey] = {}
+    steps = features.step_events
+    if not steps.empty and {"rank", "host", "local_rank"} <= set(steps.columns):
+        last = steps[steps["rank"] >= 0].groupby("rank")[["host", "local_rank"]].last()
+        last = last[last["local_rank"] >= 0]
+        hosts, indexes = last["host"].astype(str).tolist(), last["local_rank"].astype(int).tolist()
+        keys = zip(hosts, indexes, strict=True)
+        out.update(zip(last.index.astype(int).tolist(), keys, strict=True))
+    info = features.rank_info
+    if not info.empty and {"rank", "host", "device"} <= set(info.columns):
+        info = info[(info["rank"] >= 0) & (info["device"].astype(str) != "")]
+        last = info.groupby("rank")[["host", "device"]].last()
+        device = last["device"].astype(str)
+        index = device.str.removeprefix("cuda:")
+        cuda = device.str.startswith("cuda:") & index.str.isdigit()
+        for rank in last.index[~device.str.startswith("cuda")].tolist():
+            out.pop(int(rank), None)  # a CPU rank has no GPU, whatever its local rank
+        hosts, indexes = last.loc[cuda, "host"].astype(str).tolist(), index[cuda].astype(int)
+        keys = zip(hosts, indexes.tolist(), strict=True)
+        out.update(zip(last.index[cuda].astype(int).tolist(), keys, strict=True))
+    return out
+
+
+# -- GPU ------------------------------------------------------------------------------------------
+
+
+def _gpu_rows(rows: pd.DataFrame, keys: list[GpuKey], span: tuple[int, int]) -> pd.DataFrame:
+    """The rows (GPU samples, XID events) of the GPUs ``keys`` within ``span``."""
+    if rows.empty or not keys or not {"host", "gpu_index", "ts_ns"} <= set(rows.columns):
+        return rows.iloc[0:0]
+    in_span = rows[(rows["ts_ns"] >= span[0]) & (rows["ts_ns"] <= span[1])]
+    index = pd.MultiIndex.from_frame(in_span[["host", "gpu_index"]].astype({"host": str}))
+    return in_span[index.isin(keys)]
+
+
+def _median_of_gpus(rows: pd.DataFrame, column: str) -> float | None:
+    """Median over GPUs of each GPU's median of ``column`` (NA dropped); None without values."""
+    if rows.empty or column not in rows.columns:
+        return None
+    values = pd.to_numeric(rows[column], errors="coerce").astype(float)
+    per_gpu = values.groupby([rows["host"], rows["gpu_index"]]).median().dropna()
+    return float(per_gpu.median()) if len(per_gpu) else None
+
+
+def _gpu_slowdown(
+    gpu: pd.DataFrame, mine: list[GpuKey], peers: list[GpuKey], span: tuple[int, int], who: str
+) -> list[Evidence]:
+    own, other = _gpu_rows(gpu, mine, span), _gpu_rows(gpu, peers, span)
+    if own.empty or other.empty:
+        return []
+    out = []
+    clock, ref = _median_of_gpus(own, "sm_clock_mhz"), _median_of_gpus(other, "sm_clock_mhz")
+    if clock is not None and ref and clock <= (1 - CLOCK_DROP) * ref:
+        note = "median SM clock in the anomaly vs the peers' GPUs"
+        out.append(_gpu_ev("gpu_sm_clock_mhz", who, clock, ref, "MHz", note))
+    if "throttle_reasons" in own.columns:
+        throttled = own["throttle_reasons"].astype(str) != ""
+        share = float(throttled.mean())
+        ref_share = float((other["throttle_reasons"].astype(str) != "").mean())
+        if share - ref_share >= THROTTLE_SHARE:
+            reasons = Counter(
+                r for names in own.loc[throttled, "throttle_reasons"] for r in str(names).split(",")
+            )
+            named = ", ".join(r for r, _ in reasons.most_common())
+            note = f"share of samples throttled ({named}) in the anomaly vs the peers' GPUs"
+            out.append(_gpu_ev("gpu_throttled_share", who, share, ref_share, "fraction", note))
+    temp, ref = _median_of_gpus(own, "temp_c"), _median_of_gpus(other, "temp_c")
+    if temp is not None and ref is not None and temp - ref >= TEMP_EXCESS_C:
+        note = "median temperature in the anomaly vs the peers' GPUs"
+        out.append(_gpu_ev("gpu_temp_c", who, temp, ref, "C", note))
+    power, ref = _median_of_gpus(own, "power_w"), _median_of_gpus(other, "power_w")
+    if power is not None and ref and abs(power - ref) >= POWER_DIFF * ref:
+        way = "lower" if power < ref else "higher"
+        note = f"median power draw in the anomaly vs the peers' GPUs ({way})"
+        out.append(_gpu_ev("gpu_power_w", who, power, ref, "W", note))
+    return out
+
+
+def _gpu_errors(
+    features: Features,
+    mine: list[GpuKey],
+    peers: list[GpuKey],
+    span: tuple[int, int],
+    who: str,
+) -> list[Evidence]:
+    out = []
+    xid = features.xid
+    if not xid.empty and {"host", "gpu_index", "ts_ns", "xid"} <= set(xid.columns):
+        own, other = _gpu_rows(xid, mine, span), _gpu_rows(xid, peers, span)
+        ref = len(other) / len(peers) if peers else 0.0
+        if len(own) and len(own) / len(mine) > ref:
+            codes = ", ".join(str(x) for x, _ in Counter(own["xid"].astype(int)).most_common())
+            note = f"XID {codes} from the first analysed step to the anomaly's end (peers: per GPU)"
+            out.append(_gpu_ev("gpu_xid_events", who, float(len(own)), ref, "events", note))
+    own, other = _gpu_rows(features.gpu, mine, span), _gpu_rows(features.gpu, peers, span)
+    for column, kind in (("ecc_dbe_volatile", "double"), ("ecc_sbe_volatile", "single")):
+        grown, ref_grown = _growth(own, column), _growth(other, column)
+        if grown is None:
+            continue
+        worst = float(grown.max())
+        ref = float(ref_grown.median()) if ref_grown is not None else 0.0
+        if worst > 0 and (kind == "double" or worst > ref):
+            note = f"new {kind}-bit ECC errors from the first analysed step to the anomaly's end"
+            note += " (the culprit's worst GPU; peers: median GPU)"
+            out.append(_gpu_ev(f"gpu_{column}", who, worst, ref, "errors", note))
+    return out
+
+
+def _growth(rows: pd.DataFrame, column: str) -> pd.Series | None:
+    """Per GPU, max - min of a cumulative counter over ``rows``; None without any value."""
+    if rows.empty or column not in rows.columns:
+        return None
+    values = pd.to_numeric(rows[column], errors="coerce").astype(float)
+    by_gpu = values.groupby([rows["host"], rows["gpu_index"]])
+    grown = (by_gpu.max() - by_gpu.min()).dropna()
+    return grown if len(grown) else None
+
+
+def _gpu_name(mine: list[GpuKey], gpus: dict[int, GpuKey]) -> str:
+    ranks = sorted(r for r, g in gpus.items() if g in mine)
+    hosts = sorted({h for h, _ in mine})
+    which = ", ".join(str(i) for _, i in mine)
+    plural = "s" if len(mine) > 1 else ""
+    return f"{'/'.join(hosts)} GPU{plural} {which} (rank{plural} {', '.join(map(str, ranks))})"
+
+
+def _gpu_ev(metric: str, who: str, value: float, ref: float, unit: str, note: str) -> Evidence:
+    return Evidence(metric=metric, subject=who, value=value, reference=ref, unit=unit, note=note)
+
+
+# -- host contention ------------------------------------------------------------------------------
+
+
+def _others_cpu(features: Features) -> pd.DataFrame:
+    """Per host sample: ``others_cores`` (CPU cores used by non-rank processes) and num_cpus."""
+    host, proc = features.host, features.proc
+    need = {"host", "ts_ns", "num_cpus", "cpu_busy_pct"}
+    if host.empty or proc.empty or not need <= set(host.columns):
+        return pd.DataFrame(columns=["host", "ts_ns", "num_cpus", "others_cores"])
+    ranks_pct = proc[proc["rank"] >= 0].groupby(["host", "ts_ns"])["cpu_pct"].sum()
+    joined = host.join(ranks_pct.rename("ranks_pct"), on=["host", "ts_ns"], how="inner")
+    joined = joined[joined["num_cpus"] > 0]
+    busy = joined["num_cpus"] * joined["cpu_busy_pct"] / 100.0
+    others = (busy - joined["ranks_pct"] / 100.0).clip(lower=0.0)
+    return joined.assign(others_cores=others)[["host", "ts_ns", "num_cpus", "others_cores"]]
+
+
+def _contention(
+    features: Features,
+    host: str,
+    span: tuple[int, int],
+    before: tuple[int, int] | None,
+) -> list[Evidence]:
+    cpu = _others_cpu(features)
+    if cpu.empty or not host:
+        return []
+
+    def median(rows: pd.DataFrame, within: tuple[int, int]) -> float | None:
+        rows = rows[(rows["ts_ns"] >= within[0]) & (rows["ts_ns"] <= within[1])]
+        return float(rows["others_cores"].median()) if len(rows) else None
+
+    mine = cpu[cpu["host"] == host]
+    now = median(mine, span)
+    if now is None:
+        return []
+    floor = max(CONTENTION_CORES, CONTENTION_FRAC * float(mine["num_cpus"].median()))
+    earlier = median(mine, before) if before is not None else None
+    others = [median(rows, span) for _, rows in cpu[cpu["host"] != host].groupby("host")]
+    elsewhere = [m for m in others if m is not None]
+    peers = float(pd.Series(elsewhere).median()) if elsewhere else None
+    refs = [r for r in (earlier, peers) if r is not None]
+    if not refs or any(now - r < floor for r in refs):
+        return []
+    what = f"CPU cores used on {host} by processes other than the job's ranks: median"
+    out = []
+    if earlier is not None:
+        note = f"{what} in the anomaly vs before onset"
+        out.append(_host_ev(host, now, earlier, note))
+    if peers is not None:
+        note = f"{what} in the anomaly vs the other hosts' median"
+        out.append(_host_ev(host, now, peers, note))
+    return out
+
+
+def _host_ev(host: str, value: float, ref: float, note: str) -> Evidence:
+    return Evidence(
+        metric="host_other_cpu_cores",
+        subject=host,
+        value=value,
+        reference=ref,
+        unit="cores",
+        note=note,
+    )
+
+
+# -- spans ----------------------------------------------------------------------------------------
+
+
+def _span(steps: pd.DataFrame, first_last: tuple[int, int]) -> tuple[int, int] | None:
+    """Wall-clock (start of the first step, end of the last) over all ranks, or None."""
+    if steps.empty:
+        return None
+    rows = steps[(steps["step"] >= first_last[0]) & (steps["step"] <= first_last[1])]
+    if rows.empty:
+        return None
+    return int(rows["start_ns"].min()), int(rows["end_ns"].max())

@@ -1,0 +1,62 @@
+"""The detector registry: name -> ``detect(features, cfg)``, and :func:`run_all`.
+
+Explicit on purpose (nothing registers itself on import). ``run_all`` catches nothing: a detector
+that raises on a run is a bug to see, not a finding to lose silently (detectors return ``[]``
+on data too thin to judge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from diag.diagnose.detectors import checkpoint, data, drift, hang, kernel, link, node
+from diag.diagnose.features import Features
+from diag.diagnose.reconcile import reconcile
+from diag.findings import Finding, ranked
+
+
+def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
+    return link.detect(features.collectives, features.step_events, cfg or link.LinkConfig())
+
+
+def _kernel(features: Features, cfg: kernel.KernelConfig | None) -> list[Finding]:
+    return kernel.detect(features.kernels, features.windows, cfg or kernel.KernelConfig())
+
+
+#: detector name -> its function; each takes ``(features, cfg)`` and ``cfg=None`` means defaults.
+DETECTORS: dict[str, Callable[[Features, Any], list[Finding]]] = {
+    "node": node.detect,
+    "data": data.detect,
+    "checkpoint": checkpoint.detect,
+    "link": _link,
+    "kernel": _kernel,
+    "hang": hang.detect,
+    "drift": drift.detect,
+}
+
+#: detector name -> its default config (the typed dataclass its ``detect`` accepts).
+DEFAULT_CONFIGS: dict[str, object] = {
+    "node": node.NodeConfig(),
+    "data": data.DataConfig(),
+    "checkpoint": checkpoint.CheckpointConfig(),
+    "link": link.LinkConfig(),
+    "kernel": kernel.KernelConfig(),
+    "hang": hang.HangConfig(),
+    "drift": drift.DriftConfig(),
+}
+
+
+def run_all(features: Features, cfg: Mapping[str, object] | None = None) -> list[Finding]:
+    """Every registered detector on ``features`` (``cfg``: name -> config, defaults otherwise),
+    reconciled across detectors (:func:`~diag.diagnose.reconcile.reconcile`: a slow kernel that
+    explains a slow rank is one kernel finding; a kernel the steps do not show is only info) and
+    ranked by confidence then slowdown (:func:`~diag.findings.ranked`)."""
+    cfg = cfg or {}
+    unknown = sorted(set(cfg) - set(DETECTORS))
+    if unknown:
+        raise ValueError(f"no detector named {', '.join(unknown)}")
+    findings: list[Finding] = []
+    for name, detect in DETECTORS.items():
+        findings.extend(detect(features, cfg.get(name, DEFAULT_CONFIGS[name])))
+    return ranked(reconcile(findings, features))

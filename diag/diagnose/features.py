@@ -1,0 +1,278 @@
+"""Feature frames for the detectors: computed once per run from a :class:`RunStore`.
+
+Every frame is built from ``RunStore.frame(kind)`` (itself built by :mod:`diag.store.dataframes`);
+no other module turns events into frames. Times are milliseconds (``*_ms``) unless the column says
+``*_ns`` (wall-clock nanoseconds since the Unix epoch).
+
+Also here: the small per-step helpers the detectors share (a step x rank table, each rank's value
+against its peers' median, and "persistent" = true in most of a sliding window of steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from diag.store.run_store import RunStore
+
+_NS_PER_MS = 1e6
+
+#: ``steps`` columns, one row per (rank, step).
+STEP_COLUMNS = (
+    "rank",  # global rank
+    "step",  # optimizer step number
+    "host",  # host the rank runs on
+    "duration_ms",  # the whole step (StepEvent.duration_ns)
+    # the rank's own compute: the step minus collective wait, data wait, checkpoint and the time
+    # its training thread waited for a CPU (compute_ns - cpu_wait_ns): a rank descheduled on a
+    # busy host is not a slow device
+    "compute_ms",
+    "cpu_wait_ms",  # run-queue delay of the training thread (cpu_wait_ns; 0 where unknown)
+    "wait_ms",  # blocked on collectives (collective_wait_ns): large on ranks waiting for a slow one
+    "data_ms",  # waiting for the data loader (data_wait_ns)
+    "ckpt_ms",  # checkpoint save/load inside the step (checkpoint_ns)
+    "start_ns",  # step start, wall clock
+    "end_ns",  # step end, wall clock
+)
+
+#: ``ckpt`` columns, one row per CheckpointEvent.
+CKPT_COLUMNS = (
+    "rank",
+    "host",
+    "step",  # the step during (or after) which it ran; -1 if unknown
+    "op",  # "save" or "load"
+    "path",  # checkpoint path as the hook saw it
+    "num_bytes",  # bytes written or read (0 if unknown)
+    "start_ns",
+    "duration_ms",
+    "throughput_mb_s",  # num_bytes / 1e6 per second of duration; NaN without bytes or duration
+)
+
+#: ``host`` columns (HostSample): per-host CPU, memory and I/O samples.
+HOST_COLUMNS = (
+    "host",
+    "ts_ns",
+    "num_cpus",  # logical CPUs of the host
+    "cpu_busy_pct",
+    "cpu_iowait_pct",
+    "load_1m",
+    "disk_read_bytes_per_s",
+)
+#: ``proc`` columns (ProcSample): per-rank process samples.
+PROC_COLUMNS = ("rank", "host", "ts_ns", "cpu_pct", "rss_bytes", "read_bytes_per_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """The frames every detector reads (see the ``*_COLUMNS`` tuples for what each column is).
+
+    ``steps`` is sorted by (step, rank) and unique on (rank, step) (the latest event wins);
+    ``ckpt`` is sorted by start time; ``host`` and ``proc`` by time.
+    """
+
+    steps: pd.DataFrame
+    ckpt: pd.DataFrame
+    host: pd.DataFrame
+    proc: pd.DataFrame
+    #: The stored frames as they are (columns = the schema's fields), for the detectors that work
+    #: on events directly: link (step and collective events) and kernel (kernel summaries and
+    #: profile windows). Empty frames when the run has none.
+    step_events: pd.DataFrame = field(default_factory=pd.DataFrame)
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
+    windows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: GPU telemetry (GpuSample, keyed by host + ``gpu_index``), XID errors and the ranks'
+    #: announcements (RankInfo: ``device`` says which GPU a rank uses), as stored: the node
+    #: detector's corroboration reads them.
+    gpu: pd.DataFrame = field(default_factory=pd.DataFrame)
+    xid: pd.DataFrame = field(default_factory=pd.DataFrame)
+    rank_info: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Hang and crash evidence, as stored (the hang detector reads them): the hooks' HangReports,
+    #: thread stacks (StackDump: hook and py-spy), uncaught exceptions, rank exits (daemon and
+    #: launcher) and the hooks' health reports (a ``final`` one: the process exited normally).
+    hangs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    exceptions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    exits: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hook_health: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Numerics (schema 1.4), as stored (the drift detector reads them): sampled gradient norms
+    #: and loss scales (NumericsSample), first non-finite values (NonFinite), replica checksums
+    #: (ParamFingerprint) and data-loader batch statistics (BatchStats).
+    numerics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    nonfinite: pd.DataFrame = field(default_factory=pd.DataFrame)
+    fingerprints: pd.DataFrame = field(default_factory=pd.DataFrame)
+    batch_stats: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @classmethod
+    def from_store(cls, store: RunStore) -> Features:
+        """Features of a run store; :class:`~diag.errors.InputError` if a part is unreadable."""
+        step_events = store.frame("step")
+        return cls(
+            steps=_steps(step_events),
+            ckpt=_ckpt(store.frame("checkpoint")),
+            host=_pick(store.frame("host"), HOST_COLUMNS),
+            proc=_pick(store.frame("proc"), PROC_COLUMNS),
+            step_events=step_events,
+            collectives=store.frame("collective"),
+            kernels=store.frame("kernel"),
+            windows=store.frame("profile_window"),
+            gpu=store.frame("gpu"),
+            xid=store.frame("xid"),
+            rank_info=store.frame("rank_info"),
+            hangs=store.frame("hang"),
+            stacks=store.frame("stack"),
+            exceptions=store.frame("exception"),
+            exits=store.frame("rank_exit"),
+            hook_health=store.frame("hook_health"),
+            numerics=store.frame("numerics"),
+            nonfinite=store.frame("nonfinite"),
+            fingerprints=store.frame("fingerprint"),
+            batch_stats=store.frame("batch_stats"),
+        )
+
+    def wide(self, column: str, warmup_steps: int = 0) -> pd.DataFrame:
+        """``steps[column]`` as a step x rank table (float), steps after the first
+        ``warmup_steps`` only; steps missing on some rank are dropped (a partial step cannot be
+        compared across ranks)."""
+        if self.steps.empty:
+            return pd.DataFrame(dtype=float)
+        table = self.steps.pivot_table(index="step", columns="rank", values=column, aggfunc="last")
+        table = table.dropna().astype(float).sort_index()
+        return table.iloc[warmup_steps:]
+
+    def hosts_of(self) -> dict[int, str]:
+        """rank -> host (the latest step of each rank)."""
+        last = self.steps.groupby("rank")["host"].last()
+        return {int(r): str(h) for r, h in last.items()}
+
+
+def _steps(df: pd.DataFrame) -> pd.DataFrame:
+    df = df[df["rank"] >= 0]
+    if "cpu_wait_ns" in df:
+        cpu_wait = df["cpu_wait_ns"].fillna(0).astype(float).clip(lower=0)
+    else:  # runs recorded before schema 1.2
+        cpu_wait = pd.Series(0.0, index=df.index)
+    out = pd.DataFrame(
+        {
+            "rank": df["rank"].astype("int64"),
+            "step": df["step"].astype("int64"),
+            "host": df["host"].astype(str),
+            "duration_ms": df["duration_ns"].astype(float) / _NS_PER_MS,
+            "compute_ms": (df["compute_ns"].astype(float) - cpu_wait) / _NS_PER_MS,
+            "cpu_wait_ms": cpu_wait / _NS_PER_MS,
+            "wait_ms": df["collective_wait_ns"].astype(float) / _NS_PER_MS,
+            "data_ms": df["data_wait_ns"].astype(float) / _NS_PER_MS,
+            "ckpt_ms": df["checkpoint_ns"].astype(float) / _NS_PER_MS,
+            "start_ns": df["start_ns"].astype("int64"),
+            "end_ns": df["end_ns"].astype("int64"),
+        },
+        columns=list(STEP_COLUMNS),
+    )
+    out = out.drop_duplicates(subset=["rank", "step"], keep="last")
+    return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _ckpt(df: pd.DataFrame) -> pd.DataFrame:
+    duration_ms = df["duration_ns"].astype(float) / _NS_PER_MS
+    num_bytes = df["num_bytes"].astype("int64")
+    seconds = duration_ms / 1e3
+    throughput = (num_bytes.astype(float) / 1e6 / seconds).where((num_bytes > 0) & (seconds > 0))
+    out = pd.DataFrame(
+        {
+            "rank": df["rank"].astype("int64"),
+            "host": df["host"].astype(str),
+            "step": df["step"].astype("int64"),
+            "op": df["op"].astype(str),
+            "path": df["path"].astype(str),
+            "num_bytes": num_bytes,
+            "start_ns": df["start_ns"].astype("int64"),
+            "duration_ms": duration_ms,
+            "throughput_mb_s": throughput.astype(float),
+        },
+        columns=list(CKPT_COLUMNS),
+    )
+    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _pick(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    return df.loc[:, list(columns)].reset_index(drop=True)
+
+
+# -- helpers shared by the detectors -----------------------------------------------------------
+
+
+def peer_median(wide: pd.DataFrame) -> pd.DataFrame:
+    """For each step and rank, the median of the *other* ranks' values at that step (the rank's
+    peers); NaN with a single rank (and, as ``np.median``, NaN when a peer's value is NaN).
+
+    Vectorized: each row is sorted once; leaving out the value at sorted position ``p`` shifts
+    the middle positions at or after ``p`` by one, so each rank's peer median is one or two
+    entries of the sorted row (the same values, and the same arithmetic, as ``np.median`` of the
+    row without that rank)."""
+    values = wide.to_numpy(dtype=float)
+    out = np.full_like(values, np.nan)
+    num_rows, n = values.shape
+    if n >= 2 and num_rows:
+        m = n - 1  # peers per rank
+        order = np.argsort(values, axis=1, kind="stable")  # NaNs sort last
+        ordered = np.take_along_axis(values, order, axis=1)
+        pos = np.empty_like(order)
+        np.put_along_axis(pos, order, np.broadcast_to(np.arange(n), values.shape), axis=1)
+
+        def peer_at(k: int) -> np.ndarray:  # k-th smallest peer value of every (row, rank)
+            return np.take_along_axis(ordered, np.where(k < pos, k, k + 1), axis=1)
+
+        out = peer_at(m // 2) if m % 2 else (peer_at(m // 2 - 1) + peer_at(m // 2)) / 2.0
+        isnan = np.isnan(values)
+        num_nan = isnan.sum(axis=1)
+        if num_nan.any():  # a NaN among a rank's peers makes its peer median NaN
+            out[(num_nan[:, None] - isnan) > 0] = np.nan
+    return pd.DataFrame(out, index=wide.index, columns=wide.columns)
+
+
+def persistent_columns(flags: np.ndarray, window: int, min_frac: float) -> np.ndarray:
+    """For a steps x columns bool table, which columns :func:`persistence` would find a
+    persistent run in (``persistence(flags[:, j], ...) is not None``), all columns at once."""
+    n = flags.shape[0]
+    if n < window or window < 1:
+        return np.zeros(flags.shape[1], dtype=bool)
+    sums = np.zeros((n + 1, flags.shape[1]), dtype=np.int64)
+    np.cumsum(flags, axis=0, out=sums[1:])
+    counts = sums[window:] - sums[:-window]  # windows ending at position i + window - 1
+    return np.asarray((counts >= min_frac * window - 1e-9).any(axis=0), dtype=bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Persistence:
+    """Where a per-step flag holds persistently (in >= ``min_frac`` of a ``window``-step window).
+
+    ``onset_pos``: position (0-based, in the analysed steps) of the first flagged step of the
+    first persistent window; ``detected_pos``: position of that window's last step; ``end_pos``:
+    the last flagged step of the last persistent window; ``consistency``: fraction of flagged
+    steps from onset to end.
+    """
+
+    onset_pos: int
+    detected_pos: int
+    end_pos: int
+    consistency: float
+
+
+def persistence(flags: np.ndarray, window: int, min_frac: float) -> Persistence | None:
+    """The persistent run of ``flags`` (bool per analysed step), or ``None`` if there is none."""
+    n = len(flags)
+    if n < window or window < 1:
+        return None
+    counts = np.convolve(flags.astype(float), np.ones(window), mode="valid")  # windows ending at
+    ok = np.flatnonzero(counts >= min_frac * window - 1e-9)  # position i + window - 1
+    if not len(ok):
+        return None
+    first_end = int(ok[0]) + window - 1
+    start = first_end - window + 1
+    onset = start + int(np.argmax(flags[start : first_end + 1]))
+    end = int(ok[-1]) + window - 1
+    end = onset + int(np.flatnonzero(flags[onset : end + 1])[-1])  # last flagged step
+    consistency = float(flags[onset : end + 1].mean())
+    return Persistence(onset, first_end, end, consistency)

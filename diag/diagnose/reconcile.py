@@ -1,0 +1,233 @@
+"""Cross-detector reconciliation: one diagnosis when two detectors see the same fault.
+
+A kernel that got slower on one rank makes that rank's compute slower, so the node detector
+flags the rank too; a slow GPU (or a throttled host) makes every kernel on the rank slower, so the
+kernel detector flags its heaviest kernels. Which cause is it? Per node finding (cause ``node`` or
+``structural``) and kernel finding (cause ``kernel``) naming exactly the same ranks, per step on
+those ranks:
+
+- ``E`` = the node finding's compute excess (its ``compute_ms`` evidence: median compute in the
+  anomaly minus the peers' median, averaged over its ranks), ``B`` = the peers' compute;
+- ``e`` = the kernel's excess (its ``kernel_time_ns`` evidence: value minus reference, per
+  profiler window) divided by the steps a window covers (median ``ProfileWindow.num_steps``, 1
+  when unknown), ``b`` = its reference time likewise;
+- ``explained = e / E``; the kernel's relative excess ``e / b`` against the rest of the
+  compute's ``(E - e) / (B - b)``.
+
+The kernel is the cause when (1) it was found against the other ranks, as the node finding was
+(a cross-rank finding; a regression compares the rank with its own first windows, a different
+reference), (2) it explains most of the extra compute, ``explained >= min_explained`` (0.5), and
+(3) it is *concentrated*: it slowed down well beyond the rest of the rank's compute, ``e / b >=
+concentration x (E - e) / (B - b)`` (2). Then the kernel finding absorbs the node finding: it
+keeps its kernel, ranks and excess, takes the higher confidence, the more severe severity and the
+node's evidence; its ``onset_step`` becomes the node finding's when that has one (the node
+detector sees every step, the kernel detector only profiled ones, so it dates the change more
+finely); ``detected_step`` and ``slowdown`` stay its own unless ``None`` (the kernel is named only
+once its windows show it). The node finding is dropped.
+
+Otherwise the node finding stays, and each kernel finding on its ranks that is not concentrated
+(a slow device slows every kernel by about the same factor) is demoted to ``info``, with a
+confidence below the node's, as a symptom of it. A concentrated kernel finding that explains too
+little, or a regression, is left as it is: a second issue, not the diagnosis.
+
+Then every other kernel finding above ``info`` is checked against the steps (profiler windows
+sample a step in ``profile_every``; the step events cover them all): a slow kernel makes every
+step of its ranks slower, so from its onset on their median compute excess per step (over the
+peers' median for a cross-rank finding, over their own median before the onset for a
+regression; steps after ``warmup_steps``) must be ``>= min_seen_in_steps`` (0.5) x the kernel's
+excess per step. Otherwise a few slow profiled steps (scheduler spikes that happened to fall in
+the windows) made it: it is demoted to ``info``, its confidence scaled by the share the steps
+show (``min(1, seen / expected)``), with the step evidence.
+
+Findings of other causes pass through unchanged. A link fault needs no rule here: it leaves
+compute and data waits balanced, so neither the node nor the data detector fires on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from diag.diagnose.features import Features, peer_median
+from diag.findings import SEVERITIES, Evidence, Finding
+
+NODE_CAUSES = ("node", "structural")
+REGRESSION = ":regression"  # the id suffix of a kernel regression (against the rank's own past)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconcileConfig:
+    """Thresholds of the kernel-versus-node rule (see the module docstring)."""
+
+    min_explained: float = 0.5  # kernel excess / node compute excess, per step
+    concentration: float = 2.0  # kernel's relative excess / the rest of compute's
+    min_seen_in_steps: float = 0.5  # steps' compute excess / the kernel's excess, per step
+    warmup_steps: int = 5  # first steps left out of the step check (as the node detector does)
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """How much of a node finding's compute excess one kernel finding explains (ms per step)."""
+
+    explained: float  # e / E
+    kernel_rel: float  # e / b
+    rest_rel: float  # (E - e) / (B - b)
+
+    def concentrated(self, cfg: ReconcileConfig) -> bool:
+        return self.kernel_rel >= cfg.concentration * self.rest_rel
+
+    def is_kernel(self, cfg: ReconcileConfig) -> bool:
+        return self.explained >= cfg.min_explained and self.concentrated(cfg)
+
+
+def steps_per_window(windows: pd.DataFrame) -> float:
+    """The median number of steps a profiler window covers (1 without windows)."""
+    if windows.empty or "num_steps" not in windows:
+        return 1.0
+    n = windows.loc[windows["rank"] >= 0, "num_steps"]
+    return float(max(1.0, n.median())) if len(n) else 1.0
+
+
+def attribute(node: Finding, kern: Finding, window_steps: float = 1.0) -> Attribution | None:
+    """``kern``'s share of ``node``'s compute excess; ``None`` without the evidence to tell."""
+    compute = [x for x in node.evidence if x.metric == "compute_ms" and x.reference is not None]
+    times = [x for x in kern.evidence if x.metric == "kernel_time_ns" and x.reference is not None]
+    e = kernel_excess_ms(kern, window_steps)
+    if not compute or not times or e is None:
+        return None
+    big_b = sum(x.reference or 0.0 for x in compute) / len(compute)
+    big_e = sum(x.value - (x.reference or 0.0) for x in compute) / len(compute)
+    b = (times[0].reference or 0.0) / 1e6 / window_steps
+    if big_e <= 0 or b <= 0:
+        return None
+    rest = (big_e - e) / (big_b - b) if big_b > b else 0.0
+    return Attribution(explained=e / big_e, kernel_rel=e / b, rest_rel=max(0.0, rest))
+
+
+def reconcile(
+    findings: list[Finding], features: Features | None = None, cfg: ReconcileConfig | None = None
+) -> list[Finding]:
+    """``findings`` with kernel/node pairs resolved and kernel findings checked against the steps
+    (see the module docstring), order kept. Without ``features``: one step per profiler window,
+    no step check."""
+    cfg = cfg or ReconcileConfig()
+    window_steps = 1.0 if features is None else steps_per_window(features.windows)
+    nodes = [f for f in findings if f.cause in NODE_CAUSES]
+    kernels = [f for f in findings if f.cause == "kernel"]
+    replaced: dict[str, Finding] = {}
+    dropped: set[str] = set()
+    for node in nodes:
+        same = [k for k in kernels if set(k.ranks) == set(node.ranks) and node.ranks]
+        scored = [(k, attribute(node, k, window_steps)) for k in same]
+        causes = [
+            (k, a)
+            for k, a in scored
+            if a is not None and a.is_kernel(cfg) and not k.id.endswith(REGRESSION)
+        ]
+        if causes:
+            best, _ = max(causes, key=lambda ka: ka[1].explained)
+            replaced[best.id] = absorb(replaced.get(best.id, best), node)
+            dropped.add(node.id)
+        else:
+            for k, a in scored:
+                if a is not None and not a.concentrated(cfg) and k.id not in replaced:
+                    replaced[k.id] = symptom(k, node)
+    if features is not None:
+        compute = features.wide("compute_ms", cfg.warmup_steps)
+        for k in kernels:
+            if k.id in replaced or k.severity == "info":
+                continue
+            seen = step_excess(compute, k)
+            expected = kernel_excess_ms(k, window_steps)
+            if seen is not None and expected and seen < cfg.min_seen_in_steps * expected:
+                replaced[k.id] = unseen(k, seen, expected)
+    return [replaced.get(f.id, f) for f in findings if f.id not in dropped]
+
+
+def kernel_excess_ms(kern: Finding, window_steps: float = 1.0) -> float | None:
+    """A kernel finding's excess per step, in ms (its ``kernel_time_ns`` evidence)."""
+    times = [e for e in kern.evidence if e.metric == "kernel_time_ns" and e.reference is not None]
+    if not times:
+        return None
+    return (times[0].value - (times[0].reference or 0.0)) / 1e6 / window_steps
+
+
+def step_excess(compute: pd.DataFrame, kern: Finding) -> float | None:
+    """What the steps show on a kernel finding's ranks from its onset on (ms per step, mean over
+    its ranks of the median): their compute over the peers' median (a cross-rank finding) or over
+    their own median before the onset (a regression); ``None`` when the steps cannot tell."""
+    ranks = list(kern.ranks)
+    if compute.empty or not ranks or not set(ranks) <= set(compute.columns):
+        return None
+    start = kern.onset_step if kern.onset_step is not None else int(compute.index.min())
+    after = compute.index >= start
+    if kern.id.endswith(REGRESSION):
+        if after.all() or not after.any():
+            return None
+        excess = compute.loc[after, ranks].median() - compute.loc[~after, ranks].median()
+    else:
+        if compute.shape[1] < 2 or not after.any():
+            return None
+        excess = (compute[ranks] - peer_median(compute)[ranks]).loc[after].median()
+    return float(excess.mean())
+
+
+def absorb(kern: Finding, node: Finding) -> Finding:
+    """The kernel finding as the diagnosis of ``node``'s slowdown (see the module docstring)."""
+    level = max(kern.severity, node.severity, key=SEVERITIES.index)
+    return replace(
+        kern,
+        severity=level,
+        onset_step=node.onset_step if node.onset_step is not None else kern.onset_step,
+        detected_step=kern.detected_step if kern.detected_step is not None else node.detected_step,
+        slowdown=kern.slowdown if kern.slowdown is not None else node.slowdown,
+        hosts=kern.hosts or node.hosts,
+        confidence=max(kern.confidence, node.confidence),
+        summary=f"{kern.summary}; it explains the compute excess the node detector saw ({node.id})",
+        evidence=(*kern.evidence, *node.evidence),
+    )
+
+
+def unseen(kern: Finding, seen: float, expected: float) -> Finding:
+    """The kernel finding as a sampling artefact: the profiled steps show it, the others not."""
+    return replace(
+        kern,
+        severity="info",
+        confidence=kern.confidence * min(1.0, max(0.0, seen / expected)),
+        summary=(
+            f"{kern.summary}; but the ranks' steps do not show it ({seen:.1f} ms/step of "
+            f"compute excess against {expected:.1f} in the profiled windows): a few slow "
+            "profiled steps, not a slow kernel"
+        ),
+        evidence=(
+            *kern.evidence,
+            Evidence(
+                metric="step_compute_excess_ms",
+                subject=", ".join(f"rank {r}" for r in kern.ranks),
+                value=seen,
+                reference=expected,
+                unit="ms",
+                note="median compute excess per step from the onset vs the kernel's excess",
+            ),
+        ),
+    )
+
+
+def symptom(kern: Finding, node: Finding) -> Finding:
+    """The kernel finding as one symptom of a slow rank: ``info``, below the node finding."""
+    return replace(
+        kern,
+        severity="info",
+        confidence=min(kern.confidence, node.confidence * 0.9),
+        summary=f"{kern.summary}; every kernel on the rank is slower: a symptom of {node.id}",
+        evidence=(
+            *kern.evidence,
+            Evidence(
+                metric="symptom_of",
+                subject=node.id,
+                value=1.0,
+                note="the rank's compute is slower across kernels",
+            ),
+        ),
+    )

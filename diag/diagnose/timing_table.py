@@ -1,0 +1,191 @@
+"""Timing tables from other tools: one Parquet or CSV file of timed spans -> :class:`Features`.
+
+A timing table has one row per timed span (a forward pass, an all-reduce, a data-loader wait...):
+
+- required: ``rank``, ``step``, ``phase``, ``op``, ``start_ns``, ``duration_ns``;
+- optional: ``host``, ``dp_rank``, ``pp_rank``, ``tp_rank``, ``microbatch`` (read, not needed);
+- ``phase`` is one of :data:`PHASES`; ``start_ns`` is wall-clock (or any common clock) nanoseconds.
+
+Per (rank, step) the ``steps`` frame gets ``duration_ms`` = last span end - first span start,
+``data_ms`` / ``wait_ms`` / ``ckpt_ms`` = summed ``data`` / ``collective`` / ``checkpoint``
+spans and ``compute_ms`` = the rest (clamped at 0). ``checkpoint`` spans also make the ``ckpt``
+frame (``path`` = the span's ``op``, ``num_bytes`` 0). There are no host, process, collective or
+kernel events in a table: those frames are empty, so the link and kernel detectors find nothing.
+Any problem with the file is one :class:`~diag.errors.InputError` line that names it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from diag.diagnose.features import (
+    CKPT_COLUMNS,
+    HOST_COLUMNS,
+    PROC_COLUMNS,
+    STEP_COLUMNS,
+    Features,
+)
+from diag.errors import InputError
+
+_NS_PER_MS = 1e6
+
+#: Columns every timing table must have.
+REQUIRED_COLUMNS = ("rank", "step", "phase", "op", "start_ns", "duration_ns")
+#: Columns a timing table may have (``host`` names the rank's host; the others are kept as read).
+OPTIONAL_COLUMNS = ("host", "dp_rank", "pp_rank", "tp_rank", "microbatch")
+#: The allowed ``phase`` values.
+PHASES = ("data", "forward", "backward", "optimizer", "collective", "checkpoint", "other")
+#: File suffixes read as timing tables (case-insensitive).
+SUFFIXES = (".parquet", ".csv")
+
+_NUMERIC = ("rank", "step", "start_ns", "duration_ns")
+_MAX_NAMED = 5  # unknown phase values / bad rows named in an error
+
+
+def is_timing_table(path: Path) -> bool:
+    """Whether ``path`` names a timing table (by suffix), rather than a run directory."""
+    return Path(path).suffix.lower() in SUFFIXES and not Path(path).is_dir()
+
+
+def read_timing_table(path: Path) -> pd.DataFrame:
+    """The table at ``path``, checked and typed (ints for ranks, steps and times, str for
+    ``phase``/``op``/``host``); :class:`~diag.errors.InputError` (one line) when it is not one."""
+    path = Path(path)
+    raw = _read_raw(path)
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        raise InputError(f"{path}: timing table lacks column(s) {', '.join(missing)}")
+    if raw.empty:
+        raise InputError(f"{path}: timing table has no rows")
+    out = pd.DataFrame(index=raw.index)
+    for col in _NUMERIC:
+        out[col] = _integers(path, raw, col)
+    if (out["duration_ns"] < 0).any():
+        raise InputError(f"{path}: timing table has negative duration_ns values")
+    phase = raw["phase"].astype(str).str.strip()
+    unknown = sorted(set(phase) - set(PHASES))
+    if unknown:
+        named = ", ".join(repr(p) for p in unknown[:_MAX_NAMED])
+        more = f" (+{len(unknown) - _MAX_NAMED} more)" if len(unknown) > _MAX_NAMED else ""
+        raise InputError(
+            f"{path}: unknown phase value(s) {named}{more}; expected one of {', '.join(PHASES)}"
+        )
+    out["phase"] = phase
+    out["op"] = raw["op"].fillna("").astype(str)
+    host = raw["host"] if "host" in raw.columns else pd.Series("", index=raw.index)
+    out["host"] = host.fillna("").astype(str)
+    for col in OPTIONAL_COLUMNS[1:]:
+        if col in raw.columns:
+            out[col] = raw[col]
+    return out.reset_index(drop=True)
+
+
+def features_from_table(table: pd.DataFrame) -> Features:
+    """The detectors' :class:`Features` of a checked table (:func:`read_timing_table`)."""
+    return Features(
+        steps=_steps(table),
+        ckpt=_ckpt(table[table["phase"] == "checkpoint"]),
+        host=pd.DataFrame(columns=list(HOST_COLUMNS)),
+        proc=pd.DataFrame(columns=list(PROC_COLUMNS)),
+    )
+
+
+def run_info(path: Path, table: pd.DataFrame) -> dict[str, Any]:
+    """The ``run`` section of ``diag triage --json`` for a table: id (the file's stem), source,
+    world_size (ranks seen) and steps (the most distinct steps any rank has)."""
+    return {
+        "id": Path(path).stem,
+        "source": "timing table",
+        "world_size": int(table["rank"].nunique()),
+        "steps": int(table.groupby("rank")["step"].nunique().max()),
+    }
+
+
+def _read_raw(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise InputError(f"{path}: no such timing table")
+    try:
+        if path.suffix.lower() == ".parquet":
+            return pd.read_parquet(path)
+        return pd.read_csv(path, skipinitialspace=True)
+    except InputError:
+        raise
+    except Exception as exc:  # pyarrow / pandas raise many kinds; each means "not readable"
+        kind = "Parquet" if path.suffix.lower() == ".parquet" else "CSV"
+        raise InputError(f"{path}: unreadable {kind} timing table: {_one_line(exc)}") from exc
+
+
+def _integers(path: Path, raw: pd.DataFrame, col: str) -> pd.Series:
+    values = pd.to_numeric(raw[col], errors="coerce")
+    bad = values.isna() | ~np.isfinite(values.astype(float))
+    if bad.any():
+        rows = [int(i) for i in np.flatnonzero(bad.to_numpy())[:_MAX_NAMED]]
+        raise InputError(
+            f"{path}: non-numeric or missing {col} in {int(bad.sum())} row(s) "
+            f"(first at data row(s) {', '.join(str(r + 1) for r in rows)})"
+        )
+    if values.dtype.kind == "f":
+        values = values.round()
+    return values.astype("int64")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _steps(table: pd.DataFrame) -> pd.DataFrame:
+    t = table.assign(end_ns=table["start_ns"] + table["duration_ns"])
+    keys = ["rank", "step"]
+    span = t.groupby(keys).agg(
+        start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), host=("host", "last")
+    )
+    sums = (
+        t.pivot_table(index=keys, columns="phase", values="duration_ns", aggfunc="sum")
+        .reindex(index=span.index, columns=list(PHASES))
+        .fillna(0)
+        .astype(float)
+        / _NS_PER_MS
+    )
+    duration = (span["end_ns"] - span["start_ns"]).astype(float) / _NS_PER_MS
+    wait, data, ckpt = sums["collective"], sums["data"], sums["checkpoint"]
+    out = pd.DataFrame(
+        {
+            "host": span["host"].astype(str),
+            "duration_ms": duration,
+            "compute_ms": (duration - wait - data - ckpt).clip(lower=0.0),
+            "cpu_wait_ms": 0.0,  # a timing table does not know run-queue delays
+            "wait_ms": wait,
+            "data_ms": data,
+            "ckpt_ms": ckpt,
+            "start_ns": span["start_ns"].astype("int64"),
+            "end_ns": span["end_ns"].astype("int64"),
+        }
+    ).reset_index()
+    out["rank"] = out["rank"].astype("int64")
+    out["step"] = out["step"].astype("int64")
+    out = out.loc[:, list(STEP_COLUMNS)]
+    return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _ckpt(rows: pd.DataFrame) -> pd.DataFrame:
+    op = rows["op"].astype(str)
+    out = pd.DataFrame(
+        {
+            "rank": rows["rank"].astype("int64"),
+            "host": rows["host"].astype(str),
+            "step": rows["step"].astype("int64"),
+            "op": np.where(op.str.lower().str.contains("load"), "load", "save"),
+            "path": op,
+            "num_bytes": np.zeros(len(rows), dtype="int64"),
+            "start_ns": rows["start_ns"].astype("int64"),
+            "duration_ms": rows["duration_ns"].astype(float) / _NS_PER_MS,
+            "throughput_mb_s": np.full(len(rows), np.nan),
+        },
+        columns=list(CKPT_COLUMNS),
+    )
+    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)

@@ -1,0 +1,141 @@
+"""Triage a run: features -> every registered detector -> ranked findings, plus the run's facts.
+
+The ``diag triage --json`` object is :meth:`TriageResult.to_json`: ``{"run": {...}, "findings":
+[...]}`` where ``run`` is the run section of ``diag report --json`` (id, world_size, steps, hosts,
+...) and ``findings`` are :meth:`Finding.to_json`, sorted by confidence, highest first. For a
+timing table (:mod:`diag.diagnose.timing_table`) ``run`` is ``{"id": the file's stem, "source":
+"timing table", "world_size": ranks, "steps": ...}``.
+
+Remains of a failed run (:mod:`diag.postmortem`: Flight Recorder dumps, torchelastic error files,
+worker logs) add two keys, ``"problems"`` (``"<file>: <why>"`` for each file that could not be
+read) and ``"missing"`` (each kind of evidence that was absent and what it would have told), and
+``run`` is their section (``"source": "remains"``). In a run directory the remains inside it
+(``logs/job.log``, dumps) are merged in: their findings join the detectors', ranked together, and
+``run["remains"]`` is their section; a run directory with no remains keeps the two-key object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from diag.diagnose.detectors.registry import run_all
+from diag.diagnose.features import Features
+from diag.diagnose.timing_table import features_from_table, read_timing_table, run_info
+from diag.findings import Finding, ranked
+from diag.postmortem.analyze import RemainsReport, analyze
+from diag.postmortem.discover import collect
+from diag.postmortem.from_store import dumps_from_collectives
+from diag.postmortem.messages import NO_DUMPS
+from diag.store.run_store import RunStore, fsync_dir
+from diag.store.summary import summarize
+
+FINDINGS_FILE = "findings.jsonl"
+_FAILED = ("hang", "crash")
+
+
+@dataclass(frozen=True, slots=True)
+class TriageResult:
+    """The run's facts (``diag report``'s run section) and its findings, ranked; ``problems``
+    and ``missing`` when remains were read (``None``: none were)."""
+
+    run: dict[str, Any]
+    findings: tuple[Finding, ...]
+    problems: tuple[str, ...] | None = None
+    missing: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"run": self.run, "findings": [f.to_json() for f in self.findings]}
+        if self.problems is not None:
+            out["problems"] = list(self.problems)
+            out["missing"] = list(self.missing)
+        return out
+
+
+def triage(store: RunStore, detectors: Mapping[str, object] | None = None) -> TriageResult:
+    """Run every registered detector on ``store`` (``detectors``: name -> config, e.g. from
+    :func:`~diag.diagnose.detector_config.load_detector_config`; defaults for the others);
+    :class:`~diag.errors.InputError` on bad parts."""
+    features = Features.from_store(store)
+    run = summarize(store).to_json()["run"]
+    return TriageResult(run=run, findings=tuple(run_all(features, detectors)))
+
+
+def triage_table(path: Path, detectors: Mapping[str, object] | None = None) -> TriageResult:
+    """Run every registered detector (configs as in :func:`triage`) on a timing table (Parquet or
+    CSV) at ``path``; :class:`~diag.errors.InputError` (one line naming the file) when it is not
+    one."""
+    table = read_timing_table(path)
+    features = features_from_table(table)
+    return TriageResult(run=run_info(path, table), findings=tuple(run_all(features, detectors)))
+
+
+def triage_remains(path: Path) -> tuple[TriageResult, RemainsReport]:
+    """Triage what a failed run left at ``path`` (a directory or one file of dumps, error files,
+    logs); :class:`~diag.errors.InputError` when there is nothing to read there."""
+    report = analyze(collect(path))
+    result = TriageResult(
+        run=report.run, findings=report.findings, problems=report.problems, missing=report.missing
+    )
+    return result, report
+
+
+def triage_run_dir(
+    run_dir: Path, detectors: Mapping[str, object] | None = None
+) -> tuple[TriageResult, RemainsReport | None]:
+    """:func:`triage` of a run directory plus the remains inside it, merged (see the module
+    docstring). For a run that did not exit cleanly the store's own Flight Recorder entries
+    stand in for dumps when the directory has none and the hang detector found nothing; a hang
+    or crash finding of the detectors wins over remains findings about the same ranks."""
+    store = RunStore.open(run_dir)
+    base = triage(store, detectors)
+    remains = collect(Path(run_dir))
+    failed = base.run.get("exit_code") != 0
+    live = [f for f in base.findings if f.symptom in _FAILED]
+    if failed and not remains.dumps and not live:
+        stored = dumps_from_collectives(store.frame("collective"), f"{run_dir}/store")
+        if any(e.pending for d in stored for e in d.entries):
+            remains = dataclasses.replace(remains, dumps=stored)
+    if remains.empty:
+        return base, None
+    report = analyze(remains, expect_failure=failed)
+    # The hang detector saw the stall live (stacks, exits): its answer stands; remains findings
+    # about the same ranks (or naming no rank) would only repeat it.
+    extra = [
+        f
+        for f in report.findings
+        if not (
+            f.symptom in _FAILED
+            and live
+            and (not f.ranks or any(set(f.ranks) & set(g.ranks) for g in live))
+        )
+    ]
+    missing = report.missing
+    if live:  # the hook's hang reports carried the Flight Recorder's in-flight entries
+        missing = tuple(m for m in missing if m != NO_DUMPS)
+    result = TriageResult(
+        run={**base.run, "remains": report.run},
+        findings=tuple(ranked([*base.findings, *extra])),
+        problems=report.problems,
+        missing=missing,
+    )
+    return result, report
+
+
+def write_findings(run_dir: Path, findings: tuple[Finding, ...]) -> Path:
+    """``RUN_DIR/findings.jsonl``, one JSON object per finding, replaced atomically."""
+    path = Path(run_dir) / FINDINGS_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for f in findings:
+            fh.write(json.dumps(f.to_json(), allow_nan=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return path

@@ -1,0 +1,118 @@
+"""The entry point ``diag attach`` injects into a running worker: start the hook, detach later.
+
+Runs in the worker's main thread between two of its operations (the injector holds the GIL), so
+:func:`start` never blocks and never raises: it installs the hook (torch is already imported, the
+patches are a few attribute swaps), starts one watcher thread and writes one status file, all in
+milliseconds. Rules:
+
+- A hook already present (the worker started under ``diag run``, or another ``diag attach`` is
+  attached) is reused, never installed twice; this attach will not uninstall it either.
+- The hang watchdog is armed at once: a worker that is already stuck makes no progress after the
+  attach, yet finding it is what attaching is for (the stall is measured from the attach).
+- Detach: the watcher uninstalls the hook (patches restored, optimizer hooks removed, profiler
+  window closed, final flush, hook thread stopped, daemon connection closed) as soon as the stop
+  file exists, the attaching process is gone or the deadline passed; then it ends. The job runs
+  on untouched; only diag's imported modules stay in ``sys.modules``.
+
+The status file (JSON) says ``state``: ``attached``, ``reused``, ``failed`` (with ``error``), then
+``detached``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from typing import Any
+
+POLL_S = 0.2
+
+
+def _write_status(path: str, **fields: Any) -> None:
+    if not path:
+        return
+    try:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"pid": os.getpid(), **fields}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _should_stop(stop_file: str, owner_pid: int, deadline: float) -> bool:
+    if stop_file and os.path.exists(stop_file):
+        return True
+    if deadline and time.time() >= deadline:
+        return True
+    if owner_pid:
+        try:
+            os.kill(owner_pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            pass
+    return False
+
+
+def _watch(hook: Any, status: str, stop_file: str, owner_pid: int, deadline: float) -> None:
+    from diag.hook import core as hook_mod
+
+    while not _should_stop(stop_file, owner_pid, deadline):
+        time.sleep(POLL_S)
+        if not hook.active:  # uninstalled by someone else (the job itself)
+            break
+    _not_an_exit(hook)
+    if hook_mod.installed() is hook:
+        hook_mod.uninstall()
+    else:
+        hook.close()
+    if not hook.thread.is_alive():  # the daemon connection: closed now, not at the next GC
+        with contextlib.suppress(Exception):
+            hook.thread.sender.close()
+    _write_status(status, state="detached")
+
+
+def _not_an_exit(hook: Any) -> None:
+    """A detach is not an exit: the last health report of the hook's final cycle must not say
+    ``final`` (:class:`~diag.schema.HookHealth`: "the process exited normally"), or the analyzer
+    would take a hang this hook reported as resolved by a clean exit."""
+    thread = hook.thread
+    health = thread._health
+    thread._health = lambda *, final: health(final=False)
+
+
+def start(spec_json: str) -> None:
+    """Install the hook with the config in ``spec_json`` (``{"hook": {...HookConfig fields},
+    "status": path, "stop_file": path, "owner_pid": int, "deadline": unix seconds or 0}``)."""
+    status = ""
+    try:
+        spec = json.loads(spec_json)
+        status = str(spec.get("status", ""))
+        from diag.config import HookConfig
+        from diag.hook import core as hook_mod
+
+        present = hook_mod.installed()
+        if present is not None and present.active:
+            _write_status(status, state="reused", job_id=present.cfg.job_id)
+            return
+        hook = hook_mod.install(HookConfig(**spec["hook"]))
+        # Any token the hook thread has not seen arms the watch at its next look (see above).
+        hook.thread.watchdog.watch.observe(object(), time.monotonic_ns(), started=True)
+        threading.Thread(
+            target=_watch,
+            args=(
+                hook,
+                status,
+                str(spec.get("stop_file", "")),
+                int(spec.get("owner_pid", 0)),
+                float(spec.get("deadline", 0)),
+            ),
+            name="diag-attach-watch",
+            daemon=True,
+        ).start()
+        _write_status(status, state="attached")
+    except BaseException as exc:  # never into the job
+        _write_status(status, state="failed", error=f"{type(exc).__name__}: {exc}"[:300])

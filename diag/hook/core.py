@@ -1,0 +1,346 @@
+"""The in-job hook: always-on, cheap step/phase/collective/checkpoint capture inside each rank.
+
+``install()`` wraps a few torch entry points (``torch.autograd.backward``, the global optimizer
+step hooks, ``DataLoader`` iteration, ``torch.save``/``torch.load``/DCP, the ``torch.distributed``
+collectives) and starts the hook thread (:mod:`diag.hook.thread`). The training thread only
+appends small tuples to a bounded deque: it never blocks, never raises, and drops (counting) when
+the deque is full. The hook thread builds the schema events, harvests the Flight Recorder and writes
+framed batches to the node daemon's Unix socket.
+
+Numbers (see :class:`diag.schema.StepEvent`): steps end when the first optimizer that ever stepped
+finishes ``step()``; the phases partition the step (:mod:`diag.hook.phases`). The key split is
+``collective_wait_ns`` (gradient-sync wait after local gradients were done, plus blocking
+Python-level collectives) against ``compute_ns``. On CUDA the "local gradients done" point is when
+the CPU finished issuing backward, so GPU work still running then counts as wait.
+
+Profiler windows (:mod:`diag.hook.profiler`): the training thread switches the torch
+profiler on where a window's first step begins and off at the end of its last step; the hook
+thread summarizes the result (:mod:`diag.hook.kernels`).
+
+Importing this module is cheap: torch is imported only in :func:`install`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from diag.config import HookConfig, default_host, load_config
+from diag.hook import patches as hook_patches
+from diag.hook.events import EventFactory
+from diag.hook.numerics import Numerics
+from diag.hook.phases import BACKWARD, OPTIMIZER, StepTracker
+from diag.hook.profiler import ProfilerWindows
+from diag.hook.sched import runqueue_clock
+from diag.hook.stacks import ExceptHooks, ExceptionInfo
+
+log = logging.getLogger(__name__)
+
+EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
+# Flight Recorder entries kept, unless the job set its own size. A dump costs ~10 us per entry in
+# the buffer while holding the GIL, so the buffer is small and the hook thread polls as often as
+# the collective rate needs (see HookThread._adapt_poll) instead of keeping a large buffer.
+FR_BUFFER_DEFAULT = "128"
+
+_HOOK: Hook | None = None
+_LOCK = threading.Lock()
+
+
+def _wall_offset_ns() -> int:
+    """``time.time_ns() - time.perf_counter_ns()``, the tightest of a few samples."""
+    best: tuple[int, int] | None = None
+    for _ in range(5):
+        a = time.perf_counter_ns()
+        wall = time.time_ns()
+        b = time.perf_counter_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, wall - (a + b) // 2)
+    assert best is not None
+    return best[1]
+
+
+class Hook:
+    """One installed hook. The wrappers call its ``on_*``/``before_*``/``after_*`` methods."""
+
+    def __init__(self, cfg: HookConfig, torch: Any) -> None:
+        self.cfg = cfg
+        self.torch = torch
+        self.clock = time.perf_counter_ns
+        self.wall_offset_ns = _wall_offset_ns()
+        self.queue: deque[tuple[Any, ...]] = deque()
+        self.num_dropped = 0
+        self.num_errors = 0
+        self.last_error = ""
+        self.active = False
+        self.train_tid = threading.main_thread().ident
+        self.profiler = ProfilerWindows(
+            cfg, torch, clock=self.clock, wall_offset_ns=self.wall_offset_ns, on_error=self.error
+        )
+        # The run-queue clock follows the thread that opens it: only the training (main) thread's.
+        on_main = threading.current_thread() is threading.main_thread()
+        self.tracker = StepTracker(
+            self.emit,
+            self.clock,
+            on_begin=self.profiler.step_begins,
+            runqueue=runqueue_clock() if on_main else None,
+        )
+        self.primary_optimizer: int | None = None
+        self._bw_depth = 0
+        rank = int(os.environ.get("RANK", "0"))
+        self.events = EventFactory(
+            host=cfg.host or default_host(),
+            rank=rank,
+            local_rank=int(os.environ.get("LOCAL_RANK", str(rank))),
+            job_id=cfg.job_id,
+        )
+        self._patcher = hook_patches.Patcher()
+        self.numerics = (
+            Numerics(cfg, torch, emit=self.emit, error=self.error, pg_info=self.pg_info)
+            if cfg.numerics
+            else None
+        )
+        self.excepthooks = ExceptHooks(self.on_exception)
+        from diag.hook.thread import HookThread
+
+        self.thread = HookThread(self)
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self.active = True
+        hook_patches.apply(self, self._patcher)
+        self.excepthooks.install()
+        self.thread.start()
+        atexit.register(self.close)
+
+    def close(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
+        """Restore every patched function, then final harvest + health + flush (<= timeout_s)."""
+        if not self.active:
+            return
+        self.active = False
+        self.profiler.close()
+        self.excepthooks.uninstall()
+        try:
+            self._patcher.restore()
+        except Exception as exc:
+            self.error(exc)
+        self.thread.stop(timeout_s)
+        atexit.unregister(self.close)
+
+    def patch_dcp(self) -> None:
+        """Wrap torch.distributed.checkpoint once the job imported it (from the hook thread)."""
+        if self.active:
+            hook_patches.patch_dcp(self, self._patcher)
+
+    # ------------------------------------------------------ training thread
+    def emit(self, rec: tuple[Any, ...]) -> None:
+        """Queue one record for the hook thread; never blocks: drops and counts when full."""
+        if len(self.queue) < self.cfg.queue_max_events:
+            self.queue.append(rec)
+        else:
+            self.num_dropped += 1
+
+    def error(self, exc: BaseException) -> None:
+        """Count one of diag's own failures; log the first of each kind."""
+        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        if self.num_errors == 0 or message != self.last_error:
+            log.debug("diag hook error: %s", message, exc_info=exc)
+        self.num_errors += 1
+        self.last_error = message
+
+    def add_replica(self, ddp: Any) -> None:
+        """A DistributedDataParallel module (seen by its wrapped ``__init__``, or handed over by
+        a job that built it before installing the hook): the numerics tier fingerprints it."""
+        if self.numerics is not None:
+            self._patcher.handles.append(self.numerics.add_replica(ddp))
+
+    def numerics_call(self, fn: Any, *args: Any) -> None:
+        """Call a numerics callback; its failure is counted, the caller carries on."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.error(exc)
+
+    def on_train_thread(self) -> bool:
+        return threading.get_ident() == self.train_tid
+
+    def optimizer_pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        try:
+            if not self.active:
+                return
+            tid = threading.get_ident()
+            if tid != self.train_tid:
+                if self.tracker.started:
+                    return
+                self.train_tid = tid  # training runs on another thread: follow it
+            if self.primary_optimizer is None:
+                self.primary_optimizer = id(optimizer)
+            self.tracker.enter(OPTIMIZER, self.clock())
+            if self.numerics is not None and id(optimizer) == self.primary_optimizer:
+                self.numerics_call(self.numerics.pre_step, optimizer, self.tracker.step)
+        except Exception as exc:
+            self.error(exc)
+
+    def optimizer_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        try:
+            if not self.active or not self.on_train_thread():
+                return
+            if self.numerics is not None and id(optimizer) == self.primary_optimizer:
+                # before the step's end: its cost counts in the optimizer phase
+                self.numerics_call(self.numerics.post_step, self.tracker.step)
+            now = self.clock()
+            self.tracker.exit(OPTIMIZER, now)
+            if id(optimizer) == self.primary_optimizer:
+                if self.profiler.active is not None:  # a window's disable counts in its step
+                    self.profiler.step_ends(self.tracker.step)
+                    now = self.clock()
+                self.tracker.end_step(now)
+        except Exception as exc:
+            self.error(exc)
+
+    def before_backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Open the backward region, note the loss, arm the "local gradients done" callback."""
+        if self._bw_depth:  # reentrant backward (e.g. reentrant activation checkpointing)
+            return None
+        torch = self.torch
+        tracker, clock = self.tracker, self.clock
+        tracker.enter(BACKWARD, clock())
+        self._bw_depth = 1
+        tensors = args[0] if args else kwargs.get("tensors")
+        loss = None
+        if isinstance(tensors, torch.Tensor):
+            roots: tuple[Any, ...] = (tensors,)
+            if tensors.numel() == 1:
+                t = tensors.detach()
+                loss = float(t) if t.device.type == "cpu" else t.clone()
+        elif isinstance(tensors, (list, tuple)):
+            roots = tuple(t for t in tensors if isinstance(t, torch.Tensor))
+        else:
+            roots = ()
+        if self.numerics is not None:
+            self.numerics_call(self.numerics.on_loss, loss, tracker.step)
+        # [grads-done perf ns, py collective ns then, queued, run-queue delay then (-1: unknown)]
+        cell = [0, 0, 0, -1]
+        engine = torch.autograd.Variable._execution_engine
+
+        def grads_done() -> None:
+            cell[0] = clock()
+            cell[1] = tracker.py_coll_ns
+            runq = tracker.runqueue_now()
+            cell[3] = -1 if runq is None else runq
+
+        def prehook(grad_outputs: Any) -> None:
+            try:
+                if not cell[2]:
+                    cell[2] = 1
+                    engine.queue_callback(grads_done)
+            except Exception as exc:
+                self.error(exc)
+
+        handles = [t.grad_fn.register_prehook(prehook) for t in roots if t.grad_fn is not None]
+        return cell, handles, loss
+
+    def after_backward(self, token: Any) -> None:
+        cell, handles, loss = token
+        now = self.clock()
+        self._bw_depth = 0
+        for handle in handles:
+            handle.remove()
+        sync_ns = 0
+        if cell[0]:
+            sync_ns = (now - cell[0]) - (self.tracker.py_coll_ns - cell[1])
+            runq = self.tracker.runqueue_now()
+            if runq is not None and cell[3] >= 0:
+                self.tracker.runq_in_wait += max(0, runq - cell[3])
+        self.tracker.exit(BACKWARD, now)
+        self.tracker.add_backward(loss, sync_ns)
+
+    def on_collective(
+        self, op: str, t0: int, t1: int, nbytes: int, dtype: Any, group: Any, sync: bool, ok: bool
+    ) -> None:
+        tracker = self.tracker
+        step = tracker.step if tracker.started else -1
+        if tracker.started and self.on_train_thread():
+            tracker.add_collective(t1 - t0, sync)
+        self.emit(("coll", step, op, t0, t1, nbytes, dtype, group, sync, ok, threading.get_ident()))
+
+    def on_exception(self, info: ExceptionInfo) -> None:
+        """An uncaught exception (from the chained excepthooks): queued even when the queue is
+        full, since it is what explains the end of this process; sent by the exit flush."""
+        self.queue.append(("exc", info, self.tracker.step if self.tracker.started else -1))
+
+    def on_checkpoint(self, op: str, api: str, path: str, t0: int, t1: int, ok: bool) -> None:
+        step = self.tracker.step if self.tracker.started else -1
+        # A saved file's size is read now (one stat): the job may delete or move it before the
+        # hook thread gets to it. Directories (DCP) are walked later, off the training thread.
+        size = -1
+        if op == "save" and ok and path:
+            with contextlib.suppress(OSError):
+                if os.path.isfile(path):
+                    size = os.path.getsize(path)
+        self.emit(("ckpt", step, op, api, path, t0, t1, ok, size))
+
+    # ----------------------------------------------------------- hook thread
+    def pg_info(self, group: Any) -> tuple[str, int]:
+        """(name, size) of a process group (None = the default group); ("", 0) if unknown."""
+        dist = self.torch.distributed
+        if not dist.is_initialized():
+            return "", 0
+        c10d = dist.distributed_c10d
+        pg = group if group is not None else c10d._get_default_group()
+        return str(c10d._world.pg_names.get(pg, "")), int(pg.size())
+
+    def pg_sizes(self) -> dict[str, int]:
+        """Every process group this rank knows: name -> size (gloo's FR ``pg_config`` is empty)."""
+        dist = self.torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return {}
+        names = list(dist.distributed_c10d._world.pg_names.items())
+        return {str(name): int(pg.size()) for pg, name in names}
+
+
+def install(config: HookConfig | None = None) -> Hook:
+    """Install the hook once per process (a second call returns the installed one).
+
+    May raise only here, on a bad configuration; afterwards the hook never raises into training.
+    """
+    global _HOOK
+    with _LOCK:
+        if _HOOK is not None and _HOOK.active:
+            return _HOOK
+        cfg = config if config is not None else load_config("hook")
+        if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:
+            # Must precede the first process group; the job's own setting wins.
+            os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_DEFAULT)
+        import torch
+        import torch.distributed
+        import torch.optim.optimizer
+        import torch.utils.data.dataloader
+
+        hook = Hook(cfg, torch)
+        hook.start()
+        _HOOK = hook
+        return hook
+
+
+def uninstall(timeout_s: float = EXIT_TIMEOUT_S) -> None:
+    """Restore every patched torch function and stop the hook thread after a final flush."""
+    global _HOOK
+    with _LOCK:
+        hook, _HOOK = _HOOK, None
+    if hook is not None:
+        hook.close(timeout_s)
+
+
+def installed() -> Hook | None:
+    return _HOOK
+
+
+def install_from_env() -> Hook:
+    """:func:`install` with the ``DIAG_HOOK_*`` environment configuration (for sitecustomize)."""
+    return install(load_config("hook"))

@@ -1,0 +1,186 @@
+"""Flight Recorder harvesting state of the hook thread: new entries -> collective payloads.
+
+Pure bookkeeping, no torch: the hook thread hands it each parsed dump. It
+
+* remembers which FR ``record_id`` it already emitted (the ring buffer repeats entries),
+* emits an entry at the first harvest after the one that first saw it done (so the record of the
+  Python call that made it has arrived), and holds entries still in flight (not retired or
+  completed) until they finish, the final harvest, or ``hold_s`` (a collective stuck that long is
+  worth reporting as it is),
+* attributes each entry to the step whose ``[start, end)`` wall-clock window holds its
+  ``time_created_ns`` (:class:`StepWindows`),
+* matches Python-level calls the hook timed (:class:`PyCall`) to their FR entry (same thread,
+  compatible op, created inside the call) and gives the entry the call's ``start_ns``/``end_ns``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from diag.flight_recorder import entry_to_collective, pg_sizes
+
+#: Python API name -> FR op names it may appear under (backends implement some ops with others).
+OP_ALIASES: dict[str, frozenset[str]] = {
+    "all_gather_into_tensor": frozenset({"_allgather_base", "_all_gather_base", "all_gather"}),
+    "reduce_scatter_tensor": frozenset({"_reduce_scatter_base", "reduce_scatter", "all_reduce"}),
+    "all_to_all_single": frozenset({"all_to_all", "alltoall_base"}),
+    "all_gather": frozenset({"allgather"}),
+    "isend": frozenset({"send"}),
+    "irecv": frozenset({"recv"}),
+    "batch_isend_irecv": frozenset({"send", "recv", "coalesced"}),
+}
+MATCH_SLACK_NS = 50_000  # perf-counter -> wall-clock conversion error allowed when matching
+
+
+@dataclass(slots=True)
+class PyCall:
+    """A Python-level torch.distributed call the hook timed (wall-clock ns)."""
+
+    step: int
+    op: str
+    start_ns: int
+    end_ns: int
+    num_bytes: int
+    dtype: str
+    pg_name: str
+    pg_size: int
+    sync: bool
+    tid: int
+    dumps_seen: int = 0
+
+    def payload(self) -> dict[str, Any]:
+        """The CollectiveEvent payload of a call no FR entry matched (``origin="python"``)."""
+        return {
+            "op": self.op,
+            "pg_name": self.pg_name,
+            "pg_size": self.pg_size,
+            "is_p2p": self.op in ("send", "recv", "isend", "irecv", "batch_isend_irecv"),
+            "num_bytes": self.num_bytes,
+            "dtype": self.dtype,
+            "enqueue_ns": self.start_ns,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "duration_ns": self.end_ns - self.start_ns,
+            "state": "completed" if self.sync else "enqueued",
+            "origin": "python",
+        }
+
+
+class StepWindows:
+    """Wall-clock step boundaries (step k = [end of k-1, end of k)); keeps the last ends."""
+
+    def __init__(self, keep: int = 4096) -> None:
+        self.first_start_ns: int | None = None
+        self._ends: list[int] = []
+        self._base = 0  # step index of _ends[0]
+        self._keep = keep
+
+    def start(self, wall_ns: int) -> None:
+        if self.first_start_ns is None:
+            self.first_start_ns = wall_ns
+
+    def end(self, step: int, wall_ns: int) -> None:
+        if not self._ends:
+            self._base = step
+        self._ends.append(wall_ns)
+        if len(self._ends) > 2 * self._keep:
+            del self._ends[: self._keep]
+            self._base += self._keep
+
+    def step_at(self, wall_ns: int) -> int:
+        """The step in progress at ``wall_ns``; -1 before the first activity."""
+        if self.first_start_ns is None or wall_ns < self.first_start_ns:
+            return -1
+        return self._base + bisect.bisect_right(self._ends, wall_ns)
+
+
+class FrState:
+    """What the hook has harvested from the Flight Recorder so far (see the module docstring)."""
+
+    def __init__(self, windows: StepWindows, hold_s: float = 30.0) -> None:
+        self.windows = windows
+        self.hold_s = hold_s
+        self._emitted: set[int] = set()
+        self._held_since: dict[int, float] = {}
+        self._calls: list[PyCall] = []
+        self.counts: dict[int, int] = {}  # step -> collective events attributed to it
+
+    def add_call(self, call: PyCall) -> None:
+        self._calls.append(call)
+
+    def _match(self, op: str, created_ns: int, tid: str, num_bytes: int) -> PyCall | None:
+        """The call that made an entry: same thread, compatible op, created inside the call
+        (+- :data:`MATCH_SLACK_NS`); among several, the one with the same payload size."""
+        found: list[int] = []
+        for i, call in enumerate(self._calls):
+            if call.op != op and op not in OP_ALIASES.get(call.op, ()):
+                continue
+            if tid and str(call.tid) != tid:
+                continue
+            if call.start_ns - MATCH_SLACK_NS <= created_ns <= call.end_ns + MATCH_SLACK_NS:
+                if call.num_bytes == num_bytes:
+                    return self._calls.pop(i)
+                found.append(i)
+        return self._calls.pop(found[0]) if found else None
+
+    def process(
+        self,
+        dump: Mapping[str, Any],
+        now_s: float,
+        *,
+        final: bool = False,
+        extra_sizes: Mapping[str, int] | None = None,
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """The ``(step, CollectiveEvent payload)`` of every entry of ``dump`` due now, in order."""
+        sizes = dict(extra_sizes or {})
+        sizes.update(pg_sizes(dump.get("pg_config") or {}))
+        entries = [e for e in dump.get("entries") or () if isinstance(e, Mapping)]
+        entries.sort(key=lambda e: int(e.get("record_id", -1)))
+        out: list[tuple[int, dict[str, Any]]] = []
+        for entry in entries:
+            rid = int(entry.get("record_id", -1))
+            if rid in self._emitted:
+                continue
+            # An entry waits one harvest even when done: the record of the Python call that made
+            # it may reach the hook thread only after the dump that first shows the entry.
+            first = self._held_since.setdefault(rid, now_s)
+            done = bool(entry.get("retired")) or entry.get("state") == "completed"
+            due = (done and first < now_s) or now_s - first >= self.hold_s
+            if not (due or final):
+                continue
+            self._held_since.pop(rid, None)
+            payload = entry_to_collective(entry, sizes)
+            step = self.windows.step_at(payload["enqueue_ns"])
+            tid = str(entry.get("thread_id", ""))
+            call = self._match(payload["op"], payload["enqueue_ns"], tid, payload["num_bytes"])
+            if call is not None and payload["start_ns"] is None:
+                payload["start_ns"] = call.start_ns
+                payload["end_ns"] = call.end_ns
+                payload["duration_ns"] = call.end_ns - call.start_ns
+            self._emitted.add(rid)
+            self.counts[step] = self.counts.get(step, 0) + 1
+            out.append((step, payload))
+        if entries:  # forget ids that left the ring buffer
+            low = int(entries[0].get("record_id", 0))
+            self._emitted = {r for r in self._emitted if r >= low}
+            for rid in [r for r in self._held_since if r < low]:
+                del self._held_since[rid]
+        return out
+
+    def unmatched_calls(self, dump_wall_ns: int, *, final: bool = False) -> list[PyCall]:
+        """Calls that ended before this dump and no entry matched through two dumps (or at exit)."""
+        keep: list[PyCall] = []
+        out: list[PyCall] = []
+        for call in self._calls:
+            if call.end_ns < dump_wall_ns:
+                call.dumps_seen += 1
+            if final or call.dumps_seen >= 2:
+                out.append(call)
+                self.counts[call.step] = self.counts.get(call.step, 0) + 1
+            else:
+                keep.append(call)
+        self._calls = keep
+        return out

@@ -1,0 +1,423 @@
+"""The hook's daemon thread: turns the training thread's records into events and sends them.
+
+Every ``flush_interval_s`` it drains the record queue, every ``fr_poll_interval_s`` it harvests the
+Flight Recorder (``_dump_fr_trace`` without stack traces, parsed by the restricted unpickler), every
+``health_interval_s`` it emits a :class:`~diag.schema.HookHealth`, and it writes what it built to
+the daemon socket. On stop it does a final drain, harvest and health event and one last flush.
+
+Each cycle it also reads the control frames the daemon wrote back (on-demand profile requests,
+scheduled through :attr:`Hook.profiler`'s inbox; a malformed one is counted as a hook error) and
+turns finished profiler windows into events (:func:`diag.hook.kernels.process`).
+
+While the Flight Recorder works, a finished step is held until the first harvest after its end, so
+its ``num_collectives`` counts the FR entries created inside it (DDP's C++ all-reduces included);
+without the Flight Recorder it counts the Python-level collective calls of the step.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import shlex
+import sys
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from diag import schema
+from diag.flight_recorder import load_fr_dump
+from diag.hook import kernels as hook_kernels
+from diag.hook.events import fr_dtype_name
+from diag.hook.fr_state import FrState, PyCall, StepWindows
+from diag.hook.numerics import TAGS as NUMERICS_TAGS
+from diag.hook.numerics_events import NumericsEvents
+from diag.hook.profiler import RequestFilter
+from diag.hook.sender import FrameSender
+from diag.hook.watchdog import HangWatchdog, StallWatch, completed_total
+from diag.proto import diag_pb2 as pb
+
+if TYPE_CHECKING:
+    from diag.hook.core import Hook
+
+log = logging.getLogger(__name__)
+
+
+MIN_FR_INTERVAL_S = 0.05
+
+
+def fr_buffer_size() -> int:
+    """The Flight Recorder ring buffer's size in this process (as torch reads it)."""
+    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        value = os.environ.get(name, "")
+        if value.strip().isdigit() and int(value) > 0:
+            return int(value)
+    return 2000
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class HookThread(threading.Thread):
+    """The background half of :class:`~diag.hook.core.Hook` (one per installed hook)."""
+
+    def __init__(self, hook: Hook) -> None:
+        super().__init__(name="diag-hook", daemon=True)
+        self.hook = hook
+        self.cfg = hook.cfg
+        self.ev = hook.events
+        self.sender = FrameSender(
+            self.cfg.daemon_sock,
+            sender=self.ev.source,
+            max_backlog=self.cfg.queue_max_events,
+            reconnect_interval_s=self.cfg.reconnect_interval_s,
+        )
+        self.windows = StepWindows()
+        self.numerics = (
+            NumericsEvents(hook.numerics, self.ev, hook.torch)
+            if hook.numerics is not None
+            else None
+        )
+        self.fr = FrState(self.windows)
+        c10d = getattr(hook.torch._C, "_distributed_c10d", None)
+        self._dump_fn = getattr(c10d, "_dump_fr_trace", None)
+        self.fr_ok = bool(self.cfg.capture_collectives and self._dump_fn is not None)
+        self._stop_evt = threading.Event()
+        self._pending_steps: deque[tuple[Any, ...]] = deque()
+        self._next_fr = 0.0
+        self._next_health = time.monotonic() + self.cfg.health_interval_s
+        self._full_rank_info = False
+        self._announced = False
+        self._prev_dump_wall_ns = 0
+        self._pg_sizes: dict[str, int] = {}
+        self._fr_top = -1  # highest FR record_id seen
+        self._fr_capacity = fr_buffer_size()
+        self.fr_interval_s = min(0.25, self.cfg.fr_poll_interval_s)
+        self.requests = RequestFilter(self.cfg.profile_num_steps)
+        self._fr_completed = 0  # sum of the groups' last completed collective, latest harvest
+        self.watchdog = HangWatchdog(
+            StallWatch(min_s=self.cfg.hang_min_s, factor=self.cfg.hang_factor),
+            self.ev,
+            progress=self._progress,
+            fr_dump=self._fresh_dump,
+            last_step=lambda: hook.tracker.step - 1 if hook.tracker.started else -1,
+            current_step=lambda: hook.tracker.step if hook.tracker.started else -1,
+            on_error=hook.error,
+        )
+        self.traces = (
+            hook_kernels.TraceFiles(
+                self.cfg.trace_dir,
+                max_files=self.cfg.max_traces_per_rank,
+                max_bytes=self.cfg.max_trace_bytes,
+            )
+            if self.cfg.trace_dir
+            else None
+        )
+        #: (window_id, training-thread ns, hook-thread ns) of the last windows processed: what
+        #: switching the profiler cost the training thread, and what summarizing and writing the
+        #: trace took here (wall time, pauses included).
+        self.window_costs: deque[tuple[str, int, int]] = deque(maxlen=64)
+
+    # ----------------------------------------------------------------- loop
+    def run(self) -> None:
+        try:
+            self._rank_info()
+            if self.fr_ok:  # the first dump can take seconds: pay it here, not mid-run
+                self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
+        except Exception as exc:
+            self.hook.error(exc)
+        while not self._stop_evt.wait(self.cfg.flush_interval_s):
+            self._cycle(final=False)
+        self._cycle(final=True)
+
+    def stop(self, timeout_s: float) -> None:
+        """Ask for the final cycle and wait for it at most ``timeout_s``."""
+        self._stop_evt.set()
+        if self.is_alive():
+            self.join(timeout_s)
+
+    def _cycle(self, *, final: bool) -> None:
+        try:
+            now = time.monotonic()
+            if self.fr_ok and (final or now >= self._next_fr):
+                self._harvest(final=final)
+                self._next_fr = time.monotonic() + self.fr_interval_s
+            else:
+                self._drain()
+                if not self.fr_ok:
+                    self._release_steps(None)
+            if not final:
+                self.sender.add(self.watchdog.check())  # sent by this cycle's flush
+            if not self._full_rank_info:
+                self._rank_info()
+            self._control()
+            self._profile_windows()
+            if self.cfg.capture_checkpoints:
+                self.hook.patch_dcp()
+            if final:
+                self.sender.retry_now()  # one more connection attempt for the last events
+                self.sender.flush()  # so the final health counts what was sent
+                self.sender.drop_backlog()  # what the daemon did not take now is lost
+            if final or now >= self._next_health:
+                self._next_health = now + self.cfg.health_interval_s
+                self._emit(self._health(final=final))
+        except Exception as exc:
+            self.hook.error(exc)
+        self.sender.flush()
+
+    def _emit(self, event: schema.Event) -> None:
+        self.sender.add((event,))
+
+    # ------------------------------------------------------- profile windows
+    def _control(self) -> None:
+        """Schedule the on-demand profile requests the daemon wrote back since the last cycle."""
+        try:
+            payloads = self.sender.poll_control()
+        except Exception as exc:
+            self.hook.error(exc)
+            return
+        for payload in payloads:
+            try:
+                msg = pb.ControlMessage.FromString(payload)
+                if msg.WhichOneof("body") != "profile":
+                    raise ValueError("control message without a known body")
+                plan = self.requests.plan(msg.profile, self.ev.rank)
+            except Exception as exc:
+                self.hook.error(exc)
+                continue
+            if plan is not None:
+                log.debug("diag hook: profile window %s requested at step %d",
+                          plan.window_id, plan.start_step)  # fmt: skip
+                self.hook.profiler.inbox.append(plan)
+
+    def _profile_windows(self) -> None:
+        profiler = self.hook.profiler
+        done = profiler.done
+        while done:
+            window = done.popleft()
+            t0 = time.perf_counter_ns()
+            try:
+                events = hook_kernels.process(
+                    window, self.ev, self.traces, record_shapes=self.cfg.profile_record_shapes
+                )
+            except Exception as exc:
+                self.hook.error(exc)
+                continue
+            finally:
+                window.result = None  # free the trace now, then allow the next window
+                if not done:
+                    profiler.busy = False
+            self.sender.add(events)
+            self.window_costs.append(
+                (window.plan.window_id, window.train_ns, time.perf_counter_ns() - t0)
+            )
+
+    # ------------------------------------------------------------- records
+    def _drain(self) -> None:
+        queue = self.hook.queue
+        while True:
+            try:
+                rec = queue.popleft()
+            except IndexError:
+                return
+            try:
+                self._record(rec)
+            except Exception as exc:
+                self.hook.error(exc)
+
+    def _record(self, rec: tuple[Any, ...]) -> None:
+        off = self.hook.wall_offset_ns
+        tag = rec[0]
+        if tag == "step":
+            if self.numerics is not None:
+                built: list[schema.Event] = []
+                try:  # a failure here must not lose the step itself
+                    rec = self.numerics.step_record(rec, built)
+                except Exception as exc:
+                    self.hook.error(exc)
+                self.sender.add(built)
+            self.windows.end(rec[1], rec[3] + off)
+            self._pending_steps.append(rec)
+            self.watchdog.watch.step_time(rec[3] - rec[2])
+        elif tag == "start":
+            self.windows.start(rec[1] + off)
+        elif tag == "coll":
+            _, step, op, t0, t1, nbytes, dtype, group, sync, _ok, tid = rec
+            pg_name, pg_size = self.hook.pg_info(group)
+            call = PyCall(step, op, t0 + off, t1 + off, nbytes, fr_dtype_name(dtype), pg_name,
+                          pg_size, sync, tid)  # fmt: skip
+            if self.fr_ok:
+                self.fr.add_call(call)
+            else:
+                self._emit(self.ev.make(schema.CollectiveEvent, step=step, **call.payload()))
+        elif tag == "ckpt":
+            self._emit(self.ev.checkpoint_event(rec, off))
+        elif tag in NUMERICS_TAGS and self.numerics is not None:
+            self.sender.add(self.numerics.record(rec))
+        elif tag == "exc":
+            info, step = rec[1], rec[2]
+            self._emit(
+                self.ev.make(
+                    schema.ExceptionEvent,
+                    step=step,
+                    pid=self.ev.pid,
+                    thread_name=info.thread_name,
+                    is_main=info.is_main,
+                    exc_type=info.exc_type,
+                    message=info.message,
+                    frames=info.frames,
+                    num_frames=info.num_frames,
+                )
+            )
+
+    # ------------------------------------------------------------- watchdog
+    def _progress(self) -> tuple[tuple[int, int, int], bool]:
+        """A token that changes whenever a step ends or a collective completes, and whether
+        either ever happened (see hook_watchdog)."""
+        tracker = self.hook.tracker
+        token = (tracker.step, tracker.py_coll_ns, self._fr_completed)
+        return token, token != (0, 0, 0)
+
+    def _fresh_dump(self) -> dict[str, Any] | None:
+        if not self.fr_ok:
+            return None
+        return load_fr_dump(self._dump_fn(includeStackTraces=False), validate=False)  # type: ignore[misc]
+
+    def _release_steps(self, before_wall_ns: int | None) -> None:
+        """Emit the held steps that ended before ``before_wall_ns`` (all when None)."""
+        off = self.hook.wall_offset_ns
+        while self._pending_steps:
+            rec = self._pending_steps[0]
+            if before_wall_ns is not None and rec[3] + off >= before_wall_ns:
+                return
+            self._pending_steps.popleft()
+            num_coll = self.fr.counts.pop(rec[1], 0) if self.fr_ok else rec[13]
+            self._emit(self.ev.step_event(rec, off, num_coll))
+
+    # --------------------------------------------------------- flight recorder
+    def _harvest(self, *, final: bool) -> None:
+        # A dump unpickles ~40 objects per entry (80k for a full 2000-entry buffer); they die by
+        # refcount once processed, but would first trigger cyclic-GC passes over the whole heap,
+        # possibly on the training thread. Keep the collector off for the harvest only.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._harvest_once(final=final)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _harvest_once(self, *, final: bool) -> None:
+        dump_wall_ns = time.time_ns()
+        try:
+            dump = load_fr_dump(self._dump_fn(includeStackTraces=False), validate=False)  # type: ignore[misc]
+        except Exception as exc:
+            self._fr_off(f"Flight Recorder dump failed: {type(exc).__name__}: {exc}")
+            return
+        self._drain()  # records of everything that finished before the dump started
+        self._fr_completed = completed_total(dump)
+        self._adapt_poll(dump.get("entries") or ())
+        status = dump.get("pg_status") or {}
+        if not dump.get("entries") and any(
+            int(s.get("last_enqueued_collective", -1)) > 0 for s in status.values()
+        ):
+            self._fr_off("Flight Recorder is off (TORCH_FR_BUFFER_SIZE=0?)")
+            return
+        self._pg_sizes.update(self.hook.pg_sizes())  # kept: the job may destroy its groups first
+        sizes = self._pg_sizes
+        for step, payload in self.fr.process(
+            dump, time.monotonic(), final=final, extra_sizes=sizes
+        ):
+            self._emit(self.ev.make(schema.CollectiveEvent, step=step, **payload))
+        for call in self.fr.unmatched_calls(dump_wall_ns, final=final):
+            self._emit(self.ev.make(schema.CollectiveEvent, step=call.step, **call.payload()))
+        # Entries are emitted one harvest late (FrState), so a step is complete in the counts once
+        # it ended before the previous dump.
+        self._release_steps(None if final else self._prev_dump_wall_ns)
+        self._prev_dump_wall_ns = dump_wall_ns
+
+    def _adapt_poll(self, entries: Any) -> None:
+        """Pace the harvests so that about half the ring buffer fills between two dumps.
+
+        A dump costs ~10 us per buffered entry while holding the GIL, so the cost per second is
+        about (buffer / interval) x 10 us: polling when half the buffer is new spends ~20 us per
+        collective, whatever the buffer size, and a small buffer keeps each pause short. The
+        interval stays within [MIN_FR_INTERVAL_S, fr_poll_interval_s]; it halves at once when
+        more than half the buffer was new (a burst), and entries overwritten before any dump saw
+        them are counted as dropped.
+        """
+        ids = [int(e.get("record_id", -1)) for e in entries if isinstance(e, dict)]
+        half = max(self._fr_capacity // 2, 1)
+        longest = self.cfg.fr_poll_interval_s
+        if not ids:
+            self.fr_interval_s = min(self.fr_interval_s * 1.5, longest)
+            return
+        low, top = min(ids), max(ids)
+        if self._fr_top >= 0 and low > self._fr_top + 1:
+            self.hook.num_dropped += low - self._fr_top - 1
+        new = top - self._fr_top if self._fr_top >= 0 else len(ids)
+        self._fr_top = max(self._fr_top, top)
+        if new > half:
+            self.fr_interval_s = max(self.fr_interval_s / 2, MIN_FR_INTERVAL_S)
+        else:
+            factor = min(1.5, half / max(new, 1))
+            self.fr_interval_s = min(max(self.fr_interval_s * factor, MIN_FR_INTERVAL_S), longest)
+
+    def _fr_off(self, reason: str) -> None:
+        """Fall back to Python-level collectives only: emit what was held for matching."""
+        log.info("diag hook: %s; recording Python-level collectives only", reason)
+        self.fr_ok = False
+        self._drain()
+        for call in self.fr.unmatched_calls(0, final=True):
+            self._emit(self.ev.make(schema.CollectiveEvent, step=call.step, **call.payload()))
+        self._release_steps(None)
+
+    # ------------------------------------------------------------ rank, health
+    def _rank_info(self) -> None:
+        torch = self.hook.torch
+        dist = torch.distributed
+        backend = device = ""
+        world_size = _env_int("WORLD_SIZE", 1)
+        if dist.is_available() and dist.is_initialized():
+            backend = str(dist.get_backend())
+            world_size = dist.get_world_size()
+            self.ev.rank = dist.get_rank()
+            cuda = torch.cuda.is_initialized()
+            device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
+            self._full_rank_info = True
+        elif self._announced:
+            return  # announced once already; announce again when the process group exists
+        self._announced = True
+        self._emit(
+            self.ev.make(
+                schema.RankInfo,
+                pid=self.ev.pid,
+                world_size=world_size,
+                local_world_size=_env_int("LOCAL_WORLD_SIZE", 1),
+                node_rank=_env_int("GROUP_RANK", -1),
+                run_id=os.environ.get("TORCHELASTIC_RUN_ID", ""),
+                argv=shlex.join(sys.argv),
+                torch_version=str(torch.__version__),
+                backend=backend,
+                device=device,
+            )
+        )
+
+    def _health(self, *, final: bool) -> schema.Event:
+        hook = self.hook
+        return self.ev.make(
+            schema.HookHealth,
+            pid=self.ev.pid,
+            num_emitted=self.ev.num_emitted + 1,
+            num_sent=self.sender.num_sent,
+            num_dropped=hook.num_dropped + self.sender.num_dropped,
+            num_errors=hook.num_errors,
+            last_error=hook.last_error or self.sender.last_error,
+            queue_depth=len(hook.queue) + self.sender.backlog,
+            final=final,
+        )

@@ -1,0 +1,231 @@
+"""Walk a path and read whatever a failed run left there, classified by content, not by name.
+
+Each file is sniffed from its first bytes: a pickle (``0x80``) is a Flight Recorder dump; a JSON
+object is an FR dump (``version`` + ``pg_config``/``entries``), a torchelastic error file
+(``message``) or something else (ignored); text is a worker log; other binary files are skipped.
+A file *named* like a dump (``_dump_3``, ``nccl_trace_rank_3``, ``*.pkl``) or an error file
+(``error.json``) that does not read as one is a problem line, as is any dump or error file that is
+truncated or corrupt. Nothing raises for one bad file; :class:`~diag.errors.InputError` only when
+the path is missing or holds nothing to analyze.
+
+In a diag run directory its own files (``store/``, ``traces/``, ``run.json``, ``control.json``,
+``findings.jsonl``, the daemon's and analyzer's logs) are not remains and are skipped; the job's
+output (``logs/job.log``) and any dumps inside are read. Files are visited in sorted order, so
+the result (and every finding built on it) is the same on every run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+
+from diag.errors import InputError
+from diag.postmortem.elastic import is_error_file, local_rank_from_path, read_error_file
+from diag.postmortem.fr_dumps import DUMP_NAME, is_fr_json, read_dump_file
+from diag.postmortem.logs import LogResult, parse_log
+from diag.postmortem.records import Clue, RankDump, Remains
+
+MAX_FILES = 20_000
+MAX_JSON_BYTES = 512 << 20
+_SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".pytest_cache", ".mypy_cache"}
+_SKIP_EXT = (".parquet", ".gz", ".zip", ".tar", ".so", ".pyc", ".png", ".jpg", ".html", ".wal")
+_RUN_SKIP = {
+    "store",
+    "traces",
+    "run.json",
+    "control.json",
+    "findings.jsonl",
+    "daemon.log",
+    "analyzer.log",
+}
+_RANK_FILE = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def is_run_dir(path: Path) -> bool:
+    """A diag run directory (``diag run`` / ``diag analyzer`` wrote it)."""
+    return path.is_dir() and (path / "store").is_dir()
+
+
+def collect(path: Path) -> Remains:
+    """Everything readable under ``path`` (a directory or one file) as :class:`Remains`."""
+    if not path.exists():
+        raise InputError(f"{path} does not exist")
+    run_dir = is_run_dir(path)
+    files = [path] if path.is_file() else _walk(path, run_dir)
+    problems: list[str] = []
+    if len(files) > MAX_FILES:
+        problems.append(f"{path}: more than {MAX_FILES} files; read the first {MAX_FILES}")
+        files = files[:MAX_FILES]
+    dumps: dict[int, RankDump] = {}
+    clues: list[Clue] = []
+    local_to_global: dict[int, int] = {}
+    world: int | None = None
+    num_logs = num_errors = 0
+    seen: set[int] = set()
+    seen_local: set[int] = set()
+    for f in files:
+        display = str(f) if f == path else os.path.join(str(path), str(f.relative_to(path)))
+        try:
+            kind, payload = _read(f, display)
+        except InputError as exc:
+            problems.append(f"{display}: {exc}")
+            continue
+        except OSError as exc:
+            problems.append(f"{display}: cannot read ({exc.strerror or exc})")
+            continue
+        if kind == "dump":
+            assert isinstance(payload, RankDump)
+            old = dumps.get(payload.rank)
+            if old is not None:
+                keep = max((old, payload), key=lambda d: (len(d.entries), d.file))
+                problems.append(
+                    f"{display}: a second dump of rank {payload.rank}; using {keep.file}"
+                )
+                payload = keep
+            dumps[payload.rank] = payload
+        elif kind == "error":
+            assert isinstance(payload, Clue)
+            clues.append(payload)
+            num_errors += 1
+        elif kind == "log":
+            assert isinstance(payload, LogResult)
+            clues.extend(payload.clues)
+            local_to_global.update(payload.rendezvous.local_to_global)
+            world = world or payload.rendezvous.world_size
+            seen |= payload.ranks_seen
+            seen_local |= payload.locals_seen
+            num_logs += 1
+    ordered = tuple(dumps[r] for r in sorted(dumps))
+    world = world or _world_from_dumps(ordered)
+    seen_local |= {c.local_rank for c in clues if c.local_rank is not None}
+    mapping = local_map(local_to_global, world, bool(ordered), seen_local)
+    resolved = _resolve(clues, mapping)
+    seen |= {d.rank for d in ordered} | {c.rank for c in resolved if c.rank is not None}
+    seen |= {mapping[r] for r in seen_local if r in mapping}
+    hosts = {c.rank: c.host for c in resolved if c.rank is not None and c.host and c.kind == "exit"}
+    remains = Remains(
+        root=path,
+        dumps=ordered,
+        clues=resolved,
+        problems=tuple(problems),
+        num_logs=num_logs,
+        num_error_files=num_errors,
+        world_size=world,
+        hosts=hosts,
+        ranks_seen=tuple(sorted(seen)),
+    )
+    if remains.empty and not run_dir:
+        raise InputError(
+            f"{path}: nothing to triage (no diag run, Flight Recorder dumps, torchelastic error "
+            "files or worker logs)"
+        )
+    return remains
+
+
+def _walk(root: Path, run_dir: bool) -> list[Path]:
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        top = here == root
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in _SKIP_DIRS and not (run_dir and top and d in _RUN_SKIP)
+        )
+        for name in sorted(filenames):
+            if run_dir and name in _RUN_SKIP:
+                continue
+            if name.endswith(_SKIP_EXT) or name.startswith(".") or (here / name).is_symlink():
+                continue
+            out.append(here / name)
+        if len(out) > MAX_FILES:
+            break
+    return out
+
+
+def _read(f: Path, display: str) -> tuple[str, object]:
+    """``(kind, record)``: ``dump`` -> RankDump, ``error`` -> Clue, ``log`` -> LogResult,
+    ``skip`` -> None."""
+    named_dump = bool(DUMP_NAME.search(f.name))
+    named_error = f.name.endswith(".json") and "error" in f.name
+    with open(f, "rb") as fh:
+        head = fh.read(4096)
+    if not head:
+        if named_dump or named_error:
+            raise InputError("empty file")
+        return "skip", None
+    if head[:1] == b"\x80" or (named_dump and head.lstrip()[:1] != b"{"):
+        return "dump", read_dump_file(f, f.read_bytes(), display)
+    if head.lstrip()[:1] == b"{" and f.stat().st_size <= MAX_JSON_BYTES:
+        try:
+            obj = json.loads(f.read_bytes())
+        except (ValueError, UnicodeDecodeError) as exc:
+            if named_dump or named_error or head.count(b"\n") < 2:
+                raise InputError(f"not valid JSON ({exc})") from None
+            obj = None  # JSON lines or a log that starts with "{": read as text below
+        if obj is not None:
+            if is_fr_json(obj):
+                return "dump", read_dump_file(f, f.read_bytes(), display)
+            if is_error_file(obj):
+                return "error", read_error_file(f, obj, display)
+            if named_error:
+                raise InputError("JSON that is not a torchelastic error file")
+            return "skip", None
+    if b"\x00" in head:
+        return "skip", None
+    m = _RANK_FILE.search(f.name)
+    with open(f, encoding="utf-8", errors="replace") as fh:
+        res = parse_log(
+            fh,
+            display,
+            rank=int(m.group(1)) if m else None,
+            local_rank=local_rank_from_path(f),
+        )
+    return "log", res
+
+
+def _world_from_dumps(dumps: tuple[RankDump, ...]) -> int | None:
+    sizes = [len(g.ranks) for d in dumps for g in d.groups]
+    return max(sizes) if sizes else None
+
+
+def local_map(
+    local_to_global: dict[int, int], world: int | None, have_dumps: bool, locals_seen: set[int]
+) -> dict[int, int]:
+    """Local -> global rank: torchrun's rendezvous map where a log has it; else the identity
+    when the job ran on one node (the local ranks seen cover the whole job, or nothing gives
+    its size and no dump says otherwise); else nothing (a local rank alone names no rank)."""
+    if local_to_global:
+        return dict(local_to_global)
+    if (world is not None and len(locals_seen) >= world) or (world is None and not have_dumps):
+        return {r: r for r in locals_seen}
+    return {}
+
+
+def _resolve(clues: list[Clue], mapping: dict[int, int]) -> tuple[Clue, ...]:
+    """Give clues their global rank: by the local -> global ``mapping``, and an error file's
+    from torchrun's failure summary line that names its path."""
+    by_file = {
+        _tail(c.error_file): c
+        for c in clues
+        if c.kind == "exit" and c.error_file and c.rank is not None
+    }
+    out = []
+    for c in clues:
+        rank, host = c.rank, c.host
+        if rank is None and c.error_file and _tail(c.error_file) in by_file:
+            summary = by_file[_tail(c.error_file)]
+            rank, host = summary.rank, host or summary.host
+        if rank is None and c.local_rank is not None:
+            rank = mapping.get(c.local_rank)
+        out.append(
+            dataclasses.replace(c, rank=rank, host=host) if (rank, host) != (c.rank, c.host) else c
+        )
+    return tuple(out)
+
+
+def _tail(path: str) -> str:
+    """The last three components of a path (``attempt_0/3/error.json``): a copied run folder
+    keeps them when the absolute path changes."""
+    return "/".join(Path(path).parts[-3:])

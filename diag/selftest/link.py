@@ -1,0 +1,411 @@
+"""The slow-link fault, live: two emulated nodes, one of their links rate-limited mid-run.
+
+:func:`run_link_case` builds the two-node network of :mod:`diag.selftest.netns` (root only), starts
+an analyzer in the root namespace on the bridge address, and runs ``diag run --analyzer`` on each
+node with ``torchrun --nnodes 2 --nproc-per-node world_size/2`` of
+:mod:`diag.selftest.workloads.train_ddp` (gloo over the bridge) with a clean case's irregularities
+(:func:`diag.selftest.live.job_args`: warm-up, eval passes, checkpoint saves, profiler windows),
+printing every step. It watches the ranks' step lines; when the job has finished step ``onset_step -
+1`` it rate-limits the link of
+node B (a ``tbf`` qdisc on the root end of its veth pair: everything sent to node B, i.e. node A's
+half of every gradient all-reduce) to
+
+    rate = bytes_per_step / extra,   extra = base x s / (1 - s)
+
+where ``base`` and ``bytes_per_step`` are the mean step time and the mean bytes that veth carried
+per step over the :data:`CALIBRATE_STEPS` steps before the onset (warm-up left out; means, so
+eval, checkpoint and profiler steps count as much as they cost) and ``s`` is the case's severity:
+a step's bytes then keep the link ``extra`` longer busy, so the step goes from ``base`` to about
+``base / (1 - s)`` and the job loses the fraction ``s`` of its step. How much of the link's time
+shows in the step depends on how the all-reduce overlaps it (measured 0.6 to 1.1 on gloo over a
+veth), so after :data:`SETTLE_STEPS` steps the rate is corrected once from the measured extra
+time ``E`` (mean step since the change - ``base``) when it is more than :data:`DEADBAND` off the
+target: the link's time per step ``x = bytes_per_step / rate`` becomes ``x x extra / E``, within
+[x / 2, 2 x]. The token bucket holds ``burst`` = clamp(bytes_per_step / 64, 16 KiB, 64 KiB) (a
+small share of a step's bytes passes at line rate after each compute phase) and queues up to
+``latency`` = :data:`TBF_LATENCY_MS` of traffic (long enough that TCP never sees a drop: a
+retransmission timeout would be a stall, not a slow link). The job's pace also drifts with the
+machine's load: on a shared machine the severity reached is only about the one asked for
+(``WORKDIR/link.json`` has what was measured).
+
+The returned case names the link's hosts (``node-a``, ``node-b``) and the step the limit was in
+place from (the onset asked for, or later when the job was already past it); what was measured and
+applied is kept in ``WORKDIR/link.json``. Needs root, ``ip netns`` and ``tc``: else
+:class:`~diag.selftest.netns.NetnsUnavailable` (an :class:`~diag.selftest.live.Unsupported`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+from diag.errors import DiagError
+from diag.selftest.cases import CLEAN, Case
+from diag.selftest.live import DEMO_SCRIPT, PROFILE_EVERY, Unsupported, job_args
+from diag.selftest.netns import NetnsUnavailable, Node, TwoNodes, stop, unavailable_reason
+
+REPO = Path(__file__).resolve().parents[2]
+#: the hosts the slow link joins, as the ranks see them (the nodes' UTS host names).
+HOSTS = ("node-a", "node-b")
+#: steps at the start left out of the calibration (warm-up).
+SKIP_STEPS = 2
+#: at most this many steps just before the onset size the rate (the job's pace drifts).
+CALIBRATE_STEPS = 15
+TBF_LATENCY_MS = 2000
+MIN_BURST_BYTES = 16 * 1024
+MAX_BURST_BYTES = 64 * 1024
+#: how long the analyzer may take to write its port file.
+ANALYZER_START_S = 30.0
+#: once one node has failed, how long the other may still take before it is killed.
+FAILED_PEER_GRACE_S = 15.0
+POLL_S = 0.005
+#: steps run at the first rate before it is corrected (the first one after the change left out).
+SETTLE_STEPS = 6
+#: no correction when the measured extra time is within this share of the target.
+DEADBAND = 0.25
+
+_STEP_LINE = re.compile(rb"^rank (\d+) step (\d+) ")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shaping:
+    """What the link fault measured and applied (``WORKDIR/link.json``)."""
+
+    veth: str  # root-namespace end of the limited node's veth pair
+    node: str  # the node whose incoming traffic is limited
+    onset_step: int  # first step run under the limit
+    base_step_s: float  # mean step time before the onset
+    bytes_per_step: float  # mean bytes the veth carried per step before the onset
+    rates_bytes_per_s: tuple[float, ...]  # the rate at the onset, then the corrected one
+    rate_steps: tuple[int, ...]  # the step from which each rate held
+    burst_bytes: int
+    latency_ms: int
+    after_step_s: float | None = None  # mean step time at the final rate (measured)
+    achieved_severity: float | None = None  # 1 - base / after
+
+
+def link_rate(severity: float, base_step_s: float, bytes_per_step: float) -> float:
+    """Bytes per second at which ``bytes_per_step`` keep a link busy ``base x s / (1 - s)``."""
+    if not 0.0 < severity < 1.0:
+        raise ValueError(f"severity {severity} is not in (0, 1)")
+    if base_step_s <= 0 or bytes_per_step <= 0:
+        raise ValueError("the step time and the bytes per step must be positive")
+    return bytes_per_step / (base_step_s * severity / (1.0 - severity))
+
+
+def corrected_rate(rate: float, extra_s: float, measured_s: float) -> float:
+    """The rate after one correction (see the module doc): unchanged within the dead band, else
+    the link's time per step scaled by ``target / measured`` extra time, within [1/2, 2]x."""
+    if abs(measured_s - extra_s) <= DEADBAND * extra_s:
+        return rate
+    scale = 2.0 if measured_s <= 0 else min(2.0, max(0.5, extra_s / measured_s))
+    return rate / scale
+
+
+def burst_for(bytes_per_step: float) -> int:
+    """The token bucket's size: 1/64 of a step's bytes, within [16 KiB, 64 KiB]."""
+    return int(min(MAX_BURST_BYTES, max(MIN_BURST_BYTES, bytes_per_step / 64)))
+
+
+def link_job_args(case: Case, ckpt_dir: Path) -> list[str]:
+    """The job's arguments: a clean case's (same irregularities), printing every step."""
+    clean = Case(cause=CLEAN, seed=case.seed, world_size=case.world_size, steps=case.steps)
+    args = job_args(clean, ckpt_dir)
+    args[args.index("--print-every") + 1] = "1"
+    return args
+
+
+def prepare(case: Case) -> Case:
+    """The case as injected here (its hosts named); :class:`Unsupported` for shapes it cannot
+    run, :class:`NetnsUnavailable` when the machine cannot host two nodes."""
+    if case.cause != "link":
+        raise Unsupported(f"{case.name} is not a link fault")
+    if case.world_size < 2 or case.world_size % 2:
+        raise Unsupported(
+            f"a link fault runs an even number of ranks on 2 nodes, not {case.world_size}"
+        )
+    if case.onset_step is None or case.onset_step < SKIP_STEPS + 3:
+        raise Unsupported(f"a link fault needs an onset step >= {SKIP_STEPS + 3}")
+    if case.onset_step >= case.steps - 5:
+        raise Unsupported("a link fault needs 5 steps after its onset")
+    if not case.severity:
+        raise Unsupported("a link fault needs a severity > 0")
+    reason = unavailable_reason(("tc",))
+    if reason is not None:
+        raise NetnsUnavailable(reason)
+    return replace(case, hosts=HOSTS)
+
+
+def run_link_case(
+    case: Case, workdir: Path, *, timeout_s: float = 600.0
+) -> tuple[Case, list[dict[str, Any]]]:
+    """Run the link case ``case`` (see the module doc) in ``workdir`` (the analyzer's run
+    directory is ``workdir/run``) and return the case as run and ``diag triage``'s findings
+    (JSON objects, ranked)."""
+    from diag.diagnose.triage import triage
+    from diag.selftest.netns import two_node_network
+    from diag.store.run_store import RunStore
+
+    case = prepare(case)
+    workdir.mkdir(parents=True, exist_ok=True)
+    logdir = workdir / "logs"
+    logdir.mkdir(exist_ok=True)
+    (workdir / "ckpt").mkdir(exist_ok=True)
+    run_dir = workdir / "run"
+    with two_node_network() as nodes:
+        shaping = _run_job(case, nodes, workdir, run_dir, logdir, timeout_s)
+    (workdir / "link.json").write_text(json.dumps(asdict(shaping), indent=2) + "\n")
+    case = replace(case, onset_step=shaping.onset_step)
+    findings = [f.to_json() for f in triage(RunStore.open(run_dir)).findings]
+    return case, findings
+
+
+def _run_job(
+    case: Case, nodes: TwoNodes, workdir: Path, run_dir: Path, logdir: Path, timeout_s: float
+) -> Shaping:
+    """The analyzer and both nodes' ``diag run``; the limit applied at the onset."""
+    analyzer, port = _start_analyzer(nodes, run_dir, logdir)
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        rdzv_port = nodes.free_port(nodes.a)
+        for node in nodes.nodes:
+            argv = [
+                *_diag("run", "--analyzer", f"{nodes.bridge_ip}:{port}", "--live", "off"),
+                "--out", str(workdir / node.hostname / "job"), "--",
+                sys.executable, "-m", "torch.distributed.run",
+                *_torchrun_args(nodes, node, rdzv_port, case.world_size // 2),
+                str(DEMO_SCRIPT), *link_job_args(case, workdir / "ckpt"),
+            ]  # fmt: skip
+            with (logdir / f"{node.hostname}.out").open("w") as out:
+                procs[node.hostname] = nodes.popen(
+                    node, argv, env=_node_env(node), cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+                )
+        shaping = _watch(case, nodes, procs, logdir, time.monotonic() + timeout_s)
+    finally:
+        for proc in procs.values():
+            stop(proc, timeout=5)
+        nodes.kill_all()
+        _stop_analyzer(analyzer)
+    for name, proc in procs.items():
+        if proc.returncode != 0:
+            tail = (logdir / f"{name}.out").read_text().strip().splitlines()[-1:] or ["no output"]
+            raise DiagError(f"{case.name}: {name}'s job exited {proc.returncode}: {tail[0]}")
+    if shaping is None:
+        raise DiagError(f"{case.name}: the job ended before step {case.onset_step}")
+    return shaping
+
+
+class _Steps:
+    """The ranks' step lines as they appear: when each step was first seen done, and the bytes
+    the limited veth had carried by then."""
+
+    def __init__(self, files: list[Path], veth: str) -> None:
+        self._files: list[IO[bytes]] = [f.open("rb") for f in files]
+        self._rest = [b""] * len(files)
+        self._counter = Path(f"/sys/class/net/{veth}/statistics/tx_bytes")
+        self.seen: dict[int, tuple[float, int]] = {}  # step -> (monotonic s, tx bytes)
+        self.last = -1
+
+    def poll(self) -> int:
+        """Read new lines; the newest step done (-1 before the first)."""
+        now, tx = time.monotonic(), int(self._counter.read_text())
+        for i, fh in enumerate(self._files):
+            data = self._rest[i] + fh.read()
+            *lines, self._rest[i] = data.split(b"\n")
+            for line in lines:
+                m = _STEP_LINE.match(line)
+                if m and int(m[2]) not in self.seen:
+                    self.seen[int(m[2])] = (now, tx)
+                    self.last = max(self.last, int(m[2]))
+        return self.last
+
+    def mean(self, first: int, last: int) -> tuple[float, float]:
+        """Mean step time (s) and bytes per step over steps ``first..last`` (``first - 1`` and
+        ``last`` seen: only the two ends count, so the lag of each line's sighting cancels)."""
+        if first > last or first - 1 not in self.seen or last not in self.seen:
+            raise DiagError(f"steps {first - 1} and {last} were not both seen")
+        (t0, b0), (t1, b1) = self.seen[first - 1], self.seen[last]
+        n = last - first + 1
+        return (t1 - t0) / n, (b1 - b0) / n
+
+    def write(self, path: Path) -> None:
+        """Each step's first sighting: ``step  monotonic_s  tx_bytes`` per line."""
+        lines = [f"{k}\t{t:.6f}\t{b}" for k, (t, b) in sorted(self.seen.items())]
+        path.write_text("".join(line + "\n" for line in lines))
+
+    def close(self) -> None:
+        for fh in self._files:
+            fh.close()
+
+
+def _watch(
+    case: Case,
+    nodes: TwoNodes,
+    procs: dict[str, subprocess.Popen[str]],
+    logdir: Path,
+    deadline: float,
+) -> Shaping | None:
+    """Follow the job; limit node B's link once step ``onset - 1`` is done, correct the rate
+    while it settles; wait for the end (``None``: the job ended before the onset)."""
+    assert case.onset_step is not None
+    steps = _Steps([logdir / f"{n.hostname}.out" for n in nodes.nodes], nodes.b.veth)
+    limiter: _Limiter | None = None
+    try:
+        while time.monotonic() < deadline:
+            codes = [p.poll() for p in procs.values()]
+            last = steps.poll()
+            if limiter is None and last >= case.onset_step - 1:
+                limiter = _Limiter.start(case, nodes.b, steps)
+            elif limiter is not None:
+                limiter.maybe_correct(steps)
+            if all(c is not None for c in codes):
+                break
+            if any(c not in (None, 0) for c in codes):
+                deadline = min(deadline, time.monotonic() + FAILED_PEER_GRACE_S)
+            time.sleep(POLL_S)
+        else:
+            raise DiagError(f"{case.name}: the two-node job did not finish in time")
+        steps.poll()
+    finally:
+        steps.close()
+        steps.write(logdir / "steps.tsv")
+    return None if limiter is None else limiter.result(steps)
+
+
+class _Limiter:
+    """The ``tbf`` limit on one veth: sized at the onset, corrected once (see the module doc)."""
+
+    def __init__(self, node: Node, severity: float, base: float, nbytes: float) -> None:
+        self.node = node
+        self.base = base
+        self.nbytes = nbytes
+        self.extra = base * severity / (1.0 - severity)
+        self.burst = burst_for(nbytes)
+        self.rates = [link_rate(severity, base, nbytes)]
+        self.changed: list[int] = []  # the step in progress when each rate was set
+        self._tc("add", self.rates[0])
+
+    @classmethod
+    def start(cls, case: Case, node: Node, steps: _Steps) -> _Limiter:
+        """Size the rate from the steps before the onset and put the qdisc in place."""
+        assert case.onset_step is not None
+        last = case.onset_step - 1
+        base, nbytes = steps.mean(max(SKIP_STEPS + 1, last - CALIBRATE_STEPS + 1), last)
+        limiter = cls(node, case.severity, base, nbytes)
+        limiter.changed.append(steps.poll() + 1)
+        return limiter
+
+    def maybe_correct(self, steps: _Steps) -> None:
+        """Once :data:`SETTLE_STEPS` steps ran at the first rate, correct it (once)."""
+        since = self.changed[-1]
+        if len(self.rates) > 1 or steps.last < since + SETTLE_STEPS:
+            return
+        after, _ = steps.mean(since + 1, steps.last)
+        rate = corrected_rate(self.rates[-1], self.extra, after - self.base)
+        self.rates.append(rate)
+        if rate != self.rates[-2]:
+            self._tc("change", rate)
+        self.changed.append(steps.poll() + 1)
+
+    def _tc(self, action: str, rate: float) -> None:
+        cmd = [
+            "tc", "qdisc", action, "dev", self.node.veth, "root", "tbf", "rate",
+            f"{int(rate * 8)}bit", "burst", str(self.burst), "latency", f"{TBF_LATENCY_MS}ms",
+        ]  # fmt: skip
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+        if res.returncode != 0:
+            raise DiagError(f"`{' '.join(cmd)}` failed: {res.stderr.strip()}")
+
+    def result(self, steps: _Steps) -> Shaping:
+        """What was applied, and the step time measured at the final rate."""
+        first = self.changed[-1] + 1
+        after = steps.mean(first, steps.last)[0] if steps.last >= first else None
+        return Shaping(
+            veth=self.node.veth,
+            node=self.node.hostname,
+            onset_step=self.changed[0],
+            base_step_s=self.base,
+            bytes_per_step=self.nbytes,
+            rates_bytes_per_s=tuple(self.rates),
+            rate_steps=tuple(self.changed),
+            burst_bytes=self.burst,
+            latency_ms=TBF_LATENCY_MS,
+            after_step_s=after,
+            achieved_severity=None if after is None else 1.0 - self.base / after,
+        )
+
+
+def _diag(*args: str) -> list[str]:
+    return [sys.executable, "-m", "diag.cli.main", *args]
+
+
+def _torchrun_args(nodes: TwoNodes, node: Node, port: int, nproc: int) -> list[str]:
+    """torchrun options for one of the two nodes: c10d rendezvous hosted on node A."""
+    return [
+        "--nnodes=2", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={nodes.a.ip}:{port}", f"--rdzv-id=link-{nodes.bridge}",
+        f"--rdzv-conf=is_host={int(node is nodes.a)},join_timeout=60",
+        f"--local-addr={node.ip}",  # the node's bridge address, not getfqdn() of its name
+        "--max-restarts=0", "--monitor-interval=0.5",
+    ]  # fmt: skip
+
+
+def _node_env(node: Node) -> dict[str, str]:
+    env = node.env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["DIAG_HOOK_PROFILE_FIRST_STEP"] = str(PROFILE_EVERY)
+    env["DIAG_HOOK_PROFILE_EVERY_STEPS"] = str(PROFILE_EVERY)
+    for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(key, None)
+    return env
+
+
+def _start_analyzer(
+    nodes: TwoNodes, run_dir: Path, logdir: Path
+) -> tuple[subprocess.Popen[bytes], int]:
+    """The analyzer in the root namespace on the bridge address: it and its port."""
+    port_file = logdir / "analyzer.port"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.pop("DIAG_HOST", None)
+    bind = f"{nodes.bridge_ip}:0"
+    argv = _diag(
+        "analyzer", "--run-dir", str(run_dir), "--bind", bind, "--port-file", str(port_file)
+    )
+    with (logdir / "analyzer.out").open("w") as out:
+        proc = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + ANALYZER_START_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        text = port_file.read_text().strip() if port_file.exists() else ""
+        with contextlib.suppress(ValueError):
+            return proc, int(text.rsplit(":", 1)[-1])
+        time.sleep(0.1)
+    _stop_analyzer(proc)
+    log = (logdir / "analyzer.out").read_text().strip().splitlines()[-1:] or ["no output"]
+    raise DiagError(f"the analyzer did not start: {log[0]}")
+
+
+def _stop_analyzer(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (it folds what it holds into Parquet parts), SIGKILL after 30 s."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)

@@ -1,0 +1,186 @@
+"""Judge a triage result against the case that was injected, and sum a suite up.
+
+The judged finding is the top-ranked one (``diag triage`` order). For a fault case:
+
+- *culprit* right: node, data, structural and kernel — the finding's ranks are exactly the case's
+  (and for kernel cases with a known kernel, the finding names it); checkpoint — the finding's
+  ranks include the saving ranks (or name none); link — the finding names a link, joining exactly
+  the case's hosts when the case knows them;
+- *cause* right: the finding's cause is the injected one;
+- *latency*: ``detected_step - onset_step`` of the top finding when it is right and both are known.
+
+A clean case is right when no finding has severity warning or above; its "predicted cause" in the
+confusion matrix is the top warning-or-above finding's cause, else ``none``. A fault case with no
+finding at all predicts ``none``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case
+
+NONE = "none"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """How one case fared."""
+
+    case: Case
+    predicted: str  # the top finding's cause (clean cases: of warning+ findings), or "none"
+    culprit_ok: bool
+    cause_ok: bool
+    latency: int | None  # steps from onset to detection, when known
+    warnings: int  # findings of severity warning or above
+    top: str  # one line: the top finding, for the report
+
+    @property
+    def ok(self) -> bool:
+        return self.culprit_ok and self.cause_ok
+
+
+def _culprit_ok(case: Case, f: dict[str, Any]) -> bool:
+    ranks = set(f.get("ranks") or [])
+    if case.cause == "checkpoint":
+        return not ranks or set(case.ranks) <= ranks
+    if case.cause == "link":
+        link = f.get("link")
+        return link is not None and (not case.hosts or set(link["hosts"]) == set(case.hosts))
+    if ranks != set(case.ranks):
+        return False
+    return not (case.cause == "kernel" and case.kernel and f.get("kernel") != case.kernel)
+
+
+def _line(f: dict[str, Any] | None) -> str:
+    if f is None:
+        return "no finding"
+    return (
+        f"{f['cause']} {f['severity']} ranks={f['ranks']} conf={f['confidence']:.2f} "
+        f"onset={f['onset_step']} detected={f['detected_step']}"
+    )
+
+
+def judge(case: Case, findings: list[dict[str, Any]]) -> Outcome:
+    """Score ``findings`` (``diag triage --json``'s list, ranked) against ``case``."""
+    loud = [f for f in findings if f["severity"] != "info"]
+    if case.cause == CLEAN:
+        top = loud[0] if loud else None
+        return Outcome(
+            case=case,
+            predicted=top["cause"] if top else NONE,
+            culprit_ok=not loud,
+            cause_ok=not loud,
+            latency=None,
+            warnings=len(loud),
+            top=_line(top),
+        )
+    top = findings[0] if findings else None
+    if top is None:
+        return Outcome(
+            case=case, predicted=NONE, culprit_ok=False, cause_ok=False, latency=None,
+            warnings=0, top=_line(None),
+        )  # fmt: skip
+    culprit_ok = _culprit_ok(case, top)
+    cause_ok = top["cause"] == case.cause
+    latency = None
+    if culprit_ok and cause_ok and case.onset_step is not None and top["detected_step"] is not None:
+        latency = int(top["detected_step"]) - case.onset_step
+    return Outcome(
+        case=case,
+        predicted=str(top["cause"]),
+        culprit_ok=culprit_ok,
+        cause_ok=cause_ok,
+        latency=latency,
+        warnings=len(loud),
+        top=_line(top),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A suite's results: accuracies, the confusion matrix, latencies, clean-run findings."""
+
+    outcomes: tuple[Outcome, ...]
+
+    @property
+    def faults(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.case.cause != CLEAN]
+
+    @property
+    def cleans(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.case.cause == CLEAN]
+
+    def culprit_accuracy(self) -> float | None:
+        f = self.faults
+        return sum(o.culprit_ok for o in f) / len(f) if f else None
+
+    def cause_accuracy(self) -> float | None:
+        f = self.faults
+        return sum(o.cause_ok for o in f) / len(f) if f else None
+
+    def confusion(self) -> dict[str, Counter[str]]:
+        """expected cause (``clean`` for clean runs) -> Counter of predicted causes."""
+        out: dict[str, Counter[str]] = {}
+        for o in self.outcomes:
+            out.setdefault(o.case.cause, Counter())[o.predicted] += 1
+        return out
+
+    def latencies(self, severity: float | None = None) -> list[int]:
+        return [
+            o.latency
+            for o in self.faults
+            if o.latency is not None and (severity is None or o.case.severity == severity)
+        ]
+
+    def clean_warnings(self) -> int:
+        return sum(o.warnings for o in self.cleans)
+
+    def to_json(self) -> dict[str, Any]:
+        sev = sorted({o.case.severity for o in self.faults})
+        lat: dict[str, Any] = {}
+        for s in sev:
+            values = self.latencies(s)
+            lat[f"{round(s * 100)}%"] = {
+                "n": len(values),
+                "median": statistics.median(values) if values else None,
+                "p95": _p95(values),
+            }
+        return {
+            "cases": len(self.outcomes),
+            "top1_culprit": self.culprit_accuracy(),
+            "top1_cause": self.cause_accuracy(),
+            "by_cause": {
+                c: _acc([o for o in self.faults if o.case.cause == c])
+                for c in FAULT_CAUSES
+                if any(o.case.cause == c for o in self.faults)
+            },
+            "by_severity": {
+                f"{round(s * 100)}%": _acc([o for o in self.faults if o.case.severity == s])
+                for s in sev
+            },
+            "latency_steps": lat,
+            "clean_runs": len(self.cleans),
+            "clean_runs_with_warnings": sum(1 for o in self.cleans if o.warnings),
+            "confusion": {k: dict(v) for k, v in self.confusion().items()},
+            "failures": [{"case": o.case.name, "top": o.top} for o in self.outcomes if not o.ok],
+        }
+
+
+def _acc(outcomes: list[Outcome]) -> dict[str, float | int]:
+    n = len(outcomes)
+    return {
+        "n": n,
+        "culprit": sum(o.culprit_ok for o in outcomes) / n if n else 0.0,
+        "cause": sum(o.cause_ok for o in outcomes) / n if n else 0.0,
+    }
+
+
+def _p95(values: list[int]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))])

@@ -1,0 +1,237 @@
+"""The run store: the events of one run as Parquet parts in its run directory.
+
+Layout (see ``docs/DESIGN.md``)::
+
+    RUN_DIR/store/wal/NNNNNN.wal             the ingest write-ahead log (``diag.analyzer.wal``)
+    RUN_DIR/store/<kind>/part-NNNNNN.parquet one file per flush per kind, columns = dataclass fields
+
+Why Parquet parts read with pandas: the store needs no server (the analyzer may die, ``diag report``
+runs after it), any tool reads it (pandas, pyarrow, DuckDB, Spark, polars), and appending is writing
+one more immutable part per flush, so a crash can never damage what is already there. Runs are small
+enough (millions of rows) that concatenating parts in pandas is fast; a query engine such as DuckDB
+is not needed yet and can read these same files when it is.
+
+Writes are atomic (a temporary name, fsync, then rename); a reader sees whole parts or none.
+``frame(kind)`` returns stored and not yet flushed rows together, deduplicated on ``(source, seq)``
+and sorted by ``(ts_ns, source, seq)``. A :class:`RunStore` is not thread-safe; the ingest core
+serializes access to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from diag import schema
+from diag.errors import InputError
+from diag.store import dataframes as frames
+
+log = logging.getLogger(__name__)
+
+STORE_DIR = "store"
+WAL_DIR = "wal"
+_PART_RE = re.compile(r"^part-(\d{6,})\.parquet(\.corrupt)?$")
+_SORT = ["ts_ns", "source", "seq"]
+_KEY = ["source", "seq"]
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in ``path`` durable (a no-op where that is unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class RunStore:
+    """The events of one run directory: Parquet parts plus rows appended since the last flush.
+
+    ``RunStore(run_dir)`` touches nothing on disk until :meth:`create` or :meth:`flush`; use
+    :meth:`open` to read an existing run directory (it checks that it is one).
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.store_dir = self.run_dir / STORE_DIR
+        self.wal_dir = self.store_dir / WAL_DIR
+        self._buffer: dict[str, list[schema.Event]] = {}
+        # Parts are immutable: each is read once and kept, per kind, as one concatenated frame.
+        self._loaded: dict[str, set[str]] = {}
+        self._cached: dict[str, pd.DataFrame] = {}
+
+    @classmethod
+    def open(cls, run_dir: str | Path) -> RunStore:
+        """An existing run directory, for reading; :class:`InputError` if it is not one."""
+        path = Path(run_dir)
+        if not path.exists():
+            raise InputError(f"{path} does not exist")
+        if not path.is_dir() or not (path / STORE_DIR).is_dir():
+            raise InputError(f"{path} is not a diag run directory (no {STORE_DIR}/)")
+        return cls(path)
+
+    @classmethod
+    def create(cls, run_dir: str | Path) -> RunStore:
+        """A run directory for writing: creates ``RUN_DIR/store/wal/`` if needed."""
+        store = cls(run_dir)
+        store.wal_dir.mkdir(parents=True, exist_ok=True)
+        return store
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, events: Iterable[schema.Event]) -> None:
+        """Buffer events: visible to :meth:`frame` at once, on disk after :meth:`flush`."""
+        for ev in events:
+            self._buffer.setdefault(type(ev).kind, []).append(ev)
+
+    @property
+    def num_buffered(self) -> int:
+        return sum(len(v) for v in self._buffer.values())
+
+    def flush(self) -> list[Path]:
+        """Write one part per kind with buffered rows; returns the new part files.
+
+        Each part is written under a temporary name, fsynced and renamed, and leaves the buffer
+        only once it is in place: if writing fails, the rest stays buffered for the next flush.
+        """
+        written: list[Path] = []
+        for kind in sorted(self._buffer):
+            events = self._buffer[kind]
+            if not events:
+                continue
+            df = frames.events_to_frame(kind, events)
+            path = self._write_part(kind, df)
+            del self._buffer[kind]
+            written.append(path)
+            if kind in self._cached:
+                self._cached[kind] = _concat([self._cached[kind], df])
+                self._loaded[kind].add(path.name)
+        return written
+
+    def _write_part(self, kind: str, df: pd.DataFrame) -> Path:
+        kind_dir = self.store_dir / kind
+        kind_dir.mkdir(parents=True, exist_ok=True)
+        path = kind_dir / f"part-{self._next_part_number(kind_dir):06d}.parquet"
+        tmp = kind_dir / f".{path.name}.tmp"
+        table = frames.frame_to_table(kind, df)
+        with open(tmp, "wb") as fh:
+            pq.write_table(table, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(kind_dir)
+        return path
+
+    @staticmethod
+    def _next_part_number(kind_dir: Path) -> int:
+        numbers = [int(m.group(1)) for p in kind_dir.iterdir() if (m := _PART_RE.match(p.name))]
+        return max(numbers, default=-1) + 1
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def kinds(self) -> list[str]:
+        """Kinds with stored parts or buffered rows, in schema order."""
+        on_disk = {k for k in schema.EVENT_TYPES if self._part_paths(k)}
+        return [k for k in schema.EVENT_TYPES if k in on_disk or self._buffer.get(k)]
+
+    def part_paths(self, kind: str) -> list[Path]:
+        """The readable part files of ``kind``, oldest first."""
+        return self._part_paths(kind)
+
+    def _part_paths(self, kind: str) -> list[Path]:
+        kind_dir = self.store_dir / kind
+        if not kind_dir.is_dir():
+            return []
+        found = []
+        for p in kind_dir.iterdir():
+            m = _PART_RE.match(p.name)
+            if m and not m.group(2):
+                found.append((int(m.group(1)), p))
+        return [p for _, p in sorted(found)]
+
+    def frame(self, kind: str) -> pd.DataFrame:
+        """Every row of ``kind`` (parts and buffer), unique on (source, seq), sorted by
+        (ts_ns, source, seq).
+
+        Raises :class:`InputError` naming the file if a part cannot be read.
+        """
+        if kind not in schema.EVENT_TYPES:
+            raise InputError(f"unknown event kind {kind!r}")
+        stored = self._stored_frame(kind)
+        buffered = self._buffer.get(kind)
+        if buffered:
+            stored = _concat([stored, frames.events_to_frame(kind, buffered)])
+        df = stored.drop_duplicates(subset=_KEY, keep="first")
+        return df.sort_values(_SORT, kind="stable").reset_index(drop=True)
+
+    def _stored_frame(self, kind: str) -> pd.DataFrame:
+        loaded = self._loaded.setdefault(kind, set())
+        new = [p for p in self._part_paths(kind) if p.name not in loaded]
+        parts = [self._cached.get(kind, frames.empty_frame(kind))]
+        try:
+            for path in new:
+                parts.append(read_part(kind, path))
+                loaded.add(path.name)
+        finally:  # keep the parts read before a bad one: they are not read twice
+            self._cached[kind] = _concat(parts)
+        return self._cached[kind]
+
+    def quarantine_corrupt_parts(self) -> list[Path]:
+        """Read every part; move unreadable ones aside to ``*.corrupt`` and return their new paths.
+
+        For the analyzer at start-up: a part torn by a crash or a bad disk must not stop ingest.
+        Everything readable is kept (and loaded, so later :meth:`frame` calls are cheap).
+        """
+        moved = []
+        for kind in schema.EVENT_TYPES:
+            kind_dir = self.store_dir / kind
+            if kind_dir.is_dir():
+                for tmp in kind_dir.glob(".part-*.tmp"):
+                    tmp.unlink(missing_ok=True)  # a flush interrupted before its rename
+            while True:
+                try:
+                    self._stored_frame(kind)
+                    break
+                except _PartError as exc:
+                    target = exc.path.with_name(exc.path.name + ".corrupt")
+                    os.replace(exc.path, target)
+                    log.warning("moved corrupt part %s aside to %s: %s", exc.path, target.name, exc)
+                    moved.append(target)
+        return moved
+
+
+class _PartError(InputError):
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def read_part(kind: str, path: Path) -> pd.DataFrame:
+    """One part file as a frame of ``kind``; :class:`InputError` (one line, naming it) if bad."""
+    try:
+        table = pq.read_table(path)
+        return frames.table_to_frame(kind, table)
+    except (OSError, pa.ArrowException, ValueError, KeyError, TypeError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise _PartError(path, f"cannot read store part {path}: {reason}") from None
+
+
+def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    nonempty = [p for p in parts if len(p)]
+    if not nonempty:
+        return parts[0] if parts else pd.DataFrame()
+    if len(nonempty) == 1:
+        return nonempty[0]
+    return pd.concat(nonempty, ignore_index=True)
