@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from diag.cli import run_cmd
+from diag.selftest.workloads import TRAIN_DDP
 
 HELP = "run the built-in demo: a 4-rank CPU DDP job with one slow rank, diagnosed"
-DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "selftest" / "workloads" / "train_ddp.py"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def demo_command(args: argparse.Namespace) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--standalone", "--nnodes", "1", "--nproc_per_node", str(args.nproc),
-        str(DEMO_SCRIPT),
+        str(TRAIN_DDP),
         "--steps", str(args.steps),
         "--slow-rank", str(args.slow_rank),
         "--slow-ms", str(args.slow_ms),

@@ -50,8 +50,9 @@ from typing import IO, Any
 
 from diag.errors import DiagError
 from diag.selftest.cases import CLEAN, Case
-from diag.selftest.live import DEMO_SCRIPT, PROFILE_EVERY, Unsupported, job_args
+from diag.selftest.live import PROFILE_EVERY, Unsupported, job_args
 from diag.selftest.netns import NetnsUnavailable, Node, TwoNodes, stop, unavailable_reason
+from diag.selftest.workloads import TRAIN_DDP
 
 REPO = Path(__file__).resolve().parents[2]
 #: the hosts the slow link joins, as the ranks see them (the nodes' UTS host names).
@@ -183,7 +184,7 @@ def _run_job(
                 "--out", str(workdir / node.hostname / "job"), "--",
                 sys.executable, "-m", "torch.distributed.run",
                 *_torchrun_args(nodes, node, rdzv_port, case.world_size // 2),
-                str(DEMO_SCRIPT), *link_job_args(case, workdir / "ckpt"),
+                str(TRAIN_DDP), *link_job_args(case, workdir / "ckpt"),
             ]  # fmt: skip
             with (logdir / f"{node.hostname}.out").open("w") as out:
                 procs[node.hostname] = nodes.popen(

@@ -26,8 +26,8 @@ from typing import Any
 
 from diag.errors import DiagError
 from diag.selftest.cases import CLEAN, Case
+from diag.selftest.workloads import TRAIN_DDP
 
-DEMO_SCRIPT = Path(__file__).resolve().parent / "workloads" / "train_ddp.py"
 KERNEL = "diagfault::scale_input"
 STRUCTURAL_FROM = 6
 PROFILE_EVERY = 10
@@ -93,7 +93,7 @@ def run_case(case: Case, workdir: Path, *, timeout_s: float = 600.0) -> tuple[Ca
     out = workdir / "run"
     job = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc_per_node", str(case.world_size), str(DEMO_SCRIPT),
+        "--nproc_per_node", str(case.world_size), str(TRAIN_DDP),
         *job_args(case, workdir / "ckpt"),
     ]  # fmt: skip
     env = dict(os.environ)

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from diagproc import REPO, diag, env, torchrun
+
+from diag.selftest.workloads import HANG_JOB
+from tests.fakes.diagproc import diag, env, torchrun
 
 pytestmark = [
     pytest.mark.integration,
@@ -29,8 +31,6 @@ pytestmark = [
         reason="no injector: pip install hypno",
     ),
 ]
-
-HANG_JOB = REPO / "diag" / "faults" / "hang_job.py"
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:

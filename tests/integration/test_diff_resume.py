@@ -20,9 +20,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from diagproc import diag, env, torchrun
 
 from diag.config import HookConfig
+from tests.fakes.diagproc import diag, env, torchrun
 
 pytestmark = pytest.mark.integration
 

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from diagproc import REPO, diag, env, torchrun
+
+from diag.selftest.workloads import HANG_JOB
+from tests.fakes.diagproc import diag, env, torchrun
 
 pytestmark = pytest.mark.integration
 
-JOB = REPO / "diag" / "faults" / "hang_job.py"
+JOB = HANG_JOB
 TIMEOUT_S = 40.0  # the job's collective timeout
 HANG_MIN_S = 5.0
 FAULT_LINE = re.compile(r"FAULT rank (\d+) (\S+) step (\d+) at ([\d.]+)")

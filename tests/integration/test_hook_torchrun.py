@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 
 from diag import schema
+from diag.selftest.workloads import TRAIN_DDP
+from tests.fakes.hook_sink import FrameSink, of_kind
+from tests.fakes.paths import REPO
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "agent"))
-from hook_sink import FrameSink, of_kind
-
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
 
 
@@ -43,7 +42,7 @@ def test_torchrun_two_ranks_slow_rank_split() -> None:
     )
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(REPO / "diag/selftest/workloads/train_ddp.py"),
+        str(TRAIN_DDP),
         "--steps", str(STEPS), "--slow-rank", "1",
         "--slow-ms", "30", "--save-every", "10", "--ckpt-dir", str(short),
     ]  # fmt: skip

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diagproc import diag, env, torchrun
 
 from diag.store.run_store import RunStore
+from tests.fakes.diagproc import diag, env, torchrun
 
 pytestmark = pytest.mark.integration
 

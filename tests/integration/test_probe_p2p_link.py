@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from diag.selftest.netns import Node, TwoNodes, stop, two_node_network, unavailable_reason
+from tests.fakes.paths import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
-REPO = Path(__file__).resolve().parents[2]
 RATE = "40mbit"  # about 5 MB/s towards node B: far below loopback inside a node
 
 

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from diagproc import diag, env, torchrun
 
 from diag.store.run_store import RunStore
+from tests.fakes.diagproc import diag, env, torchrun
 
 pytestmark = pytest.mark.integration
 

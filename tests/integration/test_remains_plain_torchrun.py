@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diagproc import REPO, diag, env
+
+from diag.selftest.workloads import HANG_JOB
+from tests.fakes.diagproc import diag, env
 
 pytestmark = pytest.mark.integration
 
-JOB = REPO / "diag" / "faults" / "hang_job.py"
+JOB = HANG_JOB
 
 
 def _run_plain(tmp_path: Path, nproc: int, *job_args: str) -> Path:

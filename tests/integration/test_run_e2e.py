@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from diagproc import Analyzer, diag, env, printed_losses, torchrun
 
 from diag.store.run_store import RunStore
+from tests.fakes.diagproc import Analyzer, diag, env, printed_losses, torchrun
 
 pytestmark = pytest.mark.integration
 

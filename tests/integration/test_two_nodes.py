@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from netns import Node, TwoNodes, stop
+
+from diag.selftest.workloads import TRAIN_DDP
+from tests.fakes.netns import Node, TwoNodes, stop
+from tests.fakes.paths import DATA, REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
-REPO = Path(__file__).resolve().parents[2]
-DATA = Path(__file__).resolve().parent / "data"
+JOBS = DATA / "jobs"
 #: Upper bound for one whole two-node job (both nodes).
 JOB_TIMEOUT_S = 120.0
 #: Once one node has failed, how long the other may still take before it is killed.
@@ -142,7 +144,7 @@ def test_two_node_torchrun_plain(two_nodes: TwoNodes, tmp_path: Path) -> None:
     nodes = two_nodes
     port = nodes.free_port(nodes.a)
     rdzv_id = f"plain-{nodes.bridge}"
-    script = str(DATA / "two_node_job.py")
+    script = str(JOBS / "two_node_job.py")
     argv = {
         node.hostname: [*_torchrun(), *_torchrun_args(nodes, node, port, rdzv_id), script]
         for node in nodes.nodes
@@ -257,7 +259,7 @@ def test_two_node_diag_run(two_nodes: TwoNodes, tmp_path: Path) -> None:
     logdir.mkdir()
     port = nodes.free_port(nodes.a)
     rdzv_id = f"diag-{nodes.bridge}"
-    train = str(REPO / "diag" / "demo" / "train_ddp.py")
+    train = str(TRAIN_DDP)
 
     t0 = time.monotonic()
     analyzer, analyzer_port = _start_analyzer(nodes, run_dir, logdir)

@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "analysis"))
-from scenarios import Scenario
-
 from diag.cli import runtime
 from diag.cli.main import main
 from diag.diagnose.detector_config import parse_detector_config
+from tests.fakes.scenarios import Scenario
 
 STRICT = "[node]\nmin_ratio = 2.0\n"  # a 25% slower rank is no longer flagged
 BAD = "[node]\nmin_ratio = 1.1\nwindw = 12\n"

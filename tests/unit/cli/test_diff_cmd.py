@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "analysis"))
-from diff_fixtures import RunBuilder, base_loss
-
 from diag.cli.main import main
 from diag.cli.render.diff import diff_renderables
+from tests.fakes.diff_runs import RunBuilder, base_loss
 
 
 def _runs(tmp_path: Path) -> tuple[Path, Path]:

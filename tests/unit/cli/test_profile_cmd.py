@@ -15,9 +15,9 @@ import pytest
 
 from diag.proto import diag_pb2 as pb
 from diag.proto import diag_pb2_grpc as pb_grpc
+from tests.fakes.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[3]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def _diag(*args: str) -> subprocess.CompletedProcess[str]:
@@ -26,7 +26,7 @@ def _diag(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=ROOT,
+        cwd=REPO,
         env=ENV,
     )
 
@@ -40,7 +40,7 @@ def analyzer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, s
     proc = subprocess.Popen(
         [sys.executable, "-m", "diag.cli.main", "analyzer", "--run-dir", str(run_dir),
          "--port-file", str(port_file)],
-        cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert proc.stdout is not None

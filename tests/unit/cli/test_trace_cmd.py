@@ -6,7 +6,6 @@ import gzip
 import io
 import itertools
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +18,11 @@ from diag import schema
 from diag.cli.main import main
 from diag.cli.render import tables as render
 from diag.store.run_store import RunStore
+from tests.fakes.paths import DATA, SHARED
 
-SHARED = Path(os.environ.get("DIAG_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))
 KINETO = SHARED / "data" / "external" / "kineto"
 NCCL = [KINETO / f"trace_filter_sampled_rank-{r}.json.gz" for r in (0, 1)]
-FIXTURE = Path(__file__).resolve().parents[2] / "data" / "kineto" / "torch_cpu_rank0.json.gz"
+FIXTURE = DATA / "kineto" / "torch_cpu_rank0.json.gz"
 needs_shared = pytest.mark.skipif(not KINETO.is_dir(), reason="shared Kineto traces not present")
 MS = 1_000_000
 T0 = 1_790_000_000_000_000_000

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "analysis"))
-from scenarios import Scenario
+from tests.fakes.scenarios import Scenario
 
 
 def _diag(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,60 @@
+"""Live triage: the analyzer runs the detectors while events arrive and writes findings.jsonl."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import grpc
+
+from diag.analyzer.service import serve
+from diag.config import AnalyzerConfig
+from diag.proto import diag_pb2_grpc as pb_grpc
+from diag.transport import codec
+from tests.fakes.scenarios import Scenario
+
+
+def test_a_finding_appears_within_seconds_of_the_events(tmp_path: Path) -> None:
+    cfg = AnalyzerConfig(run_dir=str(tmp_path / "run"), flush_interval_s=0.1, triage_interval_s=0.2)
+    server, port, core = serve(cfg)
+    try:
+        events = Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events()
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.AnalyzerStub(channel)
+            for i in range(0, len(events), 500):
+                stub.Ingest(codec.batch_to_proto(events[i : i + 500], sender="t", sent_ns=0),
+                            timeout=10)  # fmt: skip
+        path = tmp_path / "run" / "findings.jsonl"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not path.exists():
+            time.sleep(0.05)
+        findings = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [(f["cause"], f["ranks"]) for f in findings] == [("node", [2])]
+        # The live view gets them through the summary.
+        assert [f["id"] for f in core.summary_json()["findings"]] == [findings[0]["id"]]
+    finally:
+        server.stop(None).wait()
+        core.close()
+
+
+def test_an_exception_is_triaged_at_once_not_at_the_next_interval(tmp_path: Path) -> None:
+    from tests.fakes.hang_runs import STALL, Run
+
+    cfg = AnalyzerConfig(run_dir=str(tmp_path / "run"), flush_interval_s=0.1, triage_interval_s=600)
+    server, port, core = serve(cfg)
+    try:
+        run = Run()
+        run.exception(1, "RuntimeError", "injected failure at step 6", at=STALL)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.AnalyzerStub(channel)
+            stub.Ingest(codec.batch_to_proto(run.events, sender="t", sent_ns=0), timeout=10)
+        path = tmp_path / "run" / "findings.jsonl"
+        deadline = time.monotonic() + 10  # the interval is 10 minutes: only the urgency helps
+        while time.monotonic() < deadline and not path.exists():
+            time.sleep(0.05)
+        findings = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [(f["symptom"], f["ranks"]) for f in findings] == [("crash", [1])]
+    finally:
+        server.stop(None).wait()
+        core.close()

@@ -1,0 +1,100 @@
+"""HostCollector against the checked-in fake /proc (see tests/data/proc_fake/README) and /proc."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from diag import schema
+from diag.daemon.collectors.host import HostCollector
+from tests.fakes.paths import DATA
+
+PROC_FAKE = DATA / "proc_fake"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.ns = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+@pytest.fixture
+def proc(tmp_path: Path) -> Path:
+    root = tmp_path / "proc"
+    shutil.copytree(PROC_FAKE / "t0", root)
+    return root
+
+
+def _advance(proc: Path, clock: FakeClock) -> None:
+    shutil.copytree(PROC_FAKE / "t1", proc, dirs_exist_ok=True)
+    shutil.rmtree(proc / "5151")
+    clock.ns += 2_000_000_000
+
+
+def test_first_cycle_primes_then_rates_over_the_interval(proc: Path) -> None:
+    clock = FakeClock()
+    c = HostCollector(proc, clock, clock_ticks_per_s=100)
+    assert list(c.collect(111)) == []
+    _advance(proc, clock)
+    (host,) = c.collect(222)
+    assert isinstance(host, schema.HostSample)
+    assert host.ts_ns == 222
+    assert host.rank == -1 and host.seq == -1 and host.source == ""  # the daemon stamps these
+    assert host.interval_ns == 2_000_000_000
+    assert host.num_cpus == 2
+    assert host.cpu_busy_pct == pytest.approx(60.0)
+    assert host.cpu_iowait_pct == pytest.approx(10.0)
+    assert host.load_1m == 2.25
+    assert host.mem_total_bytes == 16384000 * 1024
+    assert host.mem_available_bytes == 4096000 * 1024
+    # Whole disks only: partitions, loop and dm devices moved by far more and must not count.
+    assert host.disk_read_bytes_per_s == pytest.approx(1024 * 1024)
+    assert host.disk_write_bytes_per_s == pytest.approx(2 * 1024 * 1024)
+    # Every interface but lo.
+    assert host.net_rx_bytes_per_s == pytest.approx(1_000_000)
+    assert host.net_tx_bytes_per_s == pytest.approx(2_000_000)
+    assert host.num_procs_running == 5
+
+
+def test_rank_processes_sampled_and_gone_ones_dropped_quietly(proc: Path) -> None:
+    clock = FakeClock()
+    c = HostCollector(proc, clock, clock_ticks_per_s=100)
+    c.track(4242, rank=3, local_rank=1)
+    c.track(5151, rank=4, local_rank=2)  # exits before the second cycle
+    c.track(6161, rank=5, local_rank=3)  # its pid is reused by another process
+    c.track(9999, rank=6, local_rank=4)  # never existed
+    c.collect(1)
+    assert c.tracked_pids == [4242, 5151, 6161]
+    _advance(proc, clock)
+    events = list(c.collect(2))
+    procs = [e for e in events if isinstance(e, schema.ProcSample)]
+    assert len(procs) == 1
+    p = procs[0]
+    assert (p.pid, p.rank, p.local_rank) == (4242, 3, 1)
+    assert p.cpu_pct == pytest.approx(200.0)  # 400 ticks at 100/s over 2 s
+    assert p.rss_bytes == 3072000 * 1024
+    assert p.num_threads == 14
+    assert p.read_bytes_per_s == pytest.approx(1_000_000)
+    assert p.write_bytes_per_s == pytest.approx(2_000_000)
+    assert p.num_ctx_switches_involuntary == 77
+    assert c.tracked_pids == [4242]
+
+
+def test_real_proc_smoke() -> None:
+    clock = FakeClock()
+    c = HostCollector(Path("/proc"), clock)
+    import os
+
+    c.track(os.getpid(), rank=0, local_rank=0)
+    c.collect(1)
+    clock.ns += 1_000_000_000
+    events = list(c.collect(2))
+    host = next(e for e in events if isinstance(e, schema.HostSample))
+    assert host.num_cpus >= 1 and host.mem_total_bytes > 0
+    assert 0.0 <= host.cpu_busy_pct <= 100.0
+    me = next(e for e in events if isinstance(e, schema.ProcSample))
+    assert me.pid == os.getpid() and me.rss_bytes > 0 and me.num_threads >= 1

@@ -1,0 +1,98 @@
+"""The kernel detector: a kernel slow on one rank, a regression on all ranks, nothing on noise."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from diag.diagnose.detectors import kernel
+from diag.store.run_store import RunStore
+from tests.fakes.link_kernel_scenarios import BASE, kernel_run, noisy
+
+CFG = kernel.KernelConfig()
+
+
+def _with(factor: float, name: str, ranks: set[int], windows: set[int]):
+    base = noisy(BASE)
+
+    def f(n: str, r: int, w: int) -> float:
+        return base(n, r, w) * (factor if n == name and r in ranks and w in windows else 1.0)
+
+    return f
+
+
+def test_mm_slow_on_rank_2_names_mm_not_matmul(tmp_path):
+    kernel_run(tmp_path, _with(2.0, "aten::mm", {2}, set(range(5))))
+    found = kernel.detect_from_store(RunStore.open(tmp_path), CFG)
+    assert [(f.kernel, f.ranks) for f in found] == [("aten::mm", (2,))]
+    f = found[0]
+    assert f.cause == "kernel" and f.symptom == "slowdown"
+    assert f.onset_step is None  # present from the first window
+    assert f.slowdown is not None and 0.15 < f.slowdown < 0.25  # ~20 ms extra in 100 ms windows
+    assert f.severity in ("warning", "critical")
+    assert any(e.metric == "wrapper" and e.subject == "aten::matmul" for e in f.evidence)
+    assert 0.5 < f.confidence <= 0.95
+
+
+def test_regression_on_all_ranks_from_window_3(tmp_path):
+    kernel_run(tmp_path, _with(1.8, "sm90_gemm", {0, 1, 2, 3}, {2, 3, 4}))
+    found = kernel.detect_from_store(RunStore.open(tmp_path), CFG)
+    assert [(f.kernel, f.ranks, f.id) for f in found] == [
+        ("sm90_gemm", (0, 1, 2, 3), "kernel:sm90_gemm:regression")
+    ]
+    assert found[0].onset_step == 110  # window 3 starts at step 10 + 2 * 50
+    assert found[0].slowdown is not None and 0.1 < found[0].slowdown < 0.2
+
+
+def test_uniform_noise_gives_nothing(tmp_path):
+    assert kernel.detect_from_store(kernel_run(tmp_path, noisy(BASE)), CFG) == []
+
+
+def test_collective_kernels_are_ignored(tmp_path):
+    store = kernel_run(tmp_path, _with(3.0, "nccl", {1}, set(range(5))))
+    assert kernel.detect_from_store(store, CFG) == []
+
+
+def test_small_excess_does_not_matter(tmp_path):
+    # aten::add 2x on rank 2 is +5 ms, 5% of the 100 ms window: under an 8% threshold
+    store = kernel_run(tmp_path, _with(2.0, "aten::add", {2}, set(range(5))))
+    found = kernel.detect_from_store(store, kernel.KernelConfig(min_excess_frac=0.08))
+    assert found == []
+
+
+def test_empty_store_and_two_ranks(tmp_path):
+    assert kernel.detect_from_store(RunStore.create(tmp_path / "e"), CFG) == []
+    store = kernel_run(tmp_path / "two", _with(2.0, "aten::mm", {1}, set(range(5))), num_ranks=2)
+    assert kernel.detect_from_store(store, CFG) == []
+
+
+def _frames(tmp_path):
+    store = RunStore.open(tmp_path)
+    return store.frame("kernel"), store.frame("profile_window")
+
+
+def test_more_calls_on_one_rank_is_more_work_not_a_slower_kernel(tmp_path):
+    kernel_run(tmp_path, _with(2.0, "aten::mm", {2}, set(range(5))))
+    k, w = _frames(tmp_path)
+    more = (k["rank"] == 2) & k["name"].isin(["aten::mm", "aten::matmul"])
+    k.loc[more, "num_calls"] = 20  # twice the calls: the 2x time is twice the work
+    assert kernel.detect(k, w, CFG) == []
+    k.loc[more, "num_calls"] = 11  # about the same calls: each call is slower
+    assert [(f.kernel, f.ranks) for f in kernel.detect(k, w, CFG)] == [("aten::mm", (2,))]
+
+
+def test_ranks_that_did_not_profile_a_window_are_unknown_not_zero(tmp_path):
+    kernel_run(tmp_path, noisy(BASE))
+    k, w = _frames(tmp_path)
+    missing = k["rank"].isin([0, 1]) & k["window_id"].isin(["p110", "p160", "p210"])
+    # With their windows read as 0, the median over ranks halves and ranks 2 and 3 look 2x slow.
+    assert kernel.detect(k[~missing], w[~(w["rank"].isin([0, 1]) & w["window_id"].isin(
+        ["p110", "p160", "p210"]))], CFG) == []  # fmt: skip
+
+
+def test_autograd_node_wrappers_are_not_kernels(tmp_path):
+    kernel_run(tmp_path, noisy(BASE))
+    k, w = _frames(tmp_path)
+    wrapper = k[k["name"] == "aten::add"].copy()
+    wrapper["name"] = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    wrapper.loc[wrapper["rank"] == 1, "total_ns"] *= 4  # DDP's reducer hooks ran inside it
+    assert kernel.detect(pd.concat([k, wrapper], ignore_index=True), w, CFG) == []

@@ -1,0 +1,74 @@
+"""The link detector: a slow cross-host group is named with its hosts; balanced runs and a slow
+rank (compute) give no link finding."""
+
+from __future__ import annotations
+
+from diag.diagnose.detectors import link
+from diag.store.run_store import RunStore
+from tests.fakes.link_kernel_scenarios import link_run
+
+CFG = link.LinkConfig()
+
+
+def _serious(findings):
+    return [f for f in findings if f.severity in ("warning", "critical")]
+
+
+def test_slow_group_is_one_link_finding_naming_its_hosts(tmp_path):
+    store = link_run(tmp_path, slow_group="dp0", slow_from=30)
+    found = link.detect_from_store(RunStore.open(tmp_path), CFG)
+    assert len(found) == 1
+    f = found[0]
+    assert f.cause == "link" and f.symptom == "slowdown"
+    assert f.link is not None and f.link.group == "dp0"
+    assert f.ranks == (0, 2) and f.link.ranks == (0, 2)
+    assert f.hosts == ("node-a", "node-b")
+    assert f.onset_step == 30
+    assert 30 <= (f.detected_step or 0) < 40
+    assert f.severity in ("warning", "critical")
+    assert f.slowdown is not None and 0.1 < f.slowdown < 0.5  # 2 x 20 ms extra on ~145 ms steps
+    assert "probe" in f.summary and "node-a" in f.summary
+    assert 0.0 < f.confidence <= 0.95
+    assert store.frame("collective").shape[0] > 0
+
+
+def test_balanced_run_has_nothing_at_warning_or_above(tmp_path):
+    assert _serious(link.detect_from_store(link_run(tmp_path), CFG)) == []
+
+
+def test_slow_rank_compute_is_not_a_link(tmp_path):
+    store = link_run(tmp_path, slow_rank=3, slow_from=30)
+    assert link.detect_from_store(store, CFG) == []
+
+
+def test_slow_rank_without_durations_is_not_a_link(tmp_path):
+    store = link_run(tmp_path, slow_rank=3, slow_from=30, timed=False)
+    assert link.detect_from_store(store, CFG) == []
+
+
+def test_proxy_without_durations_still_finds_the_group(tmp_path):
+    store = link_run(tmp_path, slow_group="dp1", slow_from=20, timed=False)
+    found = link.detect_from_store(store, CFG)
+    assert [f.link.group for f in found if f.link] == ["dp1"]
+    assert found[0].ranks == (1, 3)
+    assert any(e.note.startswith("proxy") for e in found[0].evidence)
+    # the proxy is coarse: less sure than measured durations
+    timed = link.detect_from_store(link_run(tmp_path / "t", slow_group="dp1", slow_from=20), CFG)
+    assert found[0].confidence < timed[0].confidence
+
+
+def test_group_slow_from_the_start_is_caught_against_its_peer(tmp_path):
+    store = link_run(tmp_path, slow_group="dp1", slow_from=0, slow_factor=2.0)
+    found = link.detect_from_store(store, CFG)
+    assert [f.link.group for f in found if f.link] == ["dp1"]
+    assert found[0].onset_step is None
+
+
+def test_empty_and_short_runs_give_nothing(tmp_path):
+    assert link.detect_from_store(RunStore.create(tmp_path / "empty"), CFG) == []
+    assert (
+        link.detect_from_store(
+            link_run(tmp_path / "s", num_steps=3, slow_group="dp0", slow_from=0), CFG
+        )
+        == []
+    )

@@ -1,0 +1,177 @@
+"""Reconciliation: a kernel that explains a slow rank's compute is the diagnosis; a slowdown spread
+over every kernel of the rank stays a node finding, its kernels only symptoms."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from diag.diagnose.features import Features
+from diag.diagnose.reconcile import ReconcileConfig, attribute, reconcile, steps_per_window
+from diag.findings import Evidence, Finding
+from tests.fakes.scenarios import Scenario
+
+
+def _node(
+    rank: int = 1, *, excess: float = 30.0, peers: float = 100.0, cause: str = "node"
+) -> Finding:
+    """A node finding: the rank computes ``peers + excess`` ms per step against ``peers``."""
+    return Finding(
+        id=f"node-rank{rank}",
+        symptom="slowdown",
+        cause=cause,
+        severity="warning",
+        ranks=(rank,),
+        hosts=("node0",),
+        onset_step=None if cause == "structural" else 30,
+        detected_step=37,
+        slowdown=0.2,
+        confidence=0.99,
+        summary="slow rank",
+        evidence=(
+            Evidence(
+                metric="compute_ms",
+                subject=f"rank {rank}",
+                value=peers + excess,
+                reference=peers,
+                unit="ms",
+            ),
+            Evidence(metric="peers_wait_ms", subject="x", value=50.0, reference=20.0, unit="ms"),
+        ),
+    )
+
+
+def _kernel(
+    name: str, rank: int = 1, *, excess_ms: float, ref_ms: float, onset: int | None = 40
+) -> Finding:
+    """A cross-rank kernel finding: ``ref_ms + excess_ms`` per window against ``ref_ms``."""
+    return Finding(
+        id=f"kernel:{name}:rank{rank}",
+        symptom="slowdown",
+        cause="kernel",
+        severity="warning",
+        ranks=(rank,),
+        kernel=name,
+        onset_step=onset,
+        detected_step=50,
+        slowdown=0.15,
+        confidence=0.84,
+        summary=f"{name} slow",
+        evidence=(
+            Evidence(
+                metric="kernel_time_ns",
+                subject=name,
+                value=(ref_ms + excess_ms) * 1e6,
+                reference=ref_ms * 1e6,
+                unit="ns",
+            ),
+        ),
+    )
+
+
+def test_a_kernel_that_explains_the_excess_is_the_diagnosis() -> None:
+    # aten::addmm (30 ms of the rank's 100) takes all of the rank's 30 ms excess
+    node, kern = _node(excess=30.0), _kernel("aten::addmm", excess_ms=29.0, ref_ms=30.0)
+    (out,) = reconcile([node, kern])
+    assert (out.id, out.cause, out.kernel, out.ranks) == (kern.id, "kernel", "aten::addmm", (1,))
+    assert out.onset_step == 30  # the node detector dates the change per step
+    assert out.detected_step == 50  # named once the profiles show it
+    assert out.confidence == pytest.approx(0.99)
+    assert out.hosts == ("node0",)
+    assert {e.metric for e in out.evidence} >= {"kernel_time_ns", "compute_ms", "peers_wait_ms"}
+    assert node.id in out.summary
+
+
+def test_a_slowdown_spread_over_every_kernel_stays_node() -> None:
+    # a slow GPU: every kernel 30% slower, aten::mm (40 ms) with 12 of the 30 ms excess
+    node = _node(excess=30.0)
+    mm = _kernel("aten::mm", excess_ms=12.0, ref_ms=40.0)
+    addmm = _kernel("aten::addmm", excess_ms=9.0, ref_ms=30.0)
+    out = reconcile([node, mm, addmm])
+    assert [f.id for f in out] == [node.id, mm.id, addmm.id]
+    assert out[0] == node
+    assert all(f.severity == "info" and f.confidence < node.confidence for f in out[1:])
+    assert all(any(e.metric == "symptom_of" for e in f.evidence) for f in out[1:])
+
+
+def test_a_dominant_kernel_slowed_like_the_rest_is_not_the_cause() -> None:
+    # the kernel takes 70% of the compute and 70% of the excess: explained, but not concentrated
+    att = attribute(_node(excess=30.0), _kernel("gemm", excess_ms=21.0, ref_ms=70.0))
+    assert att is not None
+    assert att.explained == pytest.approx(0.7)
+    assert att.kernel_rel == pytest.approx(att.rest_rel)
+    assert not att.is_kernel(ReconcileConfig())
+    out = reconcile([_node(excess=30.0), _kernel("gemm", excess_ms=21.0, ref_ms=70.0)])
+    assert [f.cause for f in out] == ["node", "kernel"] and out[1].severity == "info"
+
+
+def test_a_kernel_explaining_too_little_leaves_the_node_finding() -> None:
+    # concentrated (the rest is not slower) but only 40% of the excess: something else too
+    att = attribute(_node(excess=30.0), _kernel("aten::relu", excess_ms=12.0, ref_ms=4.0))
+    assert att is not None and att.explained == pytest.approx(0.4)
+    assert not att.is_kernel(ReconcileConfig())
+    assert att.is_kernel(ReconcileConfig(min_explained=0.3))
+    node, relu = _node(excess=30.0), _kernel("aten::relu", excess_ms=12.0, ref_ms=4.0)
+    assert reconcile([node, relu]) == [node, relu]  # a second issue: both stay as they are
+
+
+def test_a_regression_against_the_rank_own_past_is_not_absorbed() -> None:
+    # a regression's reference is the rank's first windows, not its peers: it cannot tell
+    node = _node(excess=30.0)
+    reg = replace(_kernel("aten::mm", excess_ms=29.0, ref_ms=40.0), id="kernel:aten::mm:regression")
+    assert reconcile([node, reg]) == [node, reg]
+
+
+def test_structural_imbalance_from_one_kernel_is_kernel_without_onset() -> None:
+    node = _node(cause="structural")
+    (out,) = reconcile([node, _kernel("aten::mm", excess_ms=30.0, ref_ms=40.0, onset=None)])
+    assert (out.cause, out.onset_step) == ("kernel", None)
+
+
+def test_windows_of_several_steps_are_counted_per_step() -> None:
+    node, kern = _node(excess=30.0), _kernel("aten::addmm", excess_ms=60.0, ref_ms=60.0)
+    att = attribute(node, kern, window_steps=2.0)  # 30 ms per step of excess over 30 ms
+    assert att is not None and att.explained == pytest.approx(1.0)
+    windows = pd.DataFrame({"rank": [0, 1, -1], "num_steps": [2, 2, 9]})
+    assert steps_per_window(windows) == 2.0
+    assert steps_per_window(pd.DataFrame()) == 1.0
+
+
+def test_other_ranks_and_causes_pass_through() -> None:
+    node = _node(rank=1)
+    other = _kernel("aten::addmm", rank=2, excess_ms=29.0, ref_ms=30.0)
+    link = Finding(
+        id="link:dp0",
+        symptom="slowdown",
+        cause="link",
+        severity="warning",
+        ranks=(1, 3),
+        confidence=0.9,
+        summary="slow link",
+    )
+    assert reconcile([node, other, link]) == [node, other, link]
+    assert reconcile([]) == []
+
+
+def _features(sc: Scenario, tmp_path: Path) -> Features:
+    return Features.from_store(sc.write(tmp_path))
+
+
+def test_a_kernel_the_steps_do_not_show_is_only_info(tmp_path: Path) -> None:
+    # two slow profiled steps on rank 2 look like a slow aten::mm; its other steps are fine
+    kern = _kernel("aten::mm", rank=2, excess_ms=17.0, ref_ms=40.0, onset=50)
+    (out,) = reconcile([kern], _features(Scenario(), tmp_path))
+    assert (out.id, out.severity) == (kern.id, "info")
+    assert out.confidence < 0.2 * kern.confidence
+    (seen,) = [e for e in out.evidence if e.metric == "step_compute_excess_ms"]
+    assert seen.reference == pytest.approx(17.0) and abs(seen.value) < 5.0
+
+
+def test_a_kernel_the_steps_show_stays(tmp_path: Path) -> None:
+    # rank 2 computes ~31 ms more per step from step 50: a 17 ms kernel excess is plausible
+    sc = Scenario(slow_ranks=(2,), onset_step=50, severity=0.2)
+    kern = _kernel("aten::mm", rank=2, excess_ms=17.0, ref_ms=40.0, onset=50)
+    assert reconcile([kern], _features(sc, tmp_path)) == [kern]

@@ -1,0 +1,113 @@
+"""The Flight Recorder loader (restricted unpickler) and harvesting, on real NCCL dumps."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+
+from diag.errors import InputError
+from diag.flight_recorder import entry_to_collective, load_fr_dump, normalize_op, pg_sizes
+from diag.hook.fr_state import FrState, PyCall, StepWindows
+from tests.fakes.paths import SHARED
+
+# shared/ lies beside the checkout (as in CI); DIAG_SHARED_DIR points elsewhere.
+DUMPS = SHARED / "data" / "external" / "fr-nccl-gpu-error"
+REAL = sorted(DUMPS.glob("_dump_*")) if DUMPS.is_dir() else []
+
+
+@pytest.mark.skipif(not REAL, reason="real FR dumps not present")
+def test_real_nccl_dumps_load_and_map() -> None:
+    for path in REAL:
+        dump = load_fr_dump(path.read_bytes())
+        assert dump["version"] == "2.9" and dump["entries"]
+        sizes = pg_sizes(dump["pg_config"])
+        for entry in dump["entries"]:
+            kw = entry_to_collective(entry, sizes)
+            assert kw["op"] in {"send", "recv", "broadcast", "all_reduce", "all_to_all",
+                                "_reduce_scatter_base", "_all_gather_base"}  # fmt: skip
+            assert kw["enqueue_ns"] == entry["time_created_ns"] and kw["origin"] == "fr"
+            assert kw["pg_size"] > 0 and kw["num_bytes"] > 0
+    first = load_fr_dump(REAL[0].read_bytes())["entries"][0]  # _dump_0: a PP send, 4096x1x5120 bf16
+    kw = entry_to_collective(first, pg_sizes(load_fr_dump(REAL[0].read_bytes())["pg_config"]))
+    assert (kw["op"], kw["pg_name"], kw["pg_desc"], kw["pg_size"]) == (
+        "send", "43", "PIPELINE_MODEL_PARALLEL_GROUP", 4)  # fmt: skip
+    assert (kw["seq_id"], kw["p2p_seq_id"], kw["is_p2p"]) == (26, 11981, True)
+    assert kw["num_bytes"] == 4096 * 5120 * 2 and kw["dtype"] == "BFloat16"
+    assert kw["start_ns"] is None and kw["duration_ns"] is None and kw["state"] == "scheduled"
+
+
+class Boom:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("echo pwned",))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pickle.dumps(Boom()),
+        pickle.dumps({"entries": [Boom()]}),
+        pickle.dumps({"entries": [1]})[:-5],  # truncated
+        b"not a pickle at all",
+        b"",
+        pickle.dumps([1, 2, 3]),  # not a dict
+        pickle.dumps({"entries": {1, 2}}),
+    ],
+)
+def test_anything_but_plain_data_is_refused_with_one_line(data: bytes) -> None:
+    with pytest.raises(InputError) as info:
+        load_fr_dump(data)
+    assert "\n" not in str(info.value)
+
+
+def test_malformed_entry_is_an_input_error() -> None:
+    with pytest.raises(InputError):
+        entry_to_collective({"state": "completed"}, {})
+
+
+def test_normalize_op() -> None:
+    assert normalize_op("nccl:send 0->3") == "send"
+    assert normalize_op("gloo:all_reduce") == "all_reduce"
+    assert normalize_op("barrier") == "barrier"
+
+
+def _entry(rid: int, created: int, *, retired: bool = True, nbytes_elems: int = 4) -> dict:
+    return {
+        "record_id": rid, "pg_id": 0, "process_group": ("0", "default_pg"),
+        "collective_seq_id": rid + 1, "p2p_seq_id": 0, "profiling_name": "gloo:all_reduce",
+        "time_created_ns": created, "input_sizes": [[nbytes_elems]], "input_dtypes": ["Float"],
+        "state": "scheduled", "retired": retired, "is_p2p": False, "thread_id": "7",
+        "time_discovered_started_ns": None, "time_discovered_completed_ns": None,
+    }  # fmt: skip
+
+
+def test_harvest_steps_matching_and_one_harvest_delay() -> None:
+    ms = 1_000_000
+    windows = StepWindows()
+    windows.start(100 * ms)
+    windows.end(0, 200 * ms)  # step 0 = [100, 200) ms, step 1 = [200, 300) ms
+    windows.end(1, 300 * ms)
+    fr = FrState(windows, hold_s=30)
+    fr.add_call(PyCall(1, "all_reduce", 240 * ms, 260 * ms, 16, "Float", "0", 1, True, 7))
+    created = (50 * ms, 150 * ms, 250 * ms)
+    dump = {"pg_config": {}, "entries": [_entry(i, c) for i, c in enumerate(created)]}
+    dump["entries"].append(_entry(3, 310 * ms, retired=False))
+    assert fr.process(dump, now_s=1.0, extra_sizes={"0": 2}) == []  # first sight: wait
+    out = fr.process(dump, now_s=2.0, extra_sizes={"0": 2})
+    assert [(step, kw["seq_id"]) for step, kw in out] == [(-1, 1), (0, 2), (1, 3)]
+    assert out[2][1]["start_ns"] == 240 * ms and out[2][1]["duration_ns"] == 20 * ms
+    assert out[1][1]["start_ns"] is None
+    assert all(kw["pg_size"] == 2 for _, kw in out)
+    assert fr.process(dump, now_s=3.0) == []  # nothing twice; entry 3 still in flight
+    (late,) = fr.process(dump, now_s=40.0)  # stuck past hold_s: reported as it is
+    assert late[0] == 2 and late[1]["seq_id"] == 4
+    assert fr.counts == {-1: 1, 0: 1, 1: 1, 2: 1}
+
+
+def test_unmatched_python_calls_are_emitted_after_two_dumps() -> None:
+    fr = FrState(StepWindows())
+    fr.add_call(PyCall(3, "barrier", 10, 20, 0, "", "0", 2, True, 7))
+    assert fr.unmatched_calls(30) == []
+    (call,) = fr.unmatched_calls(40)
+    assert call.payload()["origin"] == "python" and call.payload()["duration_ns"] == 10

@@ -1,0 +1,300 @@
+"""Profiler windows in the hook: periodic and on-demand (control frames), world-size-1 gloo."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from diag import schema
+from diag.config import HookConfig
+from diag.hook import core as hook
+from diag.hook.kernels import summarize
+from diag.hook.profiler import ProfilerWindows, RequestFilter
+from diag.proto import diag_pb2 as pb
+from diag.transport import framing as frames
+from tests.fakes.hook_sink import FrameSink, of_kind
+
+FAST = {"flush_interval_s": 0.02, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
+NO_PERIODIC = {"profile_every_steps": 0}
+BURN_ITERS = 8
+
+
+class ControlSink(FrameSink):
+    """The frame sink that can also write control frames back on the hook's connection."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.conns: list[socket.socket] = []
+        self.connected = threading.Event()
+
+    def _read(self, conn: socket.socket) -> None:
+        self.conns.append(conn)
+        self.connected.set()
+        super()._read(conn)
+
+    def send(self, payload: bytes) -> None:
+        for conn in self.conns:
+            conn.sendall(payload)
+
+
+@pytest.fixture
+def tmp_short() -> Iterator[Path]:
+    short = Path(tempfile.mkdtemp(prefix="dh"))  # AF_UNIX paths must stay short
+    yield short
+    shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture
+def sink(tmp_short: Path) -> Iterator[ControlSink]:
+    s = ControlSink(tmp_short / "d.sock")
+    s.start()
+    yield s
+    s.close()
+
+
+class Trainer:
+    """One DDP model and optimizer for the whole test (the hook's primary optimizer stays)."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = nn.parallel.DistributedDataParallel(
+            nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        )
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.burn = torch.randn(64, 64)
+
+    def steps(self, n: int, settle: hook.Hook | None = None) -> None:
+        """``n`` steps; with ``settle``, each waits until that hook's thread has taken the last
+        window (the next one starts only then), so windows fall where they were asked for."""
+        for _ in range(n):
+            if settle is not None:
+                wait_for(lambda: not settle.profiler.busy)
+            z = self.burn
+            for _ in range(BURN_ITERS):
+                z = torch.tanh(z @ self.burn)
+            self.opt.zero_grad()
+            nn.functional.mse_loss(self.model(torch.randn(4, 8)), torch.randn(4, 1)).backward()
+            self.opt.step()
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def by_window(events: list[schema.Event]) -> dict[str, schema.ProfileWindow]:
+    return {w.window_id: w for w in of_kind(events, schema.ProfileWindow)}
+
+
+def request(request_id: str, **fields: Any) -> bytes:
+    msg = pb.ControlMessage(profile=pb.ProfileRequest(request_id=request_id, **fields))
+    return frames.encode_frame(msg.SerializeToString())
+
+
+def test_periodic_window_summaries_and_trace(
+    world: None, sink: ControlSink, tmp_short: Path
+) -> None:
+    traces = tmp_short / "traces"
+    cfg = HookConfig(daemon_sock=sink.path, profile_first_step=2, profile_every_steps=100,
+                     trace_dir=str(traces), **FAST)  # fmt: skip
+    h = hook.install(cfg)
+    Trainer().steps(5)
+    hook.uninstall()
+    events = sink.close()
+    assert h.num_errors == 0, h.last_error
+
+    (win,) = of_kind(events, schema.ProfileWindow)
+    assert (win.window_id, win.trigger, win.step, win.num_steps) == ("p2", "periodic", 2, 1)
+    assert win.ok and not win.late and win.device == "cpu" and win.num_kernels == 0
+    assert win.duration_ns == win.end_ns - win.start_ns > 0
+    (step2,) = [s for s in of_kind(events, schema.StepEvent) if s.step == 2]
+    assert step2.start_ns <= win.start_ns < win.end_ns <= step2.end_ns
+
+    rows = {k.name: k for k in of_kind(events, schema.KernelSummary)}
+    assert all(k.window_id == "p2" and k.step == 2 for k in rows.values())
+    mm, tanh = rows["aten::mm"], rows["aten::tanh"]
+    assert mm.num_calls >= BURN_ITERS and tanh.num_calls >= BURN_ITERS
+    assert mm.category == tanh.category == "cpu_op" and mm.device == "cpu"
+    for k in (mm, tanh):
+        assert 0 < k.median_ns <= k.max_ns <= k.total_ns
+        assert k.step_share == pytest.approx(k.total_ns / win.duration_ns)
+    assert mm.total_ns + tanh.total_ns <= win.duration_ns  # disjoint top-level work
+    assert mm.input_shapes == "[[64, 64], [64, 64]]"
+    assert rows["gloo:all_reduce"].category == "collective"  # DDP's gradient all-reduce
+    assert rows["c10d::allreduce_"].category == "collective"
+    assert win.num_ops >= 4 * BURN_ITERS
+
+    assert win.trace_path == "rank0/p2.json.gz"
+    path = traces / win.trace_path
+    assert win.trace_bytes == path.stat().st_size
+    trace = json.loads(gzip.decompress(path.read_bytes()))
+    base = trace["baseTimeNanoseconds"]
+    mms = [e for e in trace["traceEvents"] if e.get("name") == "aten::mm" and e.get("ph") == "X"]
+    assert len(mms) == mm.num_calls
+    for e in mms:  # ts (us) + baseTimeNanoseconds = wall-clock ns inside the window
+        start = base + round(e["ts"] * 1000)
+        assert win.start_ns - 1_000_000 <= start <= win.end_ns
+
+
+def test_first_window_at_step_zero_and_trace_files_bounded(world: None, tmp_short: Path) -> None:
+    traces = tmp_short / "traces"
+    cfg = HookConfig(profile_first_step=0, profile_every_steps=2, trace_dir=str(traces),
+                     max_traces_per_rank=2, **FAST)  # fmt: skip
+    h = hook.install(cfg)
+    trainer = Trainer()
+    trainer.steps(9, settle=h)
+    hook.uninstall()
+    assert h.num_errors == 0, h.last_error
+    assert [c[0] for c in h.thread.window_costs] == ["p0", "p2", "p4", "p6", "p8"]
+    assert sorted(os.listdir(traces / "rank0")) == ["p6.json.gz", "p8.json.gz"]
+
+    small = HookConfig(profile_first_step=0, profile_every_steps=2, trace_dir=str(tmp_short / "s"),
+                       max_trace_bytes=10, **FAST)  # fmt: skip
+    h = hook.install(small)
+    Trainer().steps(1)
+    hook.uninstall()
+    assert not list((tmp_short / "s" / "rank0").glob("*.json.gz"))
+    assert h.thread.window_costs[0][0] == "p0"
+
+
+def test_on_demand_requests_from_control_frames(world: None, sink: ControlSink) -> None:
+    h = hook.install(HookConfig(daemon_sock=sink.path, **NO_PERIODIC, **FAST))
+    trainer = Trainer()
+    trainer.steps(2)
+    assert sink.connected.wait(10)
+    cur = h.tracker.step  # this step has begun: at_step=cur is late
+    sink.send(
+        request("r1", at_step=cur + 3, num_steps=2)
+        + request("r1", at_step=cur + 1)  # duplicate: ignored
+        + request("old", at_step=cur + 1, expires_ns=time.time_ns() - 1)  # expired: ignored
+        + request("other", at_step=cur + 1, ranks=[5])  # not for this rank
+        + frames.encode_frame(b"\xff\xff\xff")  # malformed: counted, ignored
+        + frames.encode_frame(b"")  # no body: counted, ignored
+        + request("late", at_step=cur)
+    )
+    wait_for(lambda: len(h.profiler.inbox) == 2 and h.num_errors == 2)
+    trainer.steps(6, settle=h)
+    hook.uninstall()
+    events = sink.close()
+    assert h.num_errors == 2
+
+    wins = by_window(events)
+    assert set(wins) == {"d-r1", "d-late"}
+    r1, late = wins["d-r1"], wins["d-late"]
+    assert (r1.trigger, r1.request_id, r1.step, r1.num_steps, r1.late) == (
+        "on_demand", "r1", cur + 3, 2, False)  # fmt: skip
+    assert (late.step, late.num_steps, late.late, late.ok) == (cur + 1, 1, True, True)
+    steps = {s.step: s for s in of_kind(events, schema.StepEvent)}
+    assert steps[cur + 3].start_ns <= r1.start_ns < r1.end_ns <= steps[cur + 4].end_ns
+    assert r1.end_ns > steps[cur + 3].end_ns  # two steps
+    tanh = [k for k in of_kind(events, schema.KernelSummary)
+            if k.window_id == "d-r1" and k.name == "aten::tanh"]  # fmt: skip
+    assert tanh[0].num_calls >= 2 * BURN_ITERS and tanh[0].step == cur + 3
+
+
+def test_profiler_busy_window_is_reported_and_user_profile_intact(
+    world: None, sink: ControlSink
+) -> None:
+    h = hook.install(HookConfig(daemon_sock=sink.path, profile_first_step=1,
+                                profile_every_steps=100, **FAST))  # fmt: skip
+    trainer = Trainer()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        trainer.steps(3)  # step 1 begins while the job's own profiler runs
+    trainer.steps(1)
+    hook.uninstall()
+    events = sink.close()
+    (win,) = of_kind(events, schema.ProfileWindow)
+    assert (win.window_id, win.ok, win.error, win.step) == ("p1", False, "profiler busy", 1)
+    assert not of_kind(events, schema.KernelSummary)
+    assert any(e.key == "aten::tanh" for e in prof.key_averages())
+    assert h.num_errors == 0, h.last_error
+
+
+def test_periodic_schedule_skips_windows_that_would_overlap() -> None:
+    cfg = HookConfig(profile_first_step=2, profile_every_steps=3, profile_num_steps=4)
+    w = ProfilerWindows(cfg, torch, clock=time.perf_counter_ns, wall_offset_ns=0,
+                        on_error=lambda exc: None)  # fmt: skip
+    due = {s: p.window_id for s in range(20) if (p := w._due(s)) is not None}
+    assert due == {2: "p2", 5: "p5", 8: "p8", 11: "p11", 14: "p14", 17: "p17"}
+    w = ProfilerWindows(cfg, torch, clock=time.perf_counter_ns, wall_offset_ns=0,
+                        on_error=lambda exc: None)  # fmt: skip
+    w.step_begins(2)
+    assert w.active is not None and w.stop_after == 5
+    for s in range(2, 10):  # p5 falls inside p2's window and is skipped; p8 is taken
+        w.step_ends(s)
+        w.busy = False  # the hook thread took the result
+        w.step_begins(s + 1)
+    ids = [d.plan.window_id for d in w.done]
+    assert ids == ["p2"] and w.active is not None and w.active.window_id == "p8"
+    w.close()
+    assert [d.plan.window_id for d in w.done] == ["p2", "p8"] and w.done[1].error
+
+
+def test_request_filter() -> None:
+    f = RequestFilter(default_num_steps=3)
+    req = pb.ProfileRequest(request_id="a", at_step=7)
+    plan = f.plan(req, rank=0, now_ns=100)
+    assert plan is not None and (plan.window_id, plan.start_step, plan.num_steps) == ("d-a", 7, 3)
+    assert f.plan(req, rank=0, now_ns=100) is None  # duplicate
+    assert f.plan(pb.ProfileRequest(request_id="b", expires_ns=99), rank=0, now_ns=100) is None
+    assert f.plan(pb.ProfileRequest(request_id="c", ranks=[1, 2]), rank=0, now_ns=100) is None
+    assert f.plan(pb.ProfileRequest(request_id="d", ranks=[0]), rank=0, now_ns=100) is not None
+    with pytest.raises(ValueError):
+        f.plan(pb.ProfileRequest(), rank=0)
+
+
+class FakeEvent:
+    def __init__(self, name: str, activity: str, dur: int, device: str = "CPU") -> None:
+        self._name, self._activity, self._dur, self._device = name, activity, dur, device
+
+    def name(self) -> str:
+        return self._name
+
+    def activity_type(self) -> str:
+        return self._activity
+
+    def duration_ns(self) -> int:
+        return self._dur
+
+    def device_type(self) -> str:
+        return self._device
+
+    def device_index(self) -> int:
+        return 0
+
+    def shapes(self) -> list[list[int]]:
+        return [[self._dur]]
+
+
+def test_summarize_categories_top_n_and_collectives() -> None:
+    events = [FakeEvent(f"op{i}", "cpu_op", 1000 + i) for i in range(5)]
+    events += [FakeEvent("op4", "cpu_op", 10), FakeEvent("op4", "cpu_op", 7)]
+    events += [FakeEvent("ncclDevKernel_AllReduce", "kernel", 5, "CUDA"),
+               FakeEvent("sgemm", "kernel", 3000, "CUDA"),
+               FakeEvent("Memcpy HtoD", "gpu_memcpy", 50, "CUDA"),
+               FakeEvent("cudaLaunchKernel", "cuda_runtime", 9999),
+               FakeEvent("my_region", "user_annotation", 9999)]  # fmt: skip
+    out = summarize(events, 10_000, record_shapes=True, top_n=3, pause=lambda: None)
+    rows = {(r.name, r.category, r.device): r for r in out.rows}
+    assert set(rows) == {("sgemm", "kernel", "cuda:0"), ("op4", "cpu_op", "cpu"),
+                         ("op3", "cpu_op", "cpu"),
+                         ("ncclDevKernel_AllReduce", "collective", "cuda:0")}  # fmt: skip
+    op4 = rows[("op4", "cpu_op", "cpu")]
+    assert (op4.num_calls, op4.total_ns, op4.median_ns, op4.max_ns) == (3, 1021, 10, 1004)
+    assert op4.step_share == pytest.approx(0.1021) and op4.input_shapes == "[[1004]]"
+    assert (out.num_ops, out.num_kernels) == (7, 2)

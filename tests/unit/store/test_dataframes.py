@@ -1,0 +1,60 @@
+"""events_to_frame: exact columns, stable dtypes, None kept apart from NaN, Parquet-stable."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+
+from diag import schema
+from diag.store import dataframes as frames
+from tests.fakes.events import Source
+
+
+@pytest.mark.parametrize("kind", list(schema.EVENT_TYPES))
+def test_empty_frame_has_every_field_as_a_column(kind: str) -> None:
+    df = frames.events_to_frame(kind, [])
+    fields = [f.name for f in dataclasses.fields(schema.EVENT_TYPES[kind])]
+    assert list(df.columns) == fields
+    assert {c: str(t) for c, t in df.dtypes.items()} == frames.dtypes(kind)
+
+
+def test_dtypes_follow_the_schema_types() -> None:
+    d = frames.dtypes("gpu")
+    assert d["ts_ns"] == "int64" and d["host"] == "str"
+    assert d["sm_clock_mhz"] == "Int64" and d["util_pct"] == "Float64"
+    assert frames.dtypes("host")["cpu_busy_pct"] == "float64"
+    assert frames.dtypes("checkpoint")["ok"] == "bool"
+
+
+def test_optional_values_stay_missing_and_nan_stays_nan() -> None:
+    src = Source(rank=0)
+    evs = [src.step(0, loss=math.nan), src.step(1, loss=None), src.step(2, loss=math.inf)]
+    df = frames.events_to_frame("step", evs)
+    assert math.isnan(df["loss"][0]) and df["loss"][1] is pd.NA and df["loss"][2] == math.inf
+    assert df["loss"].isna().tolist() == [False, True, False]
+    colls = frames.events_to_frame("collective", [src.collective(0), src.collective(1)])
+    assert str(colls["start_ns"].dtype) == "Int64"
+    assert colls["start_ns"].isna().tolist() == [False, True]
+
+
+def test_parquet_round_trip_keeps_values_and_dtypes() -> None:
+    src = Source(rank=0)
+    evs = [src.step(0, loss=math.nan), src.step(1, loss=None), src.step(2, loss=-math.inf)]
+    df = frames.events_to_frame("step", evs)
+    back = frames.table_to_frame("step", frames.frame_to_table("step", df))
+    pd.testing.assert_frame_equal(back, df)
+    assert back["loss"].isna().tolist() == [False, True, False]
+
+
+def test_a_part_missing_a_newer_column_is_filled_with_the_default() -> None:
+    df = frames.events_to_frame("step", [Source(rank=0).step(0)]).drop(columns=["num_backward"])
+    back = frames.conform("step", df)
+    assert list(back.columns) == list(frames.dtypes("step")) and back["num_backward"][0] == 0
+
+
+def test_mixing_kinds_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        frames.events_to_frame("step", [Source().collective(0)])

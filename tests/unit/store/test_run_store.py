@@ -1,0 +1,95 @@
+"""RunStore: layout, atomic parts, dedupe and order, validation, corrupt parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diag.errors import InputError
+from diag.store.run_store import RunStore
+from tests.fakes.events import Source, keys
+
+
+def test_flush_writes_one_part_per_kind_and_frame_merges_buffer(tmp_path: Path) -> None:
+    store = RunStore.create(tmp_path)
+    src = Source(rank=0)
+    store.append([src.step(0), src.collective(0)])
+    written = store.flush()
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == [
+        "store/collective/part-000000.parquet",
+        "store/step/part-000000.parquet",
+    ]
+    store.append([src.step(1)])
+    assert len(store.frame("step")) == 2  # one stored, one buffered
+    store.flush()
+    assert [p.name for p in store.part_paths("step")] == [
+        "part-000000.parquet",
+        "part-000001.parquet",
+    ]
+    assert not list(tmp_path.rglob("*.tmp"))
+    reread = RunStore.open(tmp_path)
+    assert reread.kinds() == ["step", "collective"]
+    assert keys(reread.frame("step")) == [(src.name, 0), (src.name, 2)]
+
+
+def test_frame_dedupes_on_source_seq_and_sorts_by_time(tmp_path: Path) -> None:
+    store = RunStore.create(tmp_path)
+    a, b = Source(rank=0), Source(rank=1)
+    late, early = a.step(5), b.step(1)
+    store.append([late, early])
+    store.flush()
+    store.append([late, early])  # the same events again, buffered
+    df = store.frame("step")
+    assert keys(df) == [(b.name, 0), (a.name, 0)]
+    assert df["ts_ns"].is_monotonic_increasing
+
+
+def test_empty_store_gives_empty_frames_with_columns(tmp_path: Path) -> None:
+    store = RunStore.create(tmp_path)
+    df = store.frame("gpu")
+    assert len(df) == 0 and "util_pct" in df.columns
+    assert store.kinds() == []
+
+
+def test_open_refuses_what_is_not_a_run_dir(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is not a diag run directory \\(no store/\\)"):
+        RunStore.open(tmp_path)
+    with pytest.raises(InputError, match="does not exist"):
+        RunStore.open(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="not a diag run directory"):
+        RunStore.open(tmp_path / "file")
+
+
+def _store_with_corrupt_part(tmp_path: Path) -> tuple[Path, Source]:
+    store = RunStore.create(tmp_path)
+    src = Source(rank=0)
+    store.append([src.step(0)])
+    store.flush()
+    store.append([src.step(1)])
+    (bad,) = [p for p in store.flush()]
+    bad.write_bytes(bad.read_bytes()[:40])  # truncated
+    store.append([src.step(2)])
+    store.flush()
+    return bad, src
+
+
+def test_corrupt_part_is_one_line_input_error_naming_the_file(tmp_path: Path) -> None:
+    bad, _ = _store_with_corrupt_part(tmp_path)
+    with pytest.raises(InputError) as info:
+        RunStore.open(tmp_path).frame("step")
+    assert str(bad) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_quarantine_moves_corrupt_parts_aside_and_keeps_the_rest(tmp_path: Path) -> None:
+    bad, src = _store_with_corrupt_part(tmp_path)
+    (tmp_path / "store" / "step" / ".part-000009.parquet.tmp").write_bytes(b"half")
+    store = RunStore.open(tmp_path)
+    moved = store.quarantine_corrupt_parts()
+    assert moved == [bad.with_name(bad.name + ".corrupt")] and moved[0].exists()
+    assert keys(store.frame("step")) == [(src.name, 0), (src.name, 2)]
+    assert not list(tmp_path.rglob("*.tmp"))
+    store.append([src.step(3)])
+    (new,) = store.flush()
+    assert new.name == "part-000003.parquet"  # never reuses the corrupt part's number
