@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import secrets
 import statistics
 import threading
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from diag.errors import ConfigError, NotReady
+from diag.fsutil import atomic_open
 from diag.proto import diag_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -175,14 +175,10 @@ class ControlBoard:
             "requests": [request_to_json(r) for r in self._requests[-_KEEP_REQUESTS:]],
             "probes": [probe_request_to_json(p) for p in self._probes[-_KEEP_REQUESTS:]],
         }
-        tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}.tmp")
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as fh:
+        with atomic_open(self._path, "w", durable=True) as fh:
             json.dump(data, fh, indent=1)
             fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path)
 
     # -- progress -----------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from diag.store.run_store import fsync_dir
+from diag.fsutil import fsync_dir
 
 log = logging.getLogger(__name__)
 

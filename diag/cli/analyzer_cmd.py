@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
-import os
 import signal
 import threading
 from pathlib import Path
@@ -19,6 +18,7 @@ from types import FrameType
 
 from diag.config import AnalyzerConfig, load_config
 from diag.errors import InputError
+from diag.fsutil import atomic_write
 
 HELP = "the analyzer service: ingest events over gRPC into a run directory"
 
@@ -51,10 +51,7 @@ def is_loopback(host: str) -> bool:
 
 def write_port_file(path: str | Path, port: int) -> None:
     """Write ``port`` to ``path`` atomically (a reader never sees a partial file)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(f"{port}\n")
-    os.replace(tmp, target)
+    atomic_write(path, f"{port}\n")
 
 
 def _log_to_file(run_dir: Path) -> logging.Handler:

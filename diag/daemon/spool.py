@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diag.errors import ConfigError
+from diag.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +182,7 @@ class Spool:
         )
         os.replace(path, aside)
         if end > 0:
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(data[:end])
-            os.replace(tmp, path)
+            atomic_write(path, data[:end])
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -301,9 +300,7 @@ class Spool:
 
     def _save_cursor(self) -> None:
         # Not fsynced: a stale cursor only replays batches the analyzer already holds (dropped).
-        tmp = self.directory / "cursor.tmp"
-        tmp.write_text(f"{self._read[0]} {self._read[1]}\n")
-        os.replace(tmp, self.directory / "cursor")
+        atomic_write(self.directory / "cursor", f"{self._read[0]} {self._read[1]}\n")
 
     def close(self) -> None:
         """Close files, release the directory; unacknowledged batches stay for the next daemon."""

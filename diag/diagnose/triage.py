@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +27,12 @@ from diag.diagnose.detectors.registry import run_all
 from diag.diagnose.features import Features
 from diag.diagnose.timing_table import features_from_table, read_timing_table, run_info
 from diag.findings import Finding, ranked
+from diag.fsutil import atomic_open
 from diag.postmortem.analyze import RemainsReport, analyze
 from diag.postmortem.discover import collect
 from diag.postmortem.from_store import dumps_from_collectives
 from diag.postmortem.messages import NO_DUMPS
-from diag.store.run_store import RunStore, fsync_dir
+from diag.store.run_store import RunStore
 from diag.store.summary import summarize
 
 FINDINGS_FILE = "findings.jsonl"
@@ -130,12 +130,7 @@ def triage_run_dir(
 def write_findings(run_dir: Path, findings: tuple[Finding, ...]) -> Path:
     """``RUN_DIR/findings.jsonl``, one JSON object per finding, replaced atomically."""
     path = Path(run_dir) / FINDINGS_FILE
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_open(path, "w", durable=True) as fh:
         for f in findings:
             fh.write(json.dumps(f.to_json(), allow_nan=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
     return path

@@ -9,12 +9,12 @@ and metrics not measured this time, stay. Only ``ok`` results are saved.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from diag.errors import InputError
+from diag.fsutil import atomic_write
 from probes.base import ProbeResult
 
 VERSION = 1
@@ -53,6 +53,4 @@ def save(path: Path, host_results: Iterable[tuple[str, ProbeResult]]) -> None:
             continue
         entry = {"value": r.value, "unit": r.unit, "detail": r.detail}
         base.setdefault(host, {}).setdefault(r.device, {})[key(r)] = entry
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"version": VERSION, "hosts": base}, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps({"version": VERSION, "hosts": base}, indent=1, sort_keys=True))

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 from diag.errors import InputError
 from diag.findings import Evidence
+from diag.fsutil import atomic_write
 from diag.replay.plan import ProbePlan, plan_for
 from diag.store.run_store import RunStore
 from probes.base import ProbeResult
@@ -174,7 +174,5 @@ def replay(
         results=tuple(results),
     )
     path = run_dir / REPLAY_FILE
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(out.to_json(), indent=1))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(out.to_json(), indent=1))
     return out

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from diag import schema
 from diag.errors import InputError
+from diag.fsutil import atomic_open
 from diag.store import dataframes as frames
 
 log = logging.getLogger(__name__)
@@ -40,20 +41,6 @@ WAL_DIR = "wal"
 _PART_RE = re.compile(r"^part-(\d{6,})\.parquet(\.corrupt)?$")
 _SORT = ["ts_ns", "source", "seq"]
 _KEY = ["source", "seq"]
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new file in ``path`` durable (a no-op where that is unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class RunStore:
@@ -124,14 +111,9 @@ class RunStore:
         kind_dir = self.store_dir / kind
         kind_dir.mkdir(parents=True, exist_ok=True)
         path = kind_dir / f"part-{self._next_part_number(kind_dir):06d}.parquet"
-        tmp = kind_dir / f".{path.name}.tmp"
         table = frames.frame_to_table(kind, df)
-        with open(tmp, "wb") as fh:
+        with atomic_open(path, "wb", durable=True) as fh:
             pq.write_table(table, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(kind_dir)
         return path
 
     @staticmethod

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from diag.cli.render.html import _CSS as TRIAGE_CSS
 from diag.compare.curves import CurveDiff
 from diag.compare.diff import RunDiff
 from diag.errors import InputError
+from diag.fsutil import atomic_write
 
 MAX_POINTS = 2000
 _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 900, 260, 64, 16, 24, 34
@@ -254,10 +254,8 @@ def _segments(steps: np.ndarray, values: np.ndarray) -> list[list[tuple[float, f
 def write_report(out: Path, diff: RunDiff) -> Path:
     """Write the page to ``out`` (atomically); :class:`InputError` if it cannot."""
     page = render(diff)
-    tmp = out.with_name(f".{out.name}.tmp")
     try:
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, out)
+        atomic_write(out, page)
     except OSError as exc:
         raise InputError(f"{out}: cannot write the HTML report ({exc.strerror or exc})") from None
     return out

@@ -8,7 +8,6 @@ RemainsReport`). Rendering is :func:`diag.cli.render.html.render`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pandas as pd
 
 from diag.cli.render.html import ReportData, render
 from diag.errors import InputError
+from diag.fsutil import atomic_write
 from diag.postmortem.analyze import RemainsReport
 from diag.postmortem.discover import is_run_dir
 
@@ -58,10 +58,8 @@ def write_report(
 ) -> Path:
     """Write the page for ``path`` to ``out`` (atomically); :class:`InputError` if it cannot."""
     page = render(report_data(Path(path), result, report))
-    tmp = out.with_name(f".{out.name}.tmp")
     try:
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, out)
+        atomic_write(out, page)
     except OSError as exc:
         raise InputError(f"{out}: cannot write the HTML report ({exc.strerror or exc})") from None
     return out
