@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from diag.daemon.collectors.gpu import throttle_reason_names
+from diag.gpu.backend import throttle_reason_names
 from probes.base import ProbeContext, ProbeResult, params_dict, unsupported
 
 

@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from diag.cli.render.preflight import results_table
-    from diag.daemon.collectors.gpu import GpuBackend
     from diag.errors import CollectorUnavailable
+    from diag.gpu import GpuBackend, open_backend
     from diag.preflight import baseline as bl
     from diag.preflight.confirm import PAUSE_S, merge_best, slow_probes
     from diag.preflight.rules import judge
@@ -54,9 +54,7 @@ def run(args: argparse.Namespace) -> int:
     backend: GpuBackend | None = None
     if "nvml" in names:
         try:
-            from diag.gpu.nvml import NvmlBackend
-
-            backend = NvmlBackend.open()
+            backend = open_backend("nvml")
         except CollectorUnavailable:
             backend = None
     ctx = make_context(backend)

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from diag.daemon.collectors.gpu import GpuReading, XidReading
 from diag.errors import CollectorUnavailable
+from diag.gpu.backend import GpuReading, XidReading
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

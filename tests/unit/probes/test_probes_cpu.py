@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from diag.daemon.collectors.gpu import FakeGpuBackend
+from diag.gpu.fake import FakeGpuBackend
 from probes import DEFAULT_PROBES, PROBES
 from probes.__main__ import parse_params
 from probes.base import STATUSES, ProbeContext, ProbeResult, run_guarded

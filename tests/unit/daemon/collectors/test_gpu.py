@@ -5,16 +5,12 @@ from __future__ import annotations
 import pytest
 
 from diag import schema
-from diag.config import DaemonConfig
 from diag.daemon.collectors.base import stamp
-from diag.daemon.collectors.gpu import (
-    HW_SLOWDOWN,
-    FakeGpuBackend,
-    GpuCollector,
-    backend_from_config,
-    throttle_reason_names,
-)
+from diag.daemon.collectors.gpu import GpuCollector
 from diag.errors import ConfigError
+from diag.gpu import open_backend
+from diag.gpu.backend import HW_SLOWDOWN, throttle_reason_names
+from diag.gpu.fake import FakeGpuBackend
 
 
 class FakeClock:
@@ -109,8 +105,8 @@ def test_stamp_fills_the_daemon_envelope() -> None:
     )
 
 
-def test_backend_from_config() -> None:
-    fake = backend_from_config(DaemonConfig(gpu_backend="fake", fake_gpus=3))
+def test_open_backend_by_name() -> None:
+    fake = open_backend("fake", fake_gpus=3)
     assert len(fake.read()) == 3
     with pytest.raises(ConfigError):
-        backend_from_config(DaemonConfig(gpu_backend="cuda"))
+        open_backend("cuda")
