@@ -23,6 +23,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check diag probes tests bench scripts
 	$(VENV)/bin/ruff format --check diag probes tests bench scripts
 	$(VENV)/bin/mypy
+	# the architecture: layers, the hook's and daemon's closures, no cycles (pyproject.toml)
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py

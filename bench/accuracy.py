@@ -10,7 +10,7 @@ they weigh as much as one cause). Each case runs in one of two modes:
   stream (a synchronous data-parallel job with realistic noise, warm-up, periodic checkpoints,
   eval steps, profiler windows and collectives: see that module) into a real run store and runs
   ``diag triage`` on it. About a second per case, no GPU.
-- ``live``: :func:`diag.selftest.live.run_case` runs a real torchrun job under ``diag run`` with
+- ``live``: :func:`diag.selftest.runner.run_case` runs a real torchrun job under ``diag run`` with
   the fault injected and returns its findings (minutes per case).
 
 Each case is judged with :func:`diag.selftest.score.judge` against the prepared case (the runner
@@ -55,7 +55,7 @@ def replay_runner(case: Case, workdir: Path) -> tuple[Case, list[dict[str, Any]]
 
 
 def live_runner(case: Case, workdir: Path) -> tuple[Case, list[dict[str, Any]]]:
-    from diag.selftest.live import run_case  # lazily: it needs torch and starts real jobs
+    from diag.selftest.runner import run_case  # lazily: it needs torch and starts real jobs
 
     return run_case(case, workdir)
 

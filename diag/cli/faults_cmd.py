@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_case(args: argparse.Namespace) -> int:
     from diag.selftest.cases import CLEAN, Case
-    from diag.selftest.live import run_case
+    from diag.selftest.runner import run_case
     from diag.selftest.score import judge
 
     if not 2 <= args.nproc <= 64:

@@ -12,6 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from diag.errors import DiagError
+
+
+class Unsupported(DiagError):
+    """This case cannot be run as a live job here (a link fault without network namespaces,
+    a cause the runner cannot inject)."""
+
+
 #: the causes the suite injects, in the order reports list them.
 FAULT_CAUSES: tuple[str, ...] = ("node", "data", "checkpoint", "kernel", "link", "structural")
 #: what a clean case expects.

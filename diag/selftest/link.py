@@ -31,7 +31,7 @@ machine's load: on a shared machine the severity reached is only about the one a
 The returned case names the link's hosts (``node-a``, ``node-b``) and the step the limit was in
 place from (the onset asked for, or later when the job was already past it); what was measured and
 applied is kept in ``WORKDIR/link.json``. Needs root, ``ip netns`` and ``tc``: else
-:class:`~diag.selftest.netns.NetnsUnavailable` (an :class:`~diag.selftest.live.Unsupported`).
+:class:`~diag.selftest.netns.NetnsUnavailable` (an :class:`~diag.selftest.cases.Unsupported`).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from diag.errors import DiagError
-from diag.selftest.cases import CLEAN, Case
-from diag.selftest.live import PROFILE_EVERY, Unsupported, job_args
+from diag.selftest.cases import CLEAN, Case, Unsupported
+from diag.selftest.live import PROFILE_EVERY, job_args
 from diag.selftest.netns import NetnsUnavailable, Node, TwoNodes, stop, unavailable_reason
 from diag.selftest.workloads import TRAIN_DDP
 

@@ -25,16 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from diag.errors import DiagError
-from diag.selftest.cases import CLEAN, Case
+from diag.selftest.cases import CLEAN, Case, Unsupported
 from diag.selftest.workloads import TRAIN_DDP
 
 KERNEL = "diagfault::scale_input"
 STRUCTURAL_FROM = 6
 PROFILE_EVERY = 10
-
-
-class Unsupported(DiagError):
-    """This case cannot be run as a live job here."""
 
 
 def job_args(case: Case, ckpt_dir: Path) -> list[str]:
@@ -68,26 +64,23 @@ def job_args(case: Case, ckpt_dir: Path) -> list[str]:
 
 
 def prepare(case: Case) -> Case:
-    """The case as this runner injects it (the kernel it slows down, the link's hosts);
-    :class:`Unsupported` for a link case where two network namespaces cannot be had."""
+    """The case as this runner injects it (the kernel it slows down); :class:`Unsupported` for
+    a cause a single-node job cannot have (a link)."""
     if case.cause == "link":
-        from diag.selftest import link
-
-        return link.prepare(case)
+        raise Unsupported("a link fault needs two hosts: see diag.selftest.link")
     return replace(case, kernel=KERNEL) if case.cause == "kernel" else case
 
 
-def run_case(case: Case, workdir: Path, *, timeout_s: float = 600.0) -> tuple[Case, list[Any]]:
-    """Run ``case`` under ``diag run`` in ``workdir`` (its run directory is ``workdir/run``) and
-    return the prepared case and ``diag triage``'s findings (JSON objects, ranked)."""
+def run_local_case(
+    case: Case, workdir: Path, *, timeout_s: float = 600.0
+) -> tuple[Case, list[Any]]:
+    """Run ``case`` under ``diag run`` on this node in ``workdir`` (its run directory is
+    ``workdir/run``) and return the prepared case and ``diag triage``'s findings (JSON objects,
+    ranked)."""
     from diag.diagnose.triage import triage
     from diag.store.run_store import RunStore
 
     case = prepare(case)
-    if case.cause == "link":
-        from diag.selftest.link import run_link_case
-
-        return run_link_case(case, workdir, timeout_s=timeout_s)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "ckpt").mkdir(exist_ok=True)
     out = workdir / "run"

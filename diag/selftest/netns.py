@@ -21,7 +21,7 @@ A command runs "on node X" under its own UTS namespace with host name ``node-a``
 Everything is torn down on exit, failure included; namespaces, bridges and ``/etc/netns`` entries
 left by crashed earlier runs (older than :data:`STALE_AFTER_S`) are removed best effort first.
 Needs root and ``ip netns``; otherwise :func:`two_node_network` raises :class:`NetnsUnavailable`
-(an :class:`~diag.selftest.live.Unsupported`) with the reason, which the test suite's fixture
+(an :class:`~diag.selftest.cases.Unsupported`) with the reason, which the test suite's fixture
 (``tests/integration/netns.py``) turns into a skip. Used by the link fault
 (:mod:`diag.selftest.link`) and the two-node integration tests.
 """
@@ -43,7 +43,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from diag.selftest.live import Unsupported
+from diag.selftest.cases import Unsupported
 
 #: Prefixes of everything this module creates; the stale sweep only ever touches these.
 NS_PREFIX = "diag-"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from diag.selftest.cases import Case
-from diag.selftest.live import run_case
+from diag.selftest.runner import run_case
 from diag.selftest.score import judge
 
 pytestmark = pytest.mark.integration
