@@ -9,7 +9,7 @@ their onsets inside the window: one slow rank (compute +``--rank-extra`` from st
 
 The events are real :class:`~diag.schema.StepEvent` s, encoded with
 :func:`diag.transport.codec.batch_to_proto` in batches of ``--batch`` events and fed through the
-real analyzer path, ``IngestCore(RunStore.create(tmp)).ingest(batch)`` (decode, dedup, WAL with
+real analyzer path, ``AnalyzerCore(RunStore.create(tmp)).ingest(batch)`` (decode, dedup, WAL with
 fsync, buffer), flushed to Parquet every ``--flush-every`` steps. Then it times:
 
 - ``core.triage()`` end to end (features + every detector + the run summary; the first read of
@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diag import schema
-from diag.analyzer.core import IngestCore
+from diag.analyzer.core import AnalyzerCore
 from diag.diagnose.detectors.registry import DEFAULT_CONFIGS, DETECTORS
 from diag.diagnose.features import Features
 from diag.store.run_store import RunStore
@@ -191,7 +191,7 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
     gen_s = enc_s = ingest_s = flush_s = 0.0
     num_events = 0
     with tempfile.TemporaryDirectory(prefix="diag-scale-") as tmp:
-        core = IngestCore(RunStore.create(tmp))
+        core = AnalyzerCore(RunStore.create(tmp))
         gen_t0 = time.perf_counter()
         last_step = -1
         for step, events in win.batches(args.batch):

@@ -592,7 +592,7 @@ class BatchStats(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ProbeResult(Event):
+class ProbeResultEvent(Event):
     """One result of a probe a node daemon ran on request (schema 1.5; ``diag replay
     --via-analyzer``): ``request_id`` of the analyzer's ``ProbeRequest``, the registry ``probe``,
     the ``device`` measured, ``status`` (ok, unsupported, timeout, failed, or ``rejected``: the
@@ -644,7 +644,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NonFinite,
         ParamFingerprint,
         BatchStats,
-        ProbeResult,
+        ProbeResultEvent,
     )
 }
 

@@ -86,8 +86,10 @@ def _lock_run_dir(store: RunStore) -> IO[str]:
     return fh
 
 
-class IngestCore:
-    """Deduplicating, write-ahead-logged ingest into a :class:`RunStore`.
+class AnalyzerCore:
+    """The analyzer's core, behind the thin gRPC service: it owns one run directory (locked
+    against a second analyzer) and does deduplicating, write-ahead-logged ingest into its
+    :class:`RunStore`, holds the control board of on-demand requests and runs live triage.
 
     Construction recovers the run directory (moves corrupt parts aside, replays leftover WAL files,
     folds them into parts) and rebuilds the high-water marks; :attr:`recovery` says what it found.

@@ -1,4 +1,4 @@
-"""The analyzer's gRPC service: a thin adapter over :class:`~diag.analyzer.core.IngestCore`.
+"""The analyzer's gRPC service: a thin adapter over :class:`~diag.analyzer.core.AnalyzerCore`.
 
 ``Ingest`` takes the raw request bytes (no deserializer in front of it) so that garbage is answered
 like any other malformed batch: ``INVALID_ARGUMENT`` with one line, nothing stored. ``Time`` answers
@@ -23,7 +23,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from diag import schema
-from diag.analyzer.core import IngestCore
+from diag.analyzer.core import AnalyzerCore
 from diag.config import AnalyzerConfig
 from diag.diagnose.triage import write_findings
 from diag.errors import ConfigError, NotReady, SchemaError, TransportError
@@ -50,7 +50,7 @@ def parse_batch(data: bytes | pb.EventBatch) -> pb.EventBatch:
 class AnalyzerServicer:
     """The ``diag.v1.Analyzer`` methods; ``Ingest`` takes a proto message or raw bytes."""
 
-    def __init__(self, core: IngestCore) -> None:
+    def __init__(self, core: AnalyzerCore) -> None:
         self.core = core
 
     def Ingest(
@@ -154,7 +154,7 @@ def add_to_server(servicer: AnalyzerServicer, server: grpc.Server) -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
 
 
-def _flush_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> None:
+def _flush_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) -> None:
     while not stop.wait(interval_s) and not core.closed:
         try:
             core.flush()
@@ -166,7 +166,7 @@ def _flush_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> N
 URGENT_SETTLE_S = 0.5
 
 
-def _triage_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> None:
+def _triage_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) -> None:
     """Run the detectors on the live run every ``interval_s``, and at once after an urgent event
     (:data:`~diag.analyzer.core.URGENT_KINDS`: a hang report, an exception, a rank exit; a
     short settle lets the other ranks' reports of the same moment arrive first); new findings are
@@ -197,7 +197,7 @@ def _triage_loop(core: IngestCore, interval_s: float, stop: threading.Event) -> 
 
 def serve(
     cfg: AnalyzerConfig, *, detectors: Mapping[str, object] | None = None
-) -> tuple[grpc.Server, int, IngestCore]:
+) -> tuple[grpc.Server, int, AnalyzerCore]:
     """Open (recovering) the store at ``cfg.run_dir``, start the server on ``cfg.bind`` and the
     flush thread (and the live triage, with ``detectors``: name -> config, defaults for the
     others). Returns the started server, the bound port and the core.
@@ -206,7 +206,7 @@ def serve(
     """
     if not cfg.run_dir:
         raise TransportError("the analyzer needs a run directory")
-    core = IngestCore(RunStore.create(cfg.run_dir), detectors=detectors)
+    core = AnalyzerCore(RunStore.create(cfg.run_dir), detectors=detectors)
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),

@@ -224,10 +224,10 @@ def _watch(
         from rich.console import Console
         from rich.live import Live
 
-        from diag.cli.render import tables as render
+        from diag.cli.render import tables
 
         history: list[tuple[float, int]] = []  # (time, steps) of the last ~10 s: the rate
-        with Live(render.live(None, elapsed_s=0, steps_per_s=None), console=Console()) as view:
+        with Live(tables.live(None, elapsed_s=0, steps_per_s=None), console=Console()) as view:
             while going():
                 time.sleep(1.0)
                 summary, now = source.get(), time.monotonic()
@@ -237,7 +237,7 @@ def _watch(
                 ]
                 (t0, s0), (t1, s1) = history[0], history[-1]
                 rate = (s1 - s0) / (t1 - t0) if t1 > t0 else None
-                view.update(render.live(summary, elapsed_s=now - start, steps_per_s=rate))
+                view.update(tables.live(summary, elapsed_s=now - start, steps_per_s=rate))
     except KeyboardInterrupt:
         print("diag attach: detaching", file=sys.stderr)
 
@@ -247,11 +247,11 @@ def _print_final(
 ) -> None:
     from rich.console import Console
 
-    from diag.cli.render import tables as render
+    from diag.cli.render import tables
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     if summary:
-        console.print(render.report(summary))
+        console.print(tables.report(summary))
     else:
         console.print("diag: no summary available (the analyzer was not reachable)")
     running = sum(discover.still_running(w) for w in workers)

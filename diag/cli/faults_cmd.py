@@ -107,12 +107,12 @@ def _run_case(args: argparse.Namespace) -> int:
         return 0 if outcome.ok else 1
     from rich.console import Console
 
-    from diag.cli.render import tables as render
+    from diag.cli.render import tables
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     console.print(f"injected: {case.name} — {_DESCRIPTIONS[case.cause]}")
     if findings:
-        console.print(render.findings_table(findings, title="diag triage"))
+        console.print(tables.findings_table(findings, title="diag triage"))
     verdict = "named" if outcome.ok else "NOT named"
     extra = f", detected {outcome.latency} steps after onset" if outcome.latency is not None else ""
     console.print(f"{verdict}: top finding {outcome.top}{extra}")

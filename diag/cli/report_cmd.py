@@ -47,13 +47,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
-    from diag.cli.render import tables as render
+    from diag.cli.render import tables
 
     console = Console(width=None if sys.stdout.isatty() else 120)
-    console.print(render.report(summary))
+    console.print(tables.report(summary))
     if args.kernels:
         if summary["kernels"]:
-            console.print(render.kernel_table(summary["kernels"]))
+            console.print(tables.kernel_table(summary["kernels"]))
         else:
             console.print("no kernel summaries in this run (no profiler window was taken)")
     return 0

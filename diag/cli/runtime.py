@@ -333,13 +333,13 @@ def watch(job: Job, source: SummarySource, *, live: bool, refresh_s: float = 1.0
     from rich.console import Console
     from rich.live import Live
 
-    from diag.cli.render import tables as render
+    from diag.cli.render import tables
 
     console = Console()
     job.sink = lambda line, is_err: console.print(line, markup=False, highlight=False)
     start = time.monotonic()
     history: list[tuple[float, int]] = []
-    initial = render.live(None, elapsed_s=0, steps_per_s=None)
+    initial = tables.live(None, elapsed_s=0, steps_per_s=None)
     with Live(initial, console=console, transient=True) as view:
         while job.poll() is None:
             try:
@@ -353,19 +353,19 @@ def watch(job: Job, source: SummarySource, *, live: bool, refresh_s: float = 1.0
             rate = None
             if len(history) >= 2 and history[-1][0] > history[0][0]:
                 rate = (history[-1][1] - history[0][1]) / (history[-1][0] - history[0][0])
-            view.update(render.live(summary, elapsed_s=now - start, steps_per_s=rate))
+            view.update(tables.live(summary, elapsed_s=now - start, steps_per_s=rate))
     return job.wait()
 
 
 def print_final(summary: Mapping[str, Any] | None, *, out: Path, exit_code: int) -> None:
     from rich.console import Console
 
-    from diag.cli.render import tables as render
+    from diag.cli.render import tables
 
     # A report piped to a file or a pager still gets room for its columns.
     console = Console(width=None if sys.stdout.isatty() else 120)
     if summary:
-        console.print(render.report(summary))
+        console.print(tables.report(summary))
     else:
         console.print("diag: no summary available (the analyzer was not reachable)")
     console.print(f"run directory: {out}   job exit code: {exit_code}")

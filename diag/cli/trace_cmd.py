@@ -89,13 +89,13 @@ def _files(paths: list[Path], args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        from diag.cli.render import tables as render
+        from diag.cli.render import tables
 
         console = Console(width=None if sys.stdout.isatty() else 120)
         for s in per_trace:
-            console.print(render.trace_table(s))
+            console.print(tables.trace_table(s))
         if len(table.ranks) > 1:
-            console.print(render.kernel_table(table.to_json()))
+            console.print(tables.kernel_table(table.to_json()))
     if args.out:
         from diag.traces.timeline import merged_kineto
 

@@ -73,11 +73,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
-    from diag.cli.render import tables as render
+    from diag.cli.render import tables
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     if out["findings"]:
-        console.print(render.findings_table(out["findings"], title="diag triage"))
+        console.print(tables.findings_table(out["findings"], title="diag triage"))
     else:
         console.print(f"no findings in run {out['run'].get('id') or args.run_dir}")
     for line in out.get("problems", []):

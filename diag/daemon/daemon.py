@@ -18,7 +18,8 @@ that starts or reconnects after a request still gets it. Hooks drop duplicates a
 requests themselves. An unreachable analyzer only delays the next poll (logged at debug level).
 A ``ProbeRequest`` message is for the daemon itself: one addressed to this host (or ``"*"``) goes
 to the :class:`~diag.daemon.probe_runner.ProbeRunner` (validated, then run in a low-priority child
-process by a worker thread), whose ``ProbeResult`` events ship like any other; hooks never see it.
+process by a worker thread), whose ``ProbeResultEvent`` events ship like any other; hooks never
+see it.
 
 Shutdown (:meth:`Daemon.request_stop`, e.g. on SIGTERM): stop accepting, read what hooks already
 sent (``grace_s``), spool everything queued, try to deliver for up to ``final_flush_s``, and leave
@@ -45,8 +46,7 @@ from diag.daemon.shipper import Shipper
 from diag.daemon.spool import Spool
 from diag.errors import CollectorUnavailable, ConfigError, TransportError
 from diag.proto import diag_pb2 as pb
-from diag.transport import codec
-from diag.transport import framing as frames
+from diag.transport import codec, framing
 from diag.transport.client import AnalyzerClient
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class Daemon:
                     log.info("probe request %s: %s", msg.probe.request_id, msg.probe.probe)
                     self.probes.submit(msg.probe)
                 continue
-            frame = frames.encode_frame(msg.SerializeToString())
+            frame = framing.encode_frame(msg.SerializeToString())
             with self._lock:  # retained first: a hook connecting meanwhile gets it at least once
                 self._retained = [(e, f) for e, f in self._retained if e > now]
                 if msg.profile.expires_ns > now:

@@ -27,8 +27,7 @@ from pathlib import Path
 from diag import schema
 from diag.errors import ConfigError, SchemaError
 from diag.proto import diag_pb2 as pb
-from diag.transport import codec
-from diag.transport import framing as frames
+from diag.transport import codec, framing
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ class HookListener:
         self._on_connect = on_connect
         self._max_outbox = max_outbox_bytes
         self._selector = selectors.DefaultSelector()
-        self._decoders: dict[socket.socket, frames.FrameDecoder] = {}
+        self._decoders: dict[socket.socket, framing.FrameDecoder] = {}
         # Control frames not yet written, per open connection; None once writing to it failed.
         self._outbox: dict[socket.socket, bytearray | None] = {}
         self._out_lock = threading.Lock()
@@ -187,7 +186,7 @@ class HookListener:
         except (BlockingIOError, InterruptedError):
             return
         conn.setblocking(False)
-        self._decoders[conn] = frames.FrameDecoder()
+        self._decoders[conn] = framing.FrameDecoder()
         self._selector.register(conn, selectors.EVENT_READ)
         self.num_connections += 1
         greeting: Sequence[bytes] = ()

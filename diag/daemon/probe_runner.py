@@ -3,7 +3,7 @@ messages addressed to this host or ``"*"``), one at a time, never in the daemon'
 
 - Validation first (:func:`probes.validate.validate`): only a name from the fixed registry with
   exactly its typed parameters; anything else is refused with one logged line and a ``rejected``
-  :class:`~diag.schema.ProbeResult` (so the requester learns why).
+  :class:`~diag.schema.ProbeResultEvent` (so the requester learns why).
 - Accepted requests go into a bounded queue (:data:`MAX_QUEUE`; when full the request gets a
   ``failed`` result at once) read by one worker thread, so the daemon's control and shipping loops
   never wait for a probe.
@@ -173,7 +173,7 @@ class ProbeRunner:
     def _result(self, req: pb.ProbeRequest, t0: int, **fields: Any) -> None:
         fields.setdefault("params_json", req.params_json[:1000])
         self._emit(
-            schema.ProbeResult(
+            schema.ProbeResultEvent(
                 ts_ns=self._wall(),
                 host="",
                 source="",

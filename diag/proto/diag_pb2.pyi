@@ -514,7 +514,7 @@ class BatchStats(_message.Message):
     sampled: bool
     def __init__(self, reason: _Optional[str] = ..., num_tensors: _Optional[int] = ..., num_elements: _Optional[int] = ..., num_nonfinite: _Optional[int] = ..., min_value: _Optional[float] = ..., max_value: _Optional[float] = ..., mean_abs: _Optional[float] = ..., sampled: _Optional[bool] = ...) -> None: ...
 
-class ProbeResult(_message.Message):
+class ProbeResultEvent(_message.Message):
     __slots__ = ("request_id", "probe", "device", "status", "metric", "value", "unit", "detail", "params_json", "lower_is_better", "duration_ns")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROBE_FIELD_NUMBER: _ClassVar[int]
@@ -589,8 +589,8 @@ class Event(_message.Message):
     nonfinite: NonFinite
     fingerprint: ParamFingerprint
     batch_stats: BatchStats
-    probe_result: ProbeResult
-    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResult, _Mapping]] = ...) -> None: ...
+    probe_result: ProbeResultEvent
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("schema_version", "sender", "sent_ns", "events")

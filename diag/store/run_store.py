@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from diag import schema
 from diag.errors import InputError
 from diag.fsutil import atomic_open
-from diag.store import dataframes as frames
+from diag.store import dataframes
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class RunStore:
             events = self._buffer[kind]
             if not events:
                 continue
-            df = frames.events_to_frame(kind, events)
+            df = dataframes.events_to_frame(kind, events)
             path = self._write_part(kind, df)
             del self._buffer[kind]
             written.append(path)
@@ -111,7 +111,7 @@ class RunStore:
         kind_dir = self.store_dir / kind
         kind_dir.mkdir(parents=True, exist_ok=True)
         path = kind_dir / f"part-{self._next_part_number(kind_dir):06d}.parquet"
-        table = frames.frame_to_table(kind, df)
+        table = dataframes.frame_to_table(kind, df)
         with atomic_open(path, "wb", durable=True) as fh:
             pq.write_table(table, fh)
         return path
@@ -154,14 +154,14 @@ class RunStore:
         stored = self._stored_frame(kind)
         buffered = self._buffer.get(kind)
         if buffered:
-            stored = _concat([stored, frames.events_to_frame(kind, buffered)])
+            stored = _concat([stored, dataframes.events_to_frame(kind, buffered)])
         df = stored.drop_duplicates(subset=_KEY, keep="first")
         return df.sort_values(_SORT, kind="stable").reset_index(drop=True)
 
     def _stored_frame(self, kind: str) -> pd.DataFrame:
         loaded = self._loaded.setdefault(kind, set())
         new = [p for p in self._part_paths(kind) if p.name not in loaded]
-        parts = [self._cached.get(kind, frames.empty_frame(kind))]
+        parts = [self._cached.get(kind, dataframes.empty_frame(kind))]
         try:
             for path in new:
                 parts.append(read_part(kind, path))
@@ -204,7 +204,7 @@ def read_part(kind: str, path: Path) -> pd.DataFrame:
     """One part file as a frame of ``kind``; :class:`InputError` (one line, naming it) if bad."""
     try:
         table = pq.read_table(path)
-        return frames.table_to_frame(kind, table)
+        return dataframes.table_to_frame(kind, table)
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise _PartError(path, f"cannot read store part {path}: {reason}") from None

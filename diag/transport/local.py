@@ -12,15 +12,16 @@ from collections.abc import Sequence
 
 from diag.errors import TransportError
 from diag.schema import Event
-from diag.transport import codec
-from diag.transport import framing as frames
+from diag.transport import codec, framing
 
 
 def send_events(
     sock_path: str, events: Sequence[Event], *, sender: str, timeout_s: float = 2.0
 ) -> None:
     """Send ``events`` as one frame; :class:`TransportError` (one line) if the daemon is away."""
-    payload = frames.encode_frame(codec.encode_batch(events, sender=sender, sent_ns=time.time_ns()))
+    payload = framing.encode_frame(
+        codec.encode_batch(events, sender=sender, sent_ns=time.time_ns())
+    )
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout_s)

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from diag.analyzer.control import ControlBoard
-from diag.analyzer.core import IngestCore
+from diag.analyzer.core import AnalyzerCore
 from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
 from diag.errors import ConfigError, NotReady
@@ -141,7 +141,7 @@ def test_unreadable_state_resumes_numbering_from_the_clock(tmp_path: Path) -> No
 def test_ingest_feeds_the_board_and_a_restart_reseeds_it(tmp_path: Path) -> None:
     ranks = [Source(rank=r) for r in range(2)]
     clock = Clock(ranks[1].step(10).end_ns)  # now = the end of the newest step: no extrapolation
-    core = IngestCore(RunStore.create(tmp_path), clock)
+    core = AnalyzerCore(RunStore.create(tmp_path), clock)
     # Source.step lasts 125 ms: ceil(2.0 / 0.125) = 16 steps of lead.
     core.ingest(batch([s.step(i) for i in range(10) for s in ranks]))
     core.ingest(batch([ranks[1].step(10)]))
@@ -151,7 +151,7 @@ def test_ingest_feeds_the_board_and_a_restart_reseeds_it(tmp_path: Path) -> None
     assert [m.profile for m in core.poll_control(0)] == [req]
     core.close()
 
-    again = IngestCore(RunStore.open(tmp_path), clock)
+    again = AnalyzerCore(RunStore.open(tmp_path), clock)
     try:
         p = again.control.progress()
         assert (p.newest_step, p.num_ranks, p.lead_steps) == (10, 2, 16)
@@ -165,7 +165,7 @@ def test_ingest_feeds_the_board_and_a_restart_reseeds_it(tmp_path: Path) -> None
 
 
 @pytest.fixture
-def stub(tmp_path: Path) -> Iterator[tuple[pb_grpc.AnalyzerStub, IngestCore]]:
+def stub(tmp_path: Path) -> Iterator[tuple[pb_grpc.AnalyzerStub, AnalyzerCore]]:
     server, port, core = serve(AnalyzerConfig(run_dir=str(tmp_path), flush_interval_s=0.05))
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:

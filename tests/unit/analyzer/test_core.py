@@ -1,4 +1,4 @@
-"""IngestCore: dedupe, all-or-nothing validation, WAL durability and start-up recovery."""
+"""AnalyzerCore: dedupe, all-or-nothing validation, WAL durability and start-up recovery."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from diag.analyzer.core import IngestCore, IngestResult
+from diag.analyzer.core import AnalyzerCore, IngestResult
 from diag.analyzer.wal import read_wal, wal_paths
 from diag.errors import SchemaError
 from diag.store.run_store import RunStore
 from tests.fakes.events import Source, batch, keys
 
 
-def _core(run_dir: Path) -> IngestCore:
-    return IngestCore(RunStore.create(run_dir), clock=lambda: 42)
+def _core(run_dir: Path) -> AnalyzerCore:
+    return AnalyzerCore(RunStore.create(run_dir), clock=lambda: 42)
 
 
 def _on_disk(run_dir: Path) -> Counter[tuple[str, int]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from diag.analyzer.core import IngestCore
+from diag.analyzer.core import AnalyzerCore
 from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
 from diag.proto import diag_pb2 as pb
@@ -19,7 +19,7 @@ from tests.fakes.events import Source, batch, keys
 
 
 @pytest.fixture
-def analyzer(tmp_path: Path) -> Iterator[tuple[pb_grpc.AnalyzerStub, grpc.Channel, IngestCore]]:
+def analyzer(tmp_path: Path) -> Iterator[tuple[pb_grpc.AnalyzerStub, grpc.Channel, AnalyzerCore]]:
     server, port, core = serve(AnalyzerConfig(run_dir=str(tmp_path), flush_interval_s=0.05))
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:

@@ -59,7 +59,7 @@ def test_a_cheap_probe_runs_in_a_child_process_and_comes_back_as_an_event() -> N
     wait_for(lambda: bool(events), timeout_s=60, what="the probe result")
     runner.stop()
     (ev,) = events
-    assert isinstance(ev, schema.ProbeResult)
+    assert isinstance(ev, schema.ProbeResultEvent)
     assert (ev.status, ev.probe, ev.request_id, ev.rank) == ("ok", "numerics", "r1", 1)
     assert ev.device == "cpu@node1" and ev.detail and ev.duration_ns > 0
     assert json.loads(ev.params_json)["size"] == 8

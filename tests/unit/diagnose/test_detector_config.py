@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from diag.analyzer.core import IngestCore
+from diag.analyzer.core import AnalyzerCore
 from diag.diagnose.detector_config import load_detector_config, parse_detector_config
 from diag.diagnose.detectors.checkpoint import CheckpointConfig
 from diag.diagnose.detectors.node import NodeConfig
@@ -76,7 +76,7 @@ def test_triage_and_live_triage_use_the_configs(tmp_path: Path) -> None:
     strict = parse_detector_config({"node": {"min_ratio": 2.0}}, where="x")
     assert [f.id for f in triage(store).findings] == ["node-rank2"]
     assert triage(store, strict).findings == ()
-    core = IngestCore(RunStore.open(tmp_path / "run"), detectors=strict)
+    core = AnalyzerCore(RunStore.open(tmp_path / "run"), detectors=strict)
     try:
         assert core.triage().findings == ()
     finally:
