@@ -15,12 +15,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import NoneType, UnionType
 from typing import Any, TypeVar
 
-from diag.errors import ConfigError
+from diag.errors import ConfigError, InputError
 
 
 def default_host() -> str:
@@ -114,6 +116,60 @@ _SECTIONS: dict[str, type] = {
 T = TypeVar("T")
 
 
+#: TOML values a field of each type accepts (bool is an int in Python: kept apart).
+_ACCEPTS: dict[type, tuple[type, ...]] = {
+    bool: (bool,),
+    int: (int,),
+    float: (int, float),
+    str: (str,),
+}
+
+
+def read_toml(path: str | Path, *, what: str) -> dict[str, Any]:
+    """The parsed TOML file at ``path``; :class:`InputError` in one line naming ``what`` (e.g.
+    "config file") if it cannot be read or is not TOML. The one TOML reader of the project."""
+    import tomllib
+
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+        raise InputError(f"cannot read {what} {path}: {reason}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path} is not valid TOML: {exc}") from None
+
+
+def field_types(hint: Any) -> tuple[type, ...]:
+    """The types a field annotated ``hint`` holds, ``None`` left out (TOML has no null)."""
+    if isinstance(hint, UnionType) or typing.get_origin(hint) is typing.Union:
+        return tuple(t for a in typing.get_args(hint) if a is not NoneType for t in field_types(a))
+    return (hint,)
+
+
+def toml_values(cls: type, table: Mapping[str, Any], *, where: str, name: str) -> dict[str, Any]:
+    """The values of one TOML ``table`` for the fields of dataclass ``cls``, type-checked: an
+    ``int`` field takes a TOML integer, a ``float`` field an integer or a float (made a float),
+    a ``bool`` field ``true``/``false``, a ``str`` field a string. An unknown key or a wrong type
+    is a :class:`ConfigError` in one line starting with ``where`` (the file) and naming the table
+    ``[name]`` and the key."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in names:
+            known = ", ".join(sorted(names))
+            raise ConfigError(f"{where}: unknown key {key!r} in [{name}] (known: {known})")
+        types = field_types(hints[key])
+        allowed = tuple(t for base in types for t in _ACCEPTS.get(base, ()))
+        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+            want = " or ".join(getattr(t, "__name__", str(t)) for t in types)
+            got = type(value).__name__
+            raise ConfigError(f"{where}: [{name}] {key} = {value!r}: expected {want}, got {got}")
+        coerce = float in types and int not in types and isinstance(value, int)
+        out[key] = float(typing.cast(int, value)) if coerce else value
+    return out
+
+
 def _coerce(cls: type, key: str, raw: Any) -> Any:
     field = {f.name: f for f in dataclasses.fields(cls)}[key]
     kind = field.type if isinstance(field.type, str) else field.type.__name__
@@ -159,16 +215,14 @@ def load_config(
     cls = _SECTIONS[section]
     values: dict[str, Any] = {}
     if file is not None:
-        import tomllib
-
-        try:
-            data = tomllib.loads(Path(file).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {file}: {exc}") from None
+        data = read_toml(file, what="config file")
         unknown = set(data) - set(_SECTIONS)
         if unknown:
-            raise ConfigError(f"unknown section(s) {sorted(unknown)} in {file}")
-        _apply(cls, values, data.get(section, {}), f"[{section}] of {file}")
+            raise ConfigError(f"{file}: unknown section(s) {sorted(unknown)}")
+        table = data.get(section, {})
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{file}: {section} = {table!r} is not a table; use [{section}]")
+        values.update(toml_values(cls, table, where=str(file), name=section))
     env = os.environ if env is None else env
     prefix = f"DIAG_{section.upper()}_"
     env_layer = {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)}

@@ -24,18 +24,14 @@ the only place the daemon-less exit status of a rank comes from: ranks are torch
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from diag.postmortem.torchrun import SummaryReader
 from diag.schema import RankExit
 
-_BLOCK = re.compile(r"^\s*\[(\d+)\]:\s*$")
-_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
-_RANK = re.compile(r"(-?\d+)\s*\(local_rank:\s*(-?\d+)\)")
-_EXIT = re.compile(r"(-?\d+)\s*\(pid:\s*(\d+)\)")
 TAIL_BYTES = 256 * 1024  # the report is at the end of the job's output
 
 
@@ -52,41 +48,28 @@ class WorkerFailure:
 
 
 def parse_failures(text: str) -> list[WorkerFailure]:
-    """The failed workers of the last torchrun failure report in ``text`` ([] if none)."""
+    """The failed workers of the last torchrun failure report in ``text`` ([] if none), read by
+    the remains triage's :class:`~diag.postmortem.torchrun.SummaryReader` (one parser of it)."""
     start = text.rfind("Failures:")
     root = text.rfind("Root Cause (first observed failure):")
     if start < 0 and root < 0:
         return []
     section = text[min(i for i in (start, root) if i >= 0) :]
-    out: list[WorkerFailure] = []
-    fields: dict[str, str] = {}
-    in_root = False
-
-    def close() -> None:
-        rank, exit_ = _RANK.search(fields.get("rank", "")), _EXIT.search(fields.get("exitcode", ""))
-        if rank and exit_:
-            code = int(exit_.group(1))
-            out.append(
-                WorkerFailure(
-                    rank=int(rank.group(1)),
-                    local_rank=int(rank.group(2)),
-                    exit_code=code,
-                    pid=int(exit_.group(2)),
-                    signal=-code if code < 0 else 0,
-                    first_failure=in_root,
-                )
-            )
-        fields.clear()
-
-    for line in section.splitlines():
-        if line.startswith("Root Cause"):
-            close()
-            in_root = True
-        elif _BLOCK.match(line) or line.startswith("---") or line.startswith("==="):
-            close()
-        elif m := _FIELD.match(line):
-            fields[m.group(1)] = m.group(2).strip()
-    close()
+    reader = SummaryReader(source="job.log")
+    for no, line in enumerate(section.splitlines(), 1):
+        reader.feed(line, no)
+    out = [
+        WorkerFailure(
+            rank=c.rank,
+            local_rank=c.rank if c.local_rank is None else c.local_rank,
+            exit_code=c.exitcode,
+            pid=c.pid or 0,
+            signal=-c.exitcode if c.exitcode < 0 else 0,
+            first_failure=c.root,
+        )
+        for c in reader.close()
+        if c.kind == "exit" and c.rank is not None and c.exitcode is not None
+    ]
     # A root cause is also listed among the failures in some torch versions: keep one of each.
     seen: dict[tuple[int, int], WorkerFailure] = {}
     for f in out:

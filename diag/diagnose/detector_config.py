@@ -21,39 +21,20 @@ file itself) in one line naming the file and the key. Reading TOML needs Python 
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Mapping
 from pathlib import Path
-from types import NoneType, UnionType
 from typing import Any
 
+from diag.config import read_toml, toml_values
 from diag.diagnose.detectors.registry import DEFAULT_CONFIGS
-from diag.errors import ConfigError, InputError
-
-#: TOML values a field of each type accepts (bool is an int in Python: kept apart).
-_ACCEPTS: dict[type, tuple[type, ...]] = {
-    bool: (bool,),
-    int: (int,),
-    float: (int, float),
-    str: (str,),
-}
+from diag.errors import ConfigError
 
 
 def load_detector_config(path: str | Path) -> dict[str, object]:
     """Detector name -> its config dataclass, for every detector named in the TOML file
     ``path`` (the others are left out: :func:`~diag.diagnose.detectors.registry.run_all` uses
     their defaults)."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        raise ConfigError(f"{path}: reading a TOML file needs Python 3.11 or newer") from None
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read detector config {path}: {_reason(exc)}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path} is not valid TOML: {exc}") from None
-    return parse_detector_config(data, where=str(path))
+    return parse_detector_config(read_toml(path, what="detector config"), where=str(path))
 
 
 def parse_detector_config(data: Mapping[str, Any], *, where: str) -> dict[str, object]:
@@ -73,30 +54,5 @@ def parse_detector_config(data: Mapping[str, Any], *, where: str) -> dict[str, o
 
 
 def _config(name: str, default: object, table: Mapping[str, Any], where: str) -> object:
-    hints = typing.get_type_hints(type(default))
-    fields = [f.name for f in dataclasses.fields(default)]  # type: ignore[arg-type]
-    values: dict[str, Any] = {}
-    for key, value in table.items():
-        if key not in fields:
-            known = ", ".join(sorted(fields))
-            raise ConfigError(f"{where}: unknown key {key!r} in [{name}] (known: {known})")
-        types = _types(hints[key])
-        allowed = tuple(t for base in types for t in _ACCEPTS.get(base, ()))
-        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
-            want = " or ".join(getattr(t, "__name__", str(t)) for t in types)
-            got = type(value).__name__
-            raise ConfigError(f"{where}: [{name}] {key} = {value!r}: expected {want}, got {got}")
-        coerce = float in types and int not in types and not isinstance(value, bool)
-        values[key] = float(table[key]) if coerce else value
+    values = toml_values(type(default), table, where=where, name=name)
     return dataclasses.replace(default, **values)  # type: ignore[type-var]
-
-
-def _types(hint: Any) -> tuple[type, ...]:
-    """The types a field annotated ``hint`` holds, ``None`` left out (TOML has no null)."""
-    if isinstance(hint, UnionType) or typing.get_origin(hint) is typing.Union:
-        return tuple(t for a in typing.get_args(hint) if a is not NoneType for t in _types(a))
-    return (hint,)
-
-
-def _reason(exc: Exception) -> str:
-    return exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
