@@ -20,8 +20,6 @@ from diag.config import AnalyzerConfig, load_config
 from diag.errors import InputError
 from diag.fsutil import atomic_write
 
-HELP = "the analyzer service: ingest events over gRPC into a run directory"
-
 log = logging.getLogger(__name__)
 
 

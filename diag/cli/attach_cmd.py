@@ -30,7 +30,6 @@ from diag.cli import runtime
 from diag.cli.run_cmd import new_run_id
 from diag.config import HookConfig, default_host, load_config
 
-HELP = "attach to a running torchrun job: hook every rank of this node, watch it live, detach"
 STATUS_WAIT_S = 10.0  # the most an injected worker may take to report that its hook runs
 DETACH_WAIT_S = 5.0  # the most detaching may take (watcher poll + final flush)
 

@@ -13,8 +13,6 @@ import signal
 import threading
 from types import FrameType
 
-HELP = "the per-node daemon: collect from local ranks and GPUs, ship to the analyzer"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", metavar="SOCK", help="Unix socket the local hooks connect to")

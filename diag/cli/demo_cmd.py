@@ -13,8 +13,6 @@ from pathlib import Path
 from diag.cli import run_cmd
 from diag.selftest.workloads import TRAIN_DDP
 
-HELP = "run the built-in demo: a 4-rank CPU DDP job with one slow rank, diagnosed"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     run_cmd.add_run_arguments(parser)

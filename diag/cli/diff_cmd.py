@@ -16,8 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-HELP = "compare two runs: loss and gradient-norm parity, divergent step, time by phase"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from diag.compare.diff import GRAD_NORM_BAND, LOSS_BAND

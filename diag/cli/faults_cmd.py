@@ -21,8 +21,6 @@ from pathlib import Path
 
 from diag.errors import ConfigError
 
-HELP = "inject a fault into a real CPU torchrun job and check that diag names it"
-
 _DESCRIPTIONS = {
     "node": "one rank does extra compute every step from the onset (a slow GPU or node)",
     "data": "one rank's data loader stalls every batch from the onset",

@@ -1,7 +1,8 @@
 """``diag``: the command table and the one place errors become a single line.
 
-Each command is a module with ``HELP: str``, ``configure(parser)`` and ``run(args) -> int``; the
-table below is the explicit registry. Command modules are imported only when chosen, so ``diag
+Each command is a module with ``configure(parser)`` and ``run(args) -> int``; :data:`COMMANDS`
+below is the explicit registry and the one place a command's one-line help is written (the
+module's docstring says the rest). Command modules are imported only when chosen, so ``diag
 report`` does not pay for grpc and ``diag daemon`` does not pay for pandas.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 
 from diag.errors import DiagError
 
-#: command name -> module implementing it (``HELP``, ``configure``, ``run``).
+#: command name -> module implementing it (``configure``, ``run``).
 COMMANDS: dict[str, str] = {
     "run": "diag.cli.run_cmd",
     "demo": "diag.cli.demo_cmd",
@@ -33,7 +34,8 @@ COMMANDS: dict[str, str] = {
     "attach": "diag.cli.attach_cmd",
 }
 
-_HELP: dict[str, str] = {
+#: command name -> its one-line help (``diag --help``, ``diag COMMAND --help``).
+HELP: dict[str, str] = {
     "run": "run a torchrun job under diag: hook every rank, watch it live, store the run",
     "demo": "run the built-in demo: a 4-rank CPU DDP job with one slow rank, diagnosed",
     "report": "per-rank summary of a run directory",
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
     sub = parser.add_subparsers(dest="diag_command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        sub.add_parser(name, help=_HELP[name], description=_HELP[name])
+        sub.add_parser(name, help=HELP[name], description=HELP[name])
     return parser
 
 

@@ -18,7 +18,6 @@ import json
 import time
 from pathlib import Path
 
-HELP = "measure this node's devices and links with the probes, judged against a baseline"
 DEFAULT_BASELINE = Path("diag-baseline.json")
 
 

@@ -21,8 +21,6 @@ from diag.errors import ConfigError, InputError
 if TYPE_CHECKING:
     from diag.proto import diag_pb2 as pb
 
-HELP = "ask a running job for a profiler window on every rank"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", nargs="?", type=Path, help="run directory of a running diag run")

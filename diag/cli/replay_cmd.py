@@ -16,8 +16,6 @@ import argparse
 import json
 from pathlib import Path
 
-HELP = "re-run the probes that match a finding on its suspect and a healthy peer"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a diag run directory")

@@ -11,8 +11,6 @@ import json
 import sys
 from pathlib import Path
 
-HELP = "per-rank summary of a run directory"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a run directory written by diag run/analyzer")

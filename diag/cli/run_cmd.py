@@ -23,7 +23,6 @@ from diag.cli import exit_report, runtime
 from diag.config import default_host
 from diag.errors import ConfigError
 
-HELP = "run a torchrun job under diag: hook every rank, watch it live, store the run"
 log = logging.getLogger(__name__)
 
 

@@ -187,15 +187,10 @@ class SummarySource:
         if not self._target:
             return None
         try:
-            import grpc
+            from diag.transport.client import AnalyzerClient
 
-            from diag.proto import diag_pb2, diag_pb2_grpc
-
-            with grpc.insecure_channel(self._target) as channel:
-                reply = diag_pb2_grpc.AnalyzerStub(channel).Summary(
-                    diag_pb2.SummaryRequest(), timeout=3.0
-                )
-            return dict(json.loads(reply.json))
+            with AnalyzerClient(self._target, timeout_s=3.0) as client:
+                return dict(json.loads(client.summary()))
         except Exception as exc:
             log.debug("summary from %s unavailable: %s", self._target, exc)
             return None

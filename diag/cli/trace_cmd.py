@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HELP = "merged Perfetto timeline of a run, or kernel tables of Kineto trace files"
 PERFETTO = "https://ui.perfetto.dev"
 
 

@@ -23,8 +23,6 @@ import json
 import sys
 from pathlib import Path
 
-HELP = "diagnose a run: which rank, host, link, kernel, data loader or checkpoint is to blame"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
