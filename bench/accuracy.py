@@ -37,24 +37,24 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diag.errors import DiagError
+from diag.findings import Finding
 from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case, suite
 from diag.selftest.score import NONE, Outcome, Summary, judge
 
-Runner = Callable[[Case, Path], tuple[Case, list[dict[str, Any]]]]
+Runner = Callable[[Case, Path], tuple[Case, list[Finding]]]
 
 
-def replay_runner(case: Case, workdir: Path) -> tuple[Case, list[dict[str, Any]]]:
+def replay_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
     from diag.selftest.simulate import prepare, replay
 
     return prepare(case), replay(case, workdir / "run")
 
 
-def live_runner(case: Case, workdir: Path) -> tuple[Case, list[dict[str, Any]]]:
+def live_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
     from diag.selftest.runner import run_case  # lazily: it needs torch and starts real jobs
 
     return run_case(case, workdir)

@@ -7,13 +7,22 @@ would be 20% shorter without it. ``confidence`` is in [0, 1]: how sure the detec
 named culprit and cause are right (not how large the effect is). ``onset_step`` is the first step
 of the anomaly (``None`` for a structural imbalance present from the start); ``detected_step`` the
 step at which the detector could first say so.
+
+``Finding.from_json`` reads back what ``to_json`` wrote (``findings.jsonl``, ``diag triage
+--json``, the live summary), so everything downstream of the detectors (the CLI's tables, replay,
+the fault suite's scoring) works on typed findings, not dicts. Keys it does not know are ignored
+(a newer diag may add some); a missing required key or a value of the wrong type is a one-line
+:class:`~diag.errors.SchemaError`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from diag.errors import SchemaError
 
 SYMPTOMS = ("slowdown", "hang", "drift", "crash")
 CAUSES = (
@@ -41,6 +50,19 @@ class Evidence:
     unit: str = ""
     note: str = ""
 
+    @classmethod
+    def from_json(cls, data: Any) -> Evidence:
+        d = _mapping(data, "evidence")
+        value = _number(d, "value", "evidence", required=False)
+        return cls(
+            metric=_text(d, "metric", "evidence"),
+            subject=_text(d, "subject", "evidence"),
+            value=math.nan if value is None else value,
+            reference=_number(d, "reference", "evidence", required=False),
+            unit=_text(d, "unit", "evidence", default=""),
+            note=_text(d, "note", "evidence", default=""),
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
@@ -59,6 +81,15 @@ class LinkRef:
     ranks: tuple[int, ...]
     hosts: tuple[str, ...]
     group: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any) -> LinkRef:
+        d = _mapping(data, "link")
+        return cls(
+            ranks=_ints(d, "ranks", "link"),
+            hosts=_texts(d, "hosts", "link"),
+            group=_text(d, "group", "link", default=""),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"ranks": list(self.ranks), "hosts": list(self.hosts), "group": self.group}
@@ -93,6 +124,38 @@ class Finding:
         if not 0.0 <= self.confidence <= 1.0:
             raise ValueError(f"confidence {self.confidence} is not in [0, 1]")
 
+    @classmethod
+    def from_json(cls, data: Any) -> Finding:
+        """The finding :meth:`to_json` wrote; :class:`SchemaError` if ``data`` is not one."""
+        d = _mapping(data, "finding")
+        what = f"finding {d.get('id')!r}" if isinstance(d.get("id"), str) else "finding"
+        link = d.get("link")
+        evidence = d.get("evidence")
+        evidence = [] if evidence is None else evidence
+        if not isinstance(evidence, list):
+            raise SchemaError(f"{what}: evidence is not a list")
+        try:
+            return cls(
+                id=_text(d, "id", what),
+                symptom=_text(d, "symptom", what),
+                cause=_text(d, "cause", what),
+                severity=_text(d, "severity", what),
+                ranks=_ints(d, "ranks", what),
+                hosts=_texts(d, "hosts", what),
+                link=None if link is None else LinkRef.from_json(link),
+                kernel=_text(d, "kernel", what, default=None),
+                onset_step=_int(d, "onset_step", what),
+                detected_step=_int(d, "detected_step", what),
+                slowdown=_number(d, "slowdown", what, required=False),
+                confidence=_number(d, "confidence", what, required=True) or 0.0,
+                summary=_text(d, "summary", what),
+                evidence=tuple(Evidence.from_json(e) for e in evidence),
+            )
+        except ValueError as exc:  # an unknown symptom, cause or severity; a confidence > 1
+            if isinstance(exc, SchemaError):
+                raise
+            raise SchemaError(f"{what}: {exc}") from None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -112,7 +175,12 @@ class Finding:
         }
 
 
-def ranked(findings: list[Finding]) -> list[Finding]:
+def findings_from_json(items: Sequence[Any]) -> tuple[Finding, ...]:
+    """:meth:`Finding.from_json` of each item (a ``findings`` list of ``diag triage --json``)."""
+    return tuple(Finding.from_json(item) for item in items)
+
+
+def ranked(findings: Sequence[Finding]) -> list[Finding]:
     """Findings sorted as ``diag triage`` prints them: confidence, then slowdown, highest first."""
     return sorted(findings, key=lambda f: (-f.confidence, -(f.slowdown or 0.0), f.id))
 
@@ -121,3 +189,60 @@ def _num(value: float | None) -> float | None:
     if value is None or not math.isfinite(value):
         return None
     return round(float(value), 6)
+
+
+_MISSING = object()
+
+
+def _mapping(data: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise SchemaError(f"{what} is not a JSON object: {type(data).__name__}")
+    return data
+
+
+def _get(d: Mapping[str, Any], key: str, what: str, default: Any) -> Any:
+    value = d.get(key, default)
+    if value is _MISSING:
+        raise SchemaError(f"{what}: missing {key!r}")
+    return value
+
+
+def _text(d: Mapping[str, Any], key: str, what: str, default: Any = _MISSING) -> Any:
+    value = _get(d, key, what, default)
+    if value is not default and not isinstance(value, str):
+        raise SchemaError(f"{what}: {key} is not a string: {value!r}"[:300])
+    return value
+
+
+def _int(d: Mapping[str, Any], key: str, what: str) -> int | None:
+    value = d.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise SchemaError(f"{what}: {key} is not an integer: {value!r}"[:300])
+    return value
+
+
+def _number(d: Mapping[str, Any], key: str, what: str, *, required: bool) -> float | None:
+    value = _get(d, key, what, _MISSING if required else None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SchemaError(f"{what}: {key} is not a number: {value!r}"[:300])
+    return float(value)
+
+
+def _ints(d: Mapping[str, Any], key: str, what: str) -> tuple[int, ...]:
+    value = d.get(key)
+    value = [] if value is None else value
+    if not isinstance(value, list) or any(
+        isinstance(v, bool) or not isinstance(v, int) for v in value
+    ):
+        raise SchemaError(f"{what}: {key} is not a list of integers: {value!r}"[:300])
+    return tuple(value)
+
+
+def _texts(d: Mapping[str, Any], key: str, what: str) -> tuple[str, ...]:
+    value = d.get(key)
+    value = [] if value is None else value
+    if not isinstance(value, list) or any(not isinstance(v, str) for v in value):
+        raise SchemaError(f"{what}: {key} is not a list of strings: {value!r}"[:300])
+    return tuple(value)

@@ -98,7 +98,7 @@ def _run_case(args: argparse.Namespace) -> int:
             "cause_ok": outcome.cause_ok,
             "latency_steps": outcome.latency,
             "run_dir": where or None,
-            "findings": findings,
+            "findings": [f.to_json() for f in findings],
         }
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")

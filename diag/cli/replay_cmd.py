@@ -57,12 +57,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json()))
         return 0
     f = result.finding
-    print(f"finding {f['id']} ({f['cause']}, ranks {f.get('ranks')}): {result.outcome}")
-    for ev in f["evidence"]:
-        if str(ev["metric"]).startswith("replay "):
+    print(f"finding {f.id} ({f.cause}, ranks {list(f.ranks)}): {result.outcome}")
+    for ev in f.evidence:
+        if ev.metric.startswith("replay "):
             print(
-                f"  {ev['metric']}: suspect {ev['value']} vs peer {ev['reference']} {ev['unit']}"
-                f" ({ev['note']})"
+                f"  {ev.metric}: suspect {ev.value:g} vs peer {ev.reference:g} {ev.unit}"
+                f" ({ev.note})"
             )
     if result.note:
         print(f"  note: {result.note}")

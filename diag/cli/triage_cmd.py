@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from diag.cli.render.triage_html import write_report
 
-        write_report(args.html, args.run_dir, out, report)
+        write_report(args.html, args.run_dir, result, report)
     if args.json:
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     from diag.cli.render import tables
 
     console = Console(width=None if sys.stdout.isatty() else 120)
-    if out["findings"]:
-        console.print(tables.findings_table(out["findings"], title="diag triage"))
+    if result.findings:
+        console.print(tables.findings_table(result.findings, title="diag triage"))
     else:
         console.print(f"no findings in run {out['run'].get('id') or args.run_dir}")
     for line in out.get("problems", []):

@@ -26,6 +26,7 @@ from typing import Any
 from diag.diagnose.detectors.registry import run_all
 from diag.diagnose.features import Features
 from diag.diagnose.timing_table import features_from_table, read_timing_table, run_info
+from diag.errors import InputError, SchemaError
 from diag.findings import Finding, ranked
 from diag.fsutil import atomic_open
 from diag.postmortem.analyze import RemainsReport, analyze
@@ -125,6 +126,28 @@ def triage_run_dir(
         missing=missing,
     )
     return result, report
+
+
+def read_findings(run_dir: Path) -> tuple[Finding, ...] | None:
+    """The findings of ``RUN_DIR/findings.jsonl`` (``None`` when the file is absent);
+    :class:`~diag.errors.InputError` naming the file and line when it is not readable."""
+    path = Path(run_dir) / FINDINGS_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+    out: list[Finding] = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Finding.from_json(json.loads(line)))
+        except (ValueError, SchemaError) as exc:  # JSONDecodeError is a ValueError
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(f"{path}:{no}: not a finding ({first})") from None
+    return tuple(out)
 
 
 def write_findings(run_dir: Path, findings: tuple[Finding, ...]) -> Path:

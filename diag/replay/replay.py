@@ -19,14 +19,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from diag.errors import InputError
-from diag.findings import Evidence
+from diag.findings import Evidence, Finding
 from diag.fsutil import atomic_write
 from diag.replay.plan import ProbePlan, plan_for
 from diag.store.run_store import RunStore
@@ -50,7 +51,10 @@ Runner = Callable[[ProbePlan, Target], list[ProbeResult]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplayResult:
-    finding: dict[str, Any]
+    """The replayed finding (its evidence extended by the probes' comparisons), the outcome,
+    the targets and every probe result with the target it ran for."""
+
+    finding: Finding
     outcome: str
     note: str
     suspect: Target
@@ -62,7 +66,7 @@ class ReplayResult:
             return None if t is None else {"rank": t.rank, "host": t.host}
 
         return {
-            "finding": self.finding,
+            "finding": self.finding.to_json(),
             "outcome": self.outcome,
             "note": self.note,
             "suspect": target(self.suspect),
@@ -71,24 +75,23 @@ class ReplayResult:
         }
 
 
-def load_findings(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "findings.jsonl"
-    if path.exists():
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    from diag.diagnose.triage import triage_run_dir
+def load_findings(run_dir: Path) -> tuple[Finding, ...]:
+    """The run's findings: ``RUN_DIR/findings.jsonl``, or a fresh triage when it is absent."""
+    from diag.diagnose.triage import read_findings, triage_run_dir
 
-    return [f.to_json() for f in triage_run_dir(run_dir)[0].findings]
+    stored = read_findings(run_dir)
+    return stored if stored is not None else triage_run_dir(run_dir)[0].findings
 
 
-def pick(findings: list[dict[str, Any]], finding_id: str | None) -> dict[str, Any]:
+def pick(findings: Sequence[Finding], finding_id: str | None) -> Finding:
     if not findings:
         raise InputError("the run has no findings to replay")
     if finding_id is None:
         return findings[0]
     for f in findings:
-        if f["id"] == finding_id:
+        if f.id == finding_id:
             return f
-    known = ", ".join(f["id"] for f in findings)
+    known = ", ".join(f.id for f in findings)
     raise InputError(f"no finding {finding_id!r} (the run's findings: {known})")
 
 
@@ -98,8 +101,8 @@ def _frame(store: RunStore, kind: str) -> Any:
     return store.frame(kind) if kind in store.kinds() else pd.DataFrame()
 
 
-def _targets(finding: dict[str, Any], steps: Any) -> tuple[Target, Target | None]:
-    named = list(finding.get("ranks") or (finding.get("link") or {}).get("ranks") or [])
+def _targets(finding: Finding, steps: Any) -> tuple[Target, Target | None]:
+    named = list(finding.ranks or (finding.link.ranks if finding.link is not None else ()))
     hosts: dict[int, str] = {}
     if not steps.empty:
         hosts = {int(r): str(h) for r, h in zip(steps["rank"], steps["host"], strict=True)}
@@ -135,12 +138,12 @@ def replay(
     """Replay one finding of ``run_dir`` through ``runner``; writes ``RUN_DIR/replay.json``."""
     finding = pick(load_findings(run_dir), finding_id)
     store = RunStore(run_dir)
-    plans = plan_for(finding["cause"], _frame(store, "kernel"), _frame(store, "collective"))
+    plans = plan_for(finding.cause, _frame(store, "kernel"), _frame(store, "collective"))
     suspect, peer = _targets(finding, _frame(store, "step"))
     results: list[tuple[str, ProbeResult]] = []
     evidence: list[Evidence] = []
     if not plans:
-        outcome, note = "no probe", f"no probe tests a {finding['cause']} cause"
+        outcome, note = "no probe", f"no probe tests a {finding.cause} cause"
     elif peer is None:
         outcome, note = "inconclusive", "no healthy peer rank in the run"
     else:
@@ -163,10 +166,8 @@ def replay(
             if len(devices) <= 1 and results
             else ""
         )
-    finding = dict(finding)
-    finding["evidence"] = [*finding.get("evidence", []), *(e.to_json() for e in evidence)]
     out = ReplayResult(
-        finding=finding,
+        finding=dataclasses.replace(finding, evidence=(*finding.evidence, *evidence)),
         outcome=outcome,
         note=note,
         suspect=suspect,

@@ -46,9 +46,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from diag.errors import DiagError
+from diag.findings import Finding
 from diag.selftest.cases import CLEAN, Case, Unsupported
 from diag.selftest.live import PROFILE_EVERY, job_args
 from diag.selftest.netns import NetnsUnavailable, Node, TwoNodes, stop, unavailable_reason
@@ -148,7 +149,7 @@ def prepare(case: Case) -> Case:
 
 def run_link_case(
     case: Case, workdir: Path, *, timeout_s: float = 600.0
-) -> tuple[Case, list[dict[str, Any]]]:
+) -> tuple[Case, list[Finding]]:
     """Run the link case ``case`` (see the module doc) in ``workdir`` (the analyzer's run
     directory is ``workdir/run``) and return the case as run and ``diag triage``'s findings
     (JSON objects, ranked)."""
@@ -166,8 +167,7 @@ def run_link_case(
         shaping = _run_job(case, nodes, workdir, run_dir, logdir, timeout_s)
     (workdir / "link.json").write_text(json.dumps(asdict(shaping), indent=2) + "\n")
     case = replace(case, onset_step=shaping.onset_step)
-    findings = [f.to_json() for f in triage(RunStore.open(run_dir)).findings]
-    return case, findings
+    return case, list(triage(RunStore.open(run_dir)).findings)
 
 
 def _run_job(

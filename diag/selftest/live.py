@@ -22,9 +22,9 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from diag.errors import DiagError
+from diag.findings import Finding
 from diag.selftest.cases import CLEAN, Case, Unsupported
 from diag.selftest.workloads import TRAIN_DDP
 
@@ -73,10 +73,9 @@ def prepare(case: Case) -> Case:
 
 def run_local_case(
     case: Case, workdir: Path, *, timeout_s: float = 600.0
-) -> tuple[Case, list[Any]]:
+) -> tuple[Case, list[Finding]]:
     """Run ``case`` under ``diag run`` on this node in ``workdir`` (its run directory is
-    ``workdir/run``) and return the prepared case and ``diag triage``'s findings (JSON objects,
-    ranked)."""
+    ``workdir/run``) and return the prepared case and ``diag triage``'s findings, ranked."""
     from diag.diagnose.triage import triage
     from diag.store.run_store import RunStore
 
@@ -102,5 +101,4 @@ def run_local_case(
     if res.returncode != 0:
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
         raise DiagError(f"{case.name}: the job exited {res.returncode}: {tail[0]}")
-    findings = [f.to_json() for f in triage(RunStore.open(out)).findings]
-    return case, findings
+    return case, list(triage(RunStore.open(out)).findings)

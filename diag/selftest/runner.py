@@ -4,8 +4,8 @@ on two network-namespace nodes joined by a rate-limited link (:mod:`diag.selftes
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from diag.findings import Finding
 from diag.selftest import link, live
 from diag.selftest.cases import Case
 
@@ -16,7 +16,7 @@ def prepare(case: Case) -> Case:
     return link.prepare(case) if case.cause == "link" else live.prepare(case)
 
 
-def run_case(case: Case, workdir: Path, *, timeout_s: float = 600.0) -> tuple[Case, list[Any]]:
+def run_case(case: Case, workdir: Path, *, timeout_s: float = 600.0) -> tuple[Case, list[Finding]]:
     """Run ``case`` in ``workdir`` (its run directory is ``workdir/run``); the prepared case and
     ``diag triage``'s findings, ranked."""
     if case.cause == "link":

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from diag.findings import Finding
 from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case
 
 NONE = "none"
@@ -43,35 +45,34 @@ class Outcome:
         return self.culprit_ok and self.cause_ok
 
 
-def _culprit_ok(case: Case, f: dict[str, Any]) -> bool:
-    ranks = set(f.get("ranks") or [])
+def _culprit_ok(case: Case, f: Finding) -> bool:
+    ranks = set(f.ranks)
     if case.cause == "checkpoint":
         return not ranks or set(case.ranks) <= ranks
     if case.cause == "link":
-        link = f.get("link")
-        return link is not None and (not case.hosts or set(link["hosts"]) == set(case.hosts))
+        return f.link is not None and (not case.hosts or set(f.link.hosts) == set(case.hosts))
     if ranks != set(case.ranks):
         return False
-    return not (case.cause == "kernel" and case.kernel and f.get("kernel") != case.kernel)
+    return not (case.cause == "kernel" and case.kernel and f.kernel != case.kernel)
 
 
-def _line(f: dict[str, Any] | None) -> str:
+def _line(f: Finding | None) -> str:
     if f is None:
         return "no finding"
     return (
-        f"{f['cause']} {f['severity']} ranks={f['ranks']} conf={f['confidence']:.2f} "
-        f"onset={f['onset_step']} detected={f['detected_step']}"
+        f"{f.cause} {f.severity} ranks={list(f.ranks)} conf={f.confidence:.2f} "
+        f"onset={f.onset_step} detected={f.detected_step}"
     )
 
 
-def judge(case: Case, findings: list[dict[str, Any]]) -> Outcome:
-    """Score ``findings`` (``diag triage --json``'s list, ranked) against ``case``."""
-    loud = [f for f in findings if f["severity"] != "info"]
+def judge(case: Case, findings: Sequence[Finding]) -> Outcome:
+    """Score ``findings`` (ranked, as ``diag triage`` lists them) against ``case``."""
+    loud = [f for f in findings if f.severity != "info"]
     if case.cause == CLEAN:
         top = loud[0] if loud else None
         return Outcome(
             case=case,
-            predicted=top["cause"] if top else NONE,
+            predicted=top.cause if top else NONE,
             culprit_ok=not loud,
             cause_ok=not loud,
             latency=None,
@@ -85,13 +86,13 @@ def judge(case: Case, findings: list[dict[str, Any]]) -> Outcome:
             warnings=0, top=_line(None),
         )  # fmt: skip
     culprit_ok = _culprit_ok(case, top)
-    cause_ok = top["cause"] == case.cause
+    cause_ok = top.cause == case.cause
     latency = None
-    if culprit_ok and cause_ok and case.onset_step is not None and top["detected_step"] is not None:
-        latency = int(top["detected_step"]) - case.onset_step
+    if culprit_ok and cause_ok and case.onset_step is not None and top.detected_step is not None:
+        latency = top.detected_step - case.onset_step
     return Outcome(
         case=case,
-        predicted=str(top["cause"]),
+        predicted=top.cause,
         culprit_ok=culprit_ok,
         cause_ok=cause_ok,
         latency=latency,

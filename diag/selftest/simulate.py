@@ -56,6 +56,7 @@ import numpy as np
 
 from diag import schema
 from diag.diagnose.triage import triage
+from diag.findings import Finding
 from diag.selftest.cases import Case
 from diag.store.run_store import RunStore
 
@@ -464,12 +465,10 @@ def _profile(
         )
 
 
-def replay(
-    case: Case, run_dir: Path, *, ranks_per_host: int = 2, job: Job = JOB
-) -> list[dict[str, Any]]:
-    """Simulate ``case`` into a new :class:`RunStore` at ``run_dir`` and triage it: the findings
-    as ``diag triage --json`` lists them (ranked). Judge them against ``prepare(case)``."""
+def replay(case: Case, run_dir: Path, *, ranks_per_host: int = 2, job: Job = JOB) -> list[Finding]:
+    """Simulate ``case`` into a new :class:`RunStore` at ``run_dir`` and triage it: the findings,
+    ranked as ``diag triage`` lists them. Judge them against ``prepare(case)``."""
     store = RunStore.create(run_dir)
     store.append(simulate(case, ranks_per_host=ranks_per_host, job=job))
     store.flush()
-    return list(triage(RunStore.open(run_dir)).to_json()["findings"])
+    return list(triage(RunStore.open(run_dir)).findings)

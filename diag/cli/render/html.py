@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from diag.findings import Finding
 from diag.postmortem.records import FrEntry, RankDump, StackFrame
 
 MAX_COLS = 200
@@ -41,12 +42,16 @@ overflow-x:auto;font-size:12px}.note{color:#666;font-size:12px}.scroll{overflow-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportData:
-    """What the page shows: the ``diag triage --json`` object, per-(rank, step) compute times
-    (columns ``rank``, ``step``, ``compute_ms``; empty without step data), per-rank records of
-    collectives, and stacks by rank."""
+    """What the page shows: the triage result (its run section, ranked findings, unreadable
+    files and missing evidence), per-(rank, step) compute times (columns ``rank``, ``step``,
+    ``compute_ms``; empty without step data), per-rank records of collectives, and stacks by
+    rank."""
 
     title: str
-    result: Mapping[str, Any]
+    run: Mapping[str, Any]
+    findings: tuple[Finding, ...] = ()
+    problems: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     dumps: tuple[RankDump, ...] = ()
     stacks: Mapping[int, tuple[StackFrame, ...]] = field(default_factory=dict)
@@ -58,20 +63,20 @@ def _e(value: object) -> str:
 
 def render(data: ReportData) -> str:
     """The whole page as one string."""
-    findings = list(data.result.get("findings", []))
-    culprits = tuple(int(r) for r in (findings[0].get("ranks", []) if findings else []))
+    findings = data.findings
+    culprits = findings[0].ranks if findings else ()
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{_e(data.title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(data.title)}</h1>",
-        _run(data.result.get("run", {})),
+        _run(data.run),
         _top(findings),
         _heatmap(data.steps, culprits),
         _collectives(data.dumps, culprits),
         _stacks(data.stacks, culprits),
         _findings(findings),
-        _lines("Unreadable files", data.result.get("problems", [])),
-        _lines("Missing evidence", data.result.get("missing", [])),
+        _lines("Unreadable files", data.problems),
+        _lines("Missing evidence", data.missing),
         "</body></html>",
     ]
     return "\n".join(p for p in parts if p)
@@ -84,15 +89,15 @@ def _run(run: Mapping[str, Any]) -> str:
     return "<p class='note'>" + " | ".join(f"{_e(k)}: {_e(v)}" for k, v in keep) + "</p>"
 
 
-def _top(findings: Sequence[Mapping[str, Any]]) -> str:
+def _top(findings: Sequence[Finding]) -> str:
     if not findings:
         return "<div class='top'>No findings.</div>"
     f = findings[0]
-    ranks = ", ".join(str(r) for r in f.get("ranks", [])) or "-"
+    ranks = ", ".join(str(r) for r in f.ranks) or "-"
     return (
-        f"<div class='top'><b>{_e(f.get('summary', ''))}</b><br>"
-        f"ranks {_e(ranks)} | symptom {_e(f.get('symptom'))} | cause {_e(f.get('cause'))} | "
-        f"confidence {_e(f.get('confidence'))}</div>"
+        f"<div class='top'><b>{_e(f.summary)}</b><br>"
+        f"ranks {_e(ranks)} | symptom {_e(f.symptom)} | cause {_e(f.cause)} | "
+        f"confidence {_e(round(f.confidence, 4))}</div>"
     )
 
 
@@ -207,24 +212,24 @@ def _stacks(stacks: Mapping[int, tuple[StackFrame, ...]], culprits: Sequence[int
     return "".join(out)
 
 
-def _findings(findings: Iterable[Mapping[str, Any]]) -> str:
+def _findings(findings: Iterable[Finding]) -> str:
     out = ["<h2>Findings and evidence</h2>"]
     for f in findings:
-        ranks = ", ".join(str(r) for r in f.get("ranks", [])) or "-"
+        ranks = ", ".join(str(r) for r in f.ranks) or "-"
         out.append(
-            f"<h3>{_e(f.get('id'))}: {_e(f.get('summary', ''))}</h3><p class='note'>ranks "
-            f"{_e(ranks)} | {_e(f.get('symptom'))} | cause {_e(f.get('cause'))} | "
-            f"{_e(f.get('severity'))} | confidence {_e(f.get('confidence'))}</p>"
+            f"<h3>{_e(f.id)}: {_e(f.summary)}</h3><p class='note'>ranks "
+            f"{_e(ranks)} | {_e(f.symptom)} | cause {_e(f.cause)} | "
+            f"{_e(f.severity)} | confidence {_e(round(f.confidence, 4))}</p>"
         )
         rows = [
             "<tr><th>metric</th><th>subject</th><th>value</th><th>reference</th><th>note</th></tr>"
         ]
-        for ev in f.get("evidence", []):
-            ref = "" if ev.get("reference") is None else ev.get("reference")
+        for ev in f.to_json()["evidence"]:  # numbers as the JSON shows them (rounded, null)
+            ref = "" if ev["reference"] is None else ev["reference"]
             rows.append(
-                f"<tr><td>{_e(ev.get('metric'))}</td><td>{_e(ev.get('subject'))}</td>"
-                f"<td>{_e(ev.get('value'))} {_e(ev.get('unit', ''))}</td><td>{_e(ref)}</td>"
-                f"<td>{_e(ev.get('note', ''))}</td></tr>"
+                f"<tr><td>{_e(ev['metric'])}</td><td>{_e(ev['subject'])}</td>"
+                f"<td>{_e(ev['value'])} {_e(ev['unit'])}</td><td>{_e(ref)}</td>"
+                f"<td>{_e(ev['note'])}</td></tr>"
             )
         out.append("<table>" + "".join(rows) + "</table>")
     return "".join(out)

@@ -14,6 +14,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from diag.findings import Finding, findings_from_json
+
 #: A rank whose median compute time is this far above the typical rank's is highlighted.
 SLOW_RATIO = 1.10
 
@@ -122,37 +124,35 @@ def headline(summary: Mapping[str, Any]) -> Text:
     return text
 
 
-def culprit(finding: Mapping[str, Any]) -> str:
+def culprit(finding: Finding) -> str:
     """Who a finding blames, shortest first: a kernel on ranks, a link, ranks on hosts."""
-    ranks = ", ".join(f"r{r}" for r in finding.get("ranks") or [])
-    hosts = ", ".join(finding.get("hosts") or [])
-    link = finding.get("link")
-    if link:
-        return f"link {' <-> '.join(link.get('hosts') or [])} ({link.get('group') or '?'})"
+    ranks = ", ".join(f"r{r}" for r in finding.ranks)
+    hosts = ", ".join(finding.hosts)
+    if finding.link is not None:
+        return f"link {' <-> '.join(finding.link.hosts)} ({finding.link.group or '?'})"
     who = f"{ranks} ({hosts})" if ranks and hosts else ranks or hosts or "-"
-    if finding.get("kernel"):
-        return f"{finding['kernel']} on {who}"
+    if finding.kernel:
+        return f"{finding.kernel} on {who}"
     return who
 
 
-def findings_table(findings: list[Mapping[str, Any]], *, title: str = "Findings") -> Table:
+def findings_table(findings: Sequence[Finding], *, title: str = "Findings") -> Table:
     """Findings, as ranked: culprit, cause, severity, confidence, share of step time, summary."""
     table = Table(title=title, title_justify="left", header_style="bold")
     for col in ("culprit", "cause", "severity", "conf", "slowdown", "summary"):
         table.add_column(col, overflow="fold")
     for f in findings:
-        slow = "-" if f.get("slowdown") is None else f"{float(f['slowdown']):.1%}"
-        style = {"critical": "bold red", "warning": "yellow"}.get(str(f.get("severity")))
+        slow = "-" if f.slowdown is None or math.isnan(f.slowdown) else f"{f.slowdown:.1%}"
+        style = {"critical": "bold red", "warning": "yellow"}.get(f.severity)
         table.add_row(
-            culprit(f),
-            str(f.get("cause")),
-            str(f.get("severity")),
-            f"{float(f.get('confidence', 0)):.2f}",
-            slow,
-            str(f.get("summary", "")),
-            style=style,
+            culprit(f), f.cause, f.severity, f"{f.confidence:.2f}", slow, f.summary, style=style
         )
     return table
+
+
+def summary_findings(summary: Mapping[str, Any]) -> tuple[Finding, ...]:
+    """The findings a run summary carries (the analyzer's live triage), typed."""
+    return findings_from_json(summary.get("findings") or [])
 
 
 def report(summary: Mapping[str, Any]) -> Group:
@@ -161,8 +161,8 @@ def report(summary: Mapping[str, Any]) -> Group:
     gpus = gpu_table(summary)
     if gpus is not None:
         parts.append(gpus)
-    if summary.get("findings"):
-        parts.append(findings_table(list(summary["findings"])))
+    if findings := summary_findings(summary):
+        parts.append(findings_table(findings))
     return Group(*parts)
 
 
@@ -178,8 +178,8 @@ def live(
     gpus = gpu_table(summary)
     if gpus is not None:
         parts.append(gpus)
-    if summary.get("findings"):
-        parts.append(findings_table(list(summary["findings"])[:5], title="Findings (live)"))
+    if findings := summary_findings(summary):
+        parts.append(findings_table(findings[:5], title="Findings (live)"))
     return Group(*parts)
 
 

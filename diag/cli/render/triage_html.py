@@ -8,21 +8,20 @@ RemainsReport`). Rendering is :func:`diag.cli.render.html.render`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from diag.cli.render.html import ReportData, render
+from diag.diagnose.triage import TriageResult
 from diag.errors import InputError
 from diag.fsutil import atomic_write
 from diag.postmortem.analyze import RemainsReport
 from diag.postmortem.discover import is_run_dir
 
 
-def report_data(path: Path, result: Mapping[str, Any], report: RemainsReport | None) -> ReportData:
-    """The page's data for ``diag triage PATH`` with its ``--json`` object ``result``."""
+def report_data(path: Path, result: TriageResult, report: RemainsReport | None) -> ReportData:
+    """The page's data for ``diag triage PATH`` and its result."""
     steps = pd.DataFrame()
     dumps = report.remains.dumps if report is not None else ()
     if is_run_dir(path):
@@ -43,19 +42,20 @@ def report_data(path: Path, result: Mapping[str, Any], report: RemainsReport | N
 
         if is_timing_table(path):
             steps = features_from_table(read_timing_table(path)).steps
-    run_id = result.get("run", {}).get("id") or path.name
+    run_id = result.run.get("id") or path.name
     return ReportData(
         title=f"diag triage: {run_id}",
-        result=result,
+        run=result.run,
+        findings=result.findings,
+        problems=result.problems or (),
+        missing=result.missing,
         steps=steps,
         dumps=tuple(dumps),
         stacks=report.stacks if report is not None else {},
     )
 
 
-def write_report(
-    out: Path, path: Path, result: Mapping[str, Any], report: RemainsReport | None
-) -> Path:
+def write_report(out: Path, path: Path, result: TriageResult, report: RemainsReport | None) -> Path:
     """Write the page for ``path`` to ``out`` (atomically); :class:`InputError` if it cannot."""
     page = render(report_data(Path(path), result, report))
     try:

@@ -42,5 +42,5 @@ def test_hung_run_names_the_rank_that_never_issued_the_collective(tmp_path: Path
     assert hang.ranks == (1,) and "never issued allreduce seq 5" in hang.summary
     out = result.to_json()
     assert out["run"]["remains"]["num_dumps"] == 2 and "problems" in out
-    page = render(report_data(tmp_path, out, report))
+    page = render(report_data(tmp_path, result, report))
     assert "rank 1 (culprit)" in page and "<svg" in page

@@ -11,7 +11,9 @@ import pytest
 
 from diag import schema
 from diag.cli.main import main
+from diag.diagnose.triage import write_findings
 from diag.errors import InputError
+from diag.findings import Finding
 from diag.replay.plan import ProbePlan, collective_sizes, gemm_shape, heaviest_gemm_shapes
 from diag.replay.replay import Target, replay
 from diag.store.run_store import RunStore
@@ -52,8 +54,12 @@ def make_run(tmp_path: Path, cause: str = "node") -> Path:
     events.append(schema.CollectiveEvent(**_env(20, 3), op="allreduce", num_bytes=1 << 20))  # type: ignore[arg-type]
     store.append(events)
     store.flush()
-    finding = {"id": "f1", "cause": cause, "ranks": [3], "hosts": ["h1"], "evidence": []}
-    (tmp_path / "findings.jsonl").write_text(json.dumps(finding) + "\n")
+    symptom = "hang" if cause == "data" else "slowdown"
+    finding = Finding(
+        id="f1", symptom=symptom, cause=cause, severity="warning", ranks=(3,), hosts=("h1",),
+        confidence=0.8, summary="rank 3 is slow",
+    )  # fmt: skip
+    write_findings(tmp_path, (finding,))
     return tmp_path
 
 

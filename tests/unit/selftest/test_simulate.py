@@ -29,17 +29,17 @@ def test_each_cause_at_20_percent_is_diagnosed(tmp_path: Path, cause: str) -> No
     if case.onset_step is not None:
         assert outcome.latency is not None and 0 <= outcome.latency <= 10
         # dated at the fault, not at an earlier ordinary save or noise
-        assert abs(findings[0]["onset_step"] - case.onset_step) <= 3, findings[0]
+        assert abs(findings[0].onset_step - case.onset_step) <= 3, findings[0]
 
 
 def test_clean_run_has_no_warning(tmp_path: Path) -> None:
     findings = replay(Case(cause=CLEAN, seed=3), tmp_path / "run")
-    assert [f["id"] for f in findings if f["severity"] != "info"] == []
+    assert [f.id for f in findings if f.severity != "info"] == []
 
 
 def test_link_fault_leaves_compute_and_data_alone(tmp_path: Path) -> None:
     findings = replay(_case("link", 0.5), tmp_path / "run")
-    assert [f["cause"] for f in findings] == ["link"]
+    assert [f.cause for f in findings] == ["link"]
 
 
 def _anonymous(events: list[schema.Event]) -> list[schema.Event]:
