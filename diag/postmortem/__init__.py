@@ -12,4 +12,7 @@ The analysis (:mod:`~diag.postmortem.analyze`) finds the first failing ranks acr
 groups (:mod:`~diag.postmortem.groups`, :mod:`~diag.postmortem.fr_groups`,
 :mod:`~diag.postmortem.culprits`), their cause (:mod:`~diag.postmortem.causes`) and what evidence
 was missing; :mod:`~diag.cli.render.html` draws it as one self-contained page.
+
+May import: the contracts (findings, the Flight Recorder format) only. Never a service or the
+hook.
 """
