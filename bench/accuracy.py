@@ -6,8 +6,8 @@ costs) for each ``--seeds`` value, with the onset at step ``--onset`` of ``--ste
 ``--world-size`` ranks (2 per host), plus clean runs (by default one per seed and severity, so
 they weigh as much as one cause). Each case runs in one of two modes:
 
-- ``replay`` (default): :func:`diag.selftest.simulate.replay` writes the case's synthetic event
-  stream (a synchronous data-parallel job with realistic noise, warm-up, periodic checkpoints,
+- ``simulate`` (default): :func:`diag.selftest.simulate.run_simulated` writes the case's synthetic
+  event stream (a synchronous data-parallel job with realistic noise, warm-up, periodic checkpoints,
   eval steps, profiler windows and collectives: see that module) into a real run store and runs
   ``diag triage`` on it. About a second per case, no GPU.
 - ``live``: :func:`diag.selftest.runner.run_case` runs a real torchrun job under ``diag run`` with
@@ -24,7 +24,7 @@ Measured numbers only, no asserts. The goals: top-1 culprit >= 95%, top-1 cause 
 warning-or-above finding on a clean run, median detection within 10 steps of the onset at
 severities >= 20% and within 50 steps at 10%.
 
-    .venv/bin/python bench/accuracy.py [--mode replay|live] [--severities 0.1 0.2 0.5]
+    .venv/bin/python bench/accuracy.py [--mode simulate|live] [--severities 0.1 0.2 0.5]
         [--seeds 0 1 2] [--causes node data ...] [--steps 80] [--json]
 """
 
@@ -48,10 +48,10 @@ from diag.selftest.score import NONE, Outcome, Summary, judge
 Runner = Callable[[Case, Path], tuple[Case, list[Finding]]]
 
 
-def replay_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
-    from diag.selftest.simulate import prepare, replay
+def simulate_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
+    from diag.selftest.simulate import prepare, run_simulated
 
-    return prepare(case), replay(case, workdir / "run")
+    return prepare(case), run_simulated(case, workdir / "run")
 
 
 def live_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
@@ -157,7 +157,7 @@ def render(summary: Summary, causes: tuple[str, ...], severities: tuple[float, .
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=("replay", "live"), default="replay")
+    p.add_argument("--mode", choices=("simulate", "live"), default="simulate")
     p.add_argument("--severities", type=float, nargs="+", default=[0.1, 0.2, 0.5])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--causes", nargs="+", choices=FAULT_CAUSES, default=list(FAULT_CAUSES))
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         onset_step=args.onset,
         clean_runs=args.clean_runs,
     )
-    runner = replay_runner if args.mode == "replay" else live_runner
+    runner = simulate_runner if args.mode == "simulate" else live_runner
     start = time.perf_counter()
     skipped: list[str] = []
     summary = run_suite(cases, runner, verbose=args.verbose, skipped=skipped)

@@ -465,7 +465,9 @@ def _profile(
         )
 
 
-def replay(case: Case, run_dir: Path, *, ranks_per_host: int = 2, job: Job = JOB) -> list[Finding]:
+def run_simulated(
+    case: Case, run_dir: Path, *, ranks_per_host: int = 2, job: Job = JOB
+) -> list[Finding]:
     """Simulate ``case`` into a new :class:`RunStore` at ``run_dir`` and triage it: the findings,
     ranked as ``diag triage`` lists them. Judge them against ``prepare(case)``."""
     store = RunStore.create(run_dir)

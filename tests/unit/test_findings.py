@@ -13,7 +13,7 @@ from diag.diagnose.triage import read_findings, write_findings
 from diag.errors import InputError, SchemaError
 from diag.findings import Evidence, Finding, LinkRef
 from diag.selftest.cases import Case
-from diag.selftest.simulate import prepare, replay
+from diag.selftest.simulate import prepare, run_simulated
 
 FULL = Finding(
     id="link-n0-n1",
@@ -40,7 +40,7 @@ def test_round_trip_of_a_full_finding() -> None:
 @pytest.mark.parametrize("cause", ["node", "data", "checkpoint", "kernel", "link", "structural"])
 def test_every_detectors_findings_round_trip(tmp_path: Path, cause: str) -> None:
     case = prepare(Case(cause=cause, severity=0.2, ranks=(1,), onset_step=40, seed=1))
-    findings = replay(case, tmp_path / "run")
+    findings = run_simulated(case, tmp_path / "run")
     assert findings
     for f in findings:
         again = Finding.from_json(json.loads(json.dumps(f.to_json(), allow_nan=False)))

@@ -1,4 +1,4 @@
-"""The replay mode of the fault suite: each cause at 20% is diagnosed right, a clean run raises
+"""The simulated mode of the fault suite: each cause at 20% is diagnosed right, a clean run raises
 nothing, and the simulator injects nothing before the onset."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from diag import schema
 from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case, suite
 from diag.selftest.score import judge
-from diag.selftest.simulate import dp_groups, prepare, replay, simulate
+from diag.selftest.simulate import dp_groups, prepare, run_simulated, simulate
 
 
 def _case(cause: str, severity: float = 0.2, seed: int = 0) -> Case:
@@ -22,7 +22,7 @@ def _case(cause: str, severity: float = 0.2, seed: int = 0) -> Case:
 @pytest.mark.parametrize("cause", FAULT_CAUSES)
 def test_each_cause_at_20_percent_is_diagnosed(tmp_path: Path, cause: str) -> None:
     case = _case(cause)
-    findings = replay(case, tmp_path / "run")
+    findings = run_simulated(case, tmp_path / "run")
     outcome = judge(prepare(case), findings)
     assert outcome.ok, outcome.top
     assert outcome.warnings == 1  # the diagnosis, nothing else as loud
@@ -33,12 +33,12 @@ def test_each_cause_at_20_percent_is_diagnosed(tmp_path: Path, cause: str) -> No
 
 
 def test_clean_run_has_no_warning(tmp_path: Path) -> None:
-    findings = replay(Case(cause=CLEAN, seed=3), tmp_path / "run")
+    findings = run_simulated(Case(cause=CLEAN, seed=3), tmp_path / "run")
     assert [f.id for f in findings if f.severity != "info"] == []
 
 
 def test_link_fault_leaves_compute_and_data_alone(tmp_path: Path) -> None:
-    findings = replay(_case("link", 0.5), tmp_path / "run")
+    findings = run_simulated(_case("link", 0.5), tmp_path / "run")
     assert [f.cause for f in findings] == ["link"]
 
 
