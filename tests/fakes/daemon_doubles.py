@@ -1,4 +1,5 @@
-"""Test doubles for the daemon tests: a recording analyzer on 127.0.0.1 and a fake hook."""
+"""Test doubles for the daemon tests: a recording analyzer on 127.0.0.1, a fake hook, and probe
+requests for the daemon's probe runner."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from diag import schema
 from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
 from diag.daemon.daemon import Daemon, DaemonStats
+from diag.daemon.probe_runner import ProbeRunner
 from diag.errors import SchemaError
 from diag.proto import diag_pb2 as pb
 from diag.proto import diag_pb2_grpc
@@ -217,3 +219,18 @@ class RunningDaemon:
         self.thread.join(15)
         assert not self.thread.is_alive() and self.stats is not None
         return self.stats
+
+
+#: numerics probe parameters that run in well under a second on a CPU.
+CHEAP_NUMERICS = '{"size": 8, "depth": 2, "timeout_s": 20.0}'
+
+
+def probe_runner(events: list[schema.Event], **kw: object) -> ProbeRunner:
+    """A probe runner of host ``node1`` that appends its result events to ``events``."""
+    return ProbeRunner("node1", events.append, **kw)  # type: ignore[arg-type]
+
+
+def probe_request(
+    probe: str = "numerics", params: str = CHEAP_NUMERICS, **kw: object
+) -> pb.ProbeRequest:
+    return pb.ProbeRequest(request_id="r1", seq=1, probe=probe, params_json=params, **kw)  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""The injected code and the injector choice, without touching another process."""
+"""The injected code and the injector choice, without touching another process (asking a real
+interpreter its version: tests/integration/test_attach_inject.py)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,6 @@ def test_payload_is_small_valid_python_that_calls_start() -> None:
 def test_a_version_mismatch_is_one_line() -> None:
     with pytest.raises(AttachError, match=r"the job runs Python 2\.7, diag attach runs"):
         inject.choose((2, 7))
-
-
-def test_this_python_gets_an_injector() -> None:
-    ours = sys.version_info[:2]
-    expected = "remote_exec" if hasattr(sys, "remote_exec") else "hypno"
-    if expected == "hypno":
-        pytest.importorskip("hypno")
-    assert inject.choose(ours).method == expected
-    assert inject.target_version(os.getpid()) == ours
 
 
 def test_gone_and_missing_processes() -> None:

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-
-def _diag(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diag.cli.main", *args], capture_output=True, text=True, timeout=60
-    )
+from tests.fakes.cli import run_cli
 
 
 @pytest.mark.parametrize("make", ["missing", "empty", "file"])
@@ -22,7 +16,7 @@ def test_report_on_something_that_is_not_a_run(tmp_path: Path, make: str) -> Non
         target.mkdir()
     elif make == "file":
         target.write_text("hello")
-    res = _diag("report", str(target))
+    res = run_cli("report", str(target))
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr
@@ -30,7 +24,7 @@ def test_report_on_something_that_is_not_a_run(tmp_path: Path, make: str) -> Non
 
 
 def test_run_without_a_command() -> None:
-    res = _diag("run", "--live", "off")
+    res = run_cli("run", "--live", "off")
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         "diag run: error: nothing to run: give the job after --, e.g. diag run -- torchrun ... x.py"
@@ -38,7 +32,7 @@ def test_run_without_a_command() -> None:
 
 
 def test_run_with_a_command_that_does_not_exist(tmp_path: Path) -> None:
-    res = _diag("run", "--out", str(tmp_path / "r"), "--live", "off", "--", "no-such-binary-x")
+    res = run_cli("run", "--out", str(tmp_path / "r"), "--live", "off", "--", "no-such-binary-x")
     assert res.returncode == 2
     assert "cannot start 'no-such-binary-x'" in res.stderr
     assert "Traceback" not in res.stderr

@@ -4,8 +4,6 @@ thresholds reach the detectors; a bad file is one line and exit 2 before anythin
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from diag.cli import runtime
 from diag.cli.main import main
 from diag.diagnose.detector_config import parse_detector_config
+from tests.fakes.cli import run_cli
 from tests.fakes.scenarios import Scenario
 
 STRICT = "[node]\nmin_ratio = 2.0\n"  # a 25% slower rank is no longer flagged
@@ -49,12 +48,7 @@ def test_triage_with_a_bad_config_is_one_line_and_writes_nothing(tmp_path: Path)
     run = tmp_path / "run"
     Scenario(steps=20).write(run)
     bad = _toml(tmp_path, BAD)
-    res = subprocess.run(
-        [sys.executable, "-m", "diag.cli.main", "triage", str(run), "--config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = run_cli("triage", str(run), "--config", str(bad))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [
         f"diag triage: error: {bad}: unknown key 'windw' in [node] (known: confident_gap, "

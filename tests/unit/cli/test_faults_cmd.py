@@ -3,22 +3,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from diag.selftest.cases import CLEAN, FAULT_CAUSES
-
-
-def _diag(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diag.cli.main", *args], capture_output=True, text=True, timeout=60
-    )
+from tests.fakes.cli import run_cli
 
 
 def test_list_names_every_cause_of_the_suite() -> None:
-    res = _diag("faults", "list")
+    res = run_cli("faults", "list")
     assert res.returncode == 0, res.stderr
     listed = {line.split()[0] for line in res.stdout.splitlines()}
     assert listed == {*FAULT_CAUSES, CLEAN}
@@ -34,7 +26,7 @@ def test_list_names_every_cause_of_the_suite() -> None:
     ],
 )
 def test_a_case_that_cannot_run_is_one_line(args: tuple[str, ...], says: str) -> None:
-    res = _diag("faults", "run", *args)
+    res = run_cli("faults", "run", *args)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("diag faults: error:") and says in lines[0]

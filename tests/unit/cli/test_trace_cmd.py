@@ -6,8 +6,6 @@ import gzip
 import io
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from diag import schema
 from diag.cli.main import main
 from diag.cli.render import tables as render
 from diag.store.run_store import RunStore
+from tests.fakes.cli import run_cli
 from tests.fakes.paths import DATA, SHARED
 
 KINETO = SHARED / "data" / "external" / "kineto"
@@ -26,12 +25,6 @@ FIXTURE = DATA / "kineto" / "torch_cpu_rank0.json.gz"
 needs_shared = pytest.mark.skipif(not KINETO.is_dir(), reason="shared Kineto traces not present")
 MS = 1_000_000
 T0 = 1_790_000_000_000_000_000
-
-
-def _diag(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diag.cli.main", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def _text(renderable: object) -> str:
@@ -48,7 +41,7 @@ def test_bad_trace_file_is_one_line_exit_2(tmp_path: Path, kind: str) -> None:
         bad.write_bytes(data[: len(data) // 2])
     else:
         bad.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X",]}'))
-    res = _diag("trace", str(bad))
+    res = run_cli("trace", str(bad))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"diag trace: error: {bad} is not a readable")

@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fakes.cli import run_cli
 from tests.fakes.scenarios import Scenario
-
-
-def _diag(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diag.cli.main", *args], capture_output=True, text=True, timeout=120
-    )
 
 
 def test_json_shape_sorting_and_findings_file(tmp_path: Path) -> None:
     sc = Scenario(slow_ranks=(2,), onset_step=50, severity=0.2, ckpt_every=40, ckpt_ms=800)
     sc.write(tmp_path)
-    res = _diag("triage", str(tmp_path), "--json")
+    res = run_cli("triage", str(tmp_path), "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert set(out) == {"run", "findings"}
@@ -36,7 +29,7 @@ def test_json_shape_sorting_and_findings_file(tmp_path: Path) -> None:
 
 def test_table_output(tmp_path: Path) -> None:
     Scenario(slow_ranks=(2, 3), onset_step=50, severity=0.2).write(tmp_path)
-    res = _diag("triage", str(tmp_path))
+    res = run_cli("triage", str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert "node1" in res.stdout and "warning" in res.stdout
 
@@ -54,7 +47,7 @@ def test_bad_input_is_one_line(tmp_path: Path, make: str) -> None:
         target.mkdir()
     elif make == "truncated":
         _truncated_part(target)
-    res = _diag("triage", str(target), "--json")
+    res = run_cli("triage", str(target), "--json")
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr

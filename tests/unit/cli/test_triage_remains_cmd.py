@@ -6,21 +6,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fakes.cli import run_cli
 from tests.fakes.fr_dumps import REAL_NCCL_DUMPS as REAL
 from tests.fakes.scenarios import Scenario
 from tests.fakes.torchrun_logs import write_crash
-
-
-def _diag(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diag.cli.main", *args], capture_output=True, text=True, timeout=120
-    )
 
 
 def _self_contained(page: str) -> None:
@@ -33,7 +26,7 @@ def _self_contained(page: str) -> None:
 @pytest.mark.skipif(not REAL.is_dir(), reason=f"{REAL} not present")
 def test_real_dumps_json_and_html(tmp_path: Path) -> None:
     html = tmp_path / "report.html"
-    res = _diag("triage", str(REAL), "--json", "--html", str(html))
+    res = run_cli("triage", str(REAL), "--json", "--html", str(html))
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert set(out) == {"run", "findings", "problems", "missing"}
@@ -53,7 +46,7 @@ def test_crash_remains_table_and_escaped_html(tmp_path: Path) -> None:
     write_crash(remains)
     log = remains / "job.log"
     log.write_text(log.read_text().replace("corrupt sample 1234", "corrupt <script>x</script>"))
-    res = _diag("triage", str(remains), "--html", str(tmp_path / "r.html"))
+    res = run_cli("triage", str(remains), "--html", str(tmp_path / "r.html"))
     assert res.returncode == 0, res.stderr
     assert "r2" in res.stdout and "ValueError" in res.stdout
     assert "missing: no Flight Recorder dumps" in res.stdout
@@ -69,7 +62,7 @@ def test_run_dir_merges_its_remains(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     write_crash(tmp_path / "logs")
     shutil.move(tmp_path / "logs" / "torchelastic_abc", tmp_path / "torchelastic_abc")
-    res = _diag("triage", str(tmp_path), "--json", "--html", str(tmp_path / "r.html"))
+    res = run_cli("triage", str(tmp_path), "--json", "--html", str(tmp_path / "r.html"))
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     ids = [f["id"] for f in out["findings"]]
@@ -84,7 +77,7 @@ def test_run_dir_merges_its_remains(tmp_path: Path) -> None:
 
 
 def test_empty_dir_is_one_line(tmp_path: Path) -> None:
-    res = _diag("triage", str(tmp_path), "--json")
+    res = run_cli("triage", str(tmp_path), "--json")
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("diag triage: error:")

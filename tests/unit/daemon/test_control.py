@@ -95,11 +95,18 @@ def test_a_hook_that_never_reads_stalls_nothing(
 ) -> None:
     d = daemon.daemon
     stuck = FakeHook(tmp_path / "d.sock")  # never reads
-    wait_for(lambda: d.listener.num_open == 1, what="the stuck connection")
     junk = frames.encode_frame(b"\x00" * (1 << 20))
-    for _ in range(8):  # far more than its socket buffer and outbox hold
+    # The listener counts a connection open before it has given it an outbox (it asks the daemon
+    # for the greeting in between), and a broadcast in that gap reaches nobody: so broadcast until
+    # the first frame is queued to the stuck connection, not once num_open says it is there.
+    wait_for(lambda: d.listener.broadcast(junk) == 1, timeout_s=60, what="the stuck connection")
+    for _ in range(7):  # with the first, far more than its socket buffer and outbox hold
         d.listener.broadcast(junk)
-    wait_for(lambda: d.listener.num_control_skipped > 0, what="frames skipped for the stuck hook")
+    wait_for(
+        lambda: d.listener.num_control_skipped > 0,
+        timeout_s=60,
+        what="frames skipped for the stuck hook",
+    )
 
     hook = ReadingHook(tmp_path / "d.sock")
     req = analyzer.core.request_profile(at_step=50)

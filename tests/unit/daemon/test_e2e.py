@@ -1,13 +1,11 @@
-"""The daemon end to end: real Unix sockets, a real gRPC analyzer that goes away and comes back."""
+"""The daemon end to end in this process: real Unix sockets, a real gRPC analyzer that goes away
+and comes back (``diag daemon`` as a process: tests/integration/test_daemon_process.py)."""
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -29,7 +27,6 @@ from tests.fakes.daemon_doubles import (
     hook_events,
     wait_for,
 )
-from tests.fakes.paths import REPO
 
 
 def config(tmp_path: Path, target: str, **kw: object) -> DaemonConfig:
@@ -208,37 +205,3 @@ def test_failing_collectors_and_rejected_batches_do_not_stop_the_daemon(
     assert sum("disk on fire" in ln for ln in lines) == 1
     assert sum("device removed" in ln for ln in lines) == 1
     assert stats.num_batches_rejected == 1
-
-
-def test_cli_daemon_reports_missing_nvml_once_and_exits_0_on_sigterm(
-    tmp_path: Path, analyzer: AnalyzerServer
-) -> None:
-    pytest.importorskip("pynvml")
-    sock = tmp_path / "d.sock"
-    cmd = [
-        sys.executable, "-m", "diag.cli.main", "daemon", "--listen", str(sock),
-        "--analyzer", analyzer.target, "--spool", str(tmp_path / "spool"),
-        "--gpu-backend", "nvml", "--host", "n9", "--job-id", "j9",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: sock.exists() or proc.poll() is not None, what="the socket")
-        hook = FakeHook(sock)
-        hook.send(hook_events("n9", 0, 5, range(0, 10)))
-        hook.close()
-        rec = analyzer.servicer
-        wait_for(lambda: len(rec.of_kind(schema.StepEvent)) == 10, what="events")
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    gpu_errors = [e for e in rec.of_kind(schema.CollectorError) if e.collector == "gpu"]
-    if not gpu_errors:
-        pytest.skip("NVML works on this machine")
-    (e,) = gpu_errors
-    assert e.unavailable and e.message.startswith("no GPU telemetry")
-    assert e.host == "n9" and e.job_id == "j9"
-    assert err.count("no GPU telemetry") == 1

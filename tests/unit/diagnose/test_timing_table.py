@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ import pytest
 from diag.diagnose.timing_table import features_from_table, read_timing_table
 from diag.diagnose.triage import triage_table
 from diag.errors import InputError
+from tests.fakes.cli import run_cli
 
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000
@@ -54,12 +53,6 @@ def _table(ranks: int = 4, steps: int = 80, slow_rank: int = 1, onset: int = 40)
     return df
 
 
-def _diag(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diag.cli.main", *args], capture_output=True, text=True, timeout=120
-    )
-
-
 @pytest.fixture(scope="module")
 def table() -> pd.DataFrame:
     return _table()
@@ -98,7 +91,7 @@ def test_triage_finds_slow_rank(tmp_path: Path, table: pd.DataFrame, suffix: str
 def test_cli_json_on_table_writes_nothing(tmp_path: Path, table: pd.DataFrame) -> None:
     path = tmp_path / "job42.parquet"
     table.to_parquet(path, index=False)
-    res = _diag("triage", str(path), "--json")
+    res = run_cli("triage", str(path), "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["run"]["source"] == "timing table" and out["run"]["world_size"] == 4
@@ -151,7 +144,7 @@ def test_bad_table_raises_input_error(tmp_path: Path, make: str, expect: str) ->
 @pytest.mark.parametrize("make", ["missing", "phase", "truncated"])
 def test_bad_table_is_one_line_in_cli(tmp_path: Path, make: str) -> None:
     path = _bad(tmp_path, make)
-    res = _diag("triage", str(path), "--json")
+    res = run_cli("triage", str(path), "--json")
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr

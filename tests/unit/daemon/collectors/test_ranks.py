@@ -1,18 +1,14 @@
-"""The daemon's rank watch: vanished rank processes, and py-spy stacks on a hang."""
+"""The daemon's rank watch: vanished rank processes, and py-spy stacks on a hang (a real py-spy on
+a real process: tests/integration/test_daemon_process.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
 from diag import schema
-from diag.daemon.collectors.ranks import RankWatch, find_stack_tool, pyspy_threads
+from diag.daemon.collectors.ranks import RankWatch, pyspy_threads
 
 
 def _stat(root: Path, pid: int, *, state: str = "S", start: int = 500) -> None:
@@ -122,24 +118,3 @@ def test_a_failing_py_spy_is_one_note(tmp_path: Path) -> None:
     watch.dump_now([41])
     notes = list(watch.collect(1))
     assert len(notes) == 1 and "Permission denied" in notes[0].message  # type: ignore[attr-defined]
-
-
-@pytest.mark.skipif(find_stack_tool("py-spy") is None, reason="py-spy not installed")
-def test_real_py_spy_on_a_real_process() -> None:
-    code = "import time\ndef blocked():\n    time.sleep(30)\nprint('up', flush=True)\nblocked()\n"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
-        time.sleep(0.2)
-        watch = RankWatch(stack_tool=find_stack_tool("py-spy"))
-        watch.track(proc.pid, 3, 0)
-        watch.dump_now([proc.pid])
-        stacks = [s for s in watch.collect(1) if isinstance(s, schema.StackDump)]
-    finally:
-        proc.kill()
-        proc.wait()
-    if not stacks:
-        pytest.skip("py-spy cannot attach here (ptrace not permitted)")
-    main = next(s for s in stacks if s.is_main)
-    assert main.rank == 3 and main.pid == proc.pid
-    assert " blocked" in main.frames and "<string>:3 blocked" in main.frames

@@ -1,12 +1,19 @@
-"""A probe request end to end: ``diag replay``'s daemon runner asks a real analyzer (127.0.0.1:0),
-a real daemon pulls the request, runs the probe in a child process and ships the result, and the
-runner reads it back from the run store."""
+"""Probes in child processes: the daemon's probe runner starts a real low-priority child, gets its
+result back as an event, and kills one past its timeout; and a probe request end to end:
+``diag replay``'s daemon runner asks a real analyzer (127.0.0.1:0), a real daemon pulls the request,
+runs the probe in a child process and ships the result, and the runner reads it back from the run
+store."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 
+import pytest
+
+from diag import schema
 from diag.config import DaemonConfig
 from diag.daemon.daemon import Daemon
 from diag.replay.plan import ProbePlan
@@ -14,7 +21,42 @@ from diag.replay.remote import daemon_runner
 from diag.replay.replay import Target
 from diag.transport.client import AnalyzerClient
 from probes.numerics import NumericsParams
-from tests.fakes.daemon_doubles import RunningDaemon, ServedAnalyzer
+from probes.validate import validate
+from tests.fakes.daemon_doubles import (
+    RunningDaemon,
+    ServedAnalyzer,
+    probe_request,
+    probe_runner,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_cheap_probe_runs_in_a_child_process_and_comes_back_as_an_event() -> None:
+    events: list[schema.Event] = []
+    runner = probe_runner(events)
+    runner.start()
+    t0 = time.monotonic()
+    assert runner.submit(probe_request(host="node1", rank=1))
+    wait_for(lambda: bool(events), timeout_s=60, what="the probe result")
+    runner.stop()
+    (ev,) = events
+    assert isinstance(ev, schema.ProbeResultEvent)
+    assert (ev.status, ev.probe, ev.request_id, ev.rank) == ("ok", "numerics", "r1", 1)
+    assert ev.device == "cpu@node1" and ev.detail and ev.duration_ns > 0
+    assert json.loads(ev.params_json)["size"] == 8
+    assert runner.num_run == 1 and time.monotonic() - t0 < 60
+    assert os.getpriority(os.PRIO_PROCESS, 0) < 19  # the daemon's own priority is untouched
+
+
+def test_a_probe_past_its_timeout_is_killed_and_reported() -> None:
+    events: list[schema.Event] = []
+    runner = probe_runner(events, grace_s=0.0)
+    runner.run_one(
+        probe_request(), validate("numerics", '{"timeout_s": 0.01}'), time.monotonic_ns()
+    )
+    assert [e.status for e in events] == ["timeout"]  # type: ignore[attr-defined]
 
 
 def test_a_replay_probe_runs_on_the_targets_daemon(tmp_path: Path) -> None:
