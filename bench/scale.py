@@ -1,7 +1,7 @@
 """Analysis cost at scale: one window of per-step summaries from 1,024 and 16,384 ranks.
 
 For each world size a seeded synthetic window of ``--steps`` steps (default 50) is generated the
-way a synchronous data-parallel job behaves (see ``tests/unit/analysis/scenarios.py``): every rank
+way a synchronous data-parallel job behaves (see ``tests/fakes/scenarios.py``): every rank
 loads data, computes and meets its peers in the collectives, so its collective wait is the
 slowest rank's busy time minus its own. Ranks live 8 to a host. Two culprits are injected with
 their onsets inside the window: one slow rank (compute +``--rank-extra`` from step ``steps // 2``

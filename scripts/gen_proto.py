@@ -1,7 +1,8 @@
 """Regenerate ``diag/proto/diag.proto`` from ``diag/schema.py`` and compile it.
 
 The schema dataclasses are the source of truth; the proto mirrors them field for field (the test
-``tests/unit/test_codec.py`` checks the committed files are current). Run after changing the schema:
+``tests/unit/transport/test_codec.py`` checks the committed files are current). Run after
+changing the schema:
 
     python scripts/gen_proto.py
 """

@@ -1,18 +1,45 @@
 """Fixtures shared by the whole suite (the only conftest): a one-rank gloo world for the hook
-tests, and the two-node network (network namespaces) for the integration tests that need it."""
+tests, the two-node network (network namespaces) for the integration tests that need it, and the
+guard that keeps unit tests from starting processes (those belong in tests/integration)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.fakes.netns import two_nodes
 
-__all__ = ["two_nodes", "world"]
+__all__ = ["no_processes_in_unit_tests", "two_nodes", "world"]
+
+UNIT = Path(__file__).resolve().parent / "unit"
+
+
+@pytest.fixture(autouse=True)
+def no_processes_in_unit_tests(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit test that starts a process fails at once, naming the call: move it to
+    tests/integration (or fake the process behind the seam it goes through)."""
+    if UNIT not in Path(str(request.node.path)).resolve().parents:
+        return
+
+    def refuse(what: str):  # type: ignore[no-untyped-def]
+        def fail(*args, **kwargs):  # type: ignore[no-untyped-def]
+            raise AssertionError(f"a unit test started a process ({what}): move it to integration")
+
+        return fail
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse("subprocess"))
+    # (os.system stays: a test pickles it as a payload the dump reader must refuse to call)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, refuse(f"os.{name}"))
 
 
 @pytest.fixture(scope="module")

@@ -188,6 +188,10 @@ class HookListener:
         conn.setblocking(False)
         self._decoders[conn] = framing.FrameDecoder()
         self._selector.register(conn, selectors.EVENT_READ)
+        # The outbox exists before the greeting is prepared: a request broadcast meanwhile reaches
+        # this connection too (at least once: the hook drops the duplicate), never zero times.
+        with self._out_lock:
+            self._outbox[conn] = bytearray()
         self.num_connections += 1
         greeting: Sequence[bytes] = ()
         if self._on_connect is not None:
@@ -196,7 +200,7 @@ class HookListener:
             except Exception:  # the daemon's bug must not cost the connection its events
                 log.exception("preparing the control frames of a new hook connection failed")
         with self._out_lock:
-            box = self._outbox[conn] = bytearray()
+            box = self._outbox.get(conn)
             for frame in greeting:
                 self._queue(box, frame)
 

@@ -101,3 +101,29 @@ def test_stop_reads_what_hooks_already_sent(sock_path: Path) -> None:
     with pytest.raises(OSError):
         FakeHook(sock_path)
     hook.close()
+
+
+def test_a_request_broadcast_while_a_hook_connects_still_reaches_it(sock_path: Path) -> None:
+    """The greeting (retained requests) is prepared while the connection is being set up; a
+    request relayed in that moment must reach the new hook as well, not fall between the two."""
+    holder: list[HookListener] = []
+
+    def on_connect() -> list[bytes]:
+        holder[0].broadcast(frames.encode_frame(b"relayed meanwhile"))
+        return [frames.encode_frame(b"retained")]
+
+    listener = HookListener(sock_path, Sink(), on_connect)
+    holder.append(listener)
+    listener.start()
+    hook = FakeHook(sock_path)
+    decoder, got = frames.FrameDecoder(), []
+    hook.sock.settimeout(10)
+    try:
+        while len(got) < 2:
+            data = hook.sock.recv(4096)
+            assert data, f"connection closed after {got}"
+            got += decoder.feed(data)
+    finally:
+        hook.close()
+        listener.stop()
+    assert sorted(got) == [b"relayed meanwhile", b"retained"]
