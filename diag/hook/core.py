@@ -19,7 +19,9 @@ thread summarizes the result (:mod:`diag.hook.kernels`).
 
 :class:`Hook` is the composition root of the hook: it builds the job side (tracker, profiler
 windows, numerics tier, the wrappers' callbacks) and the hook thread, handing each what it uses;
-the two sides share only a :class:`~diag.hook.state.HookState`.
+the two sides share only a :class:`~diag.hook.state.HookState`. Lifecycle: :func:`install`,
+:func:`uninstall` (or the ``atexit`` close: the last ``HookHealth`` says ``final``),
+:meth:`Hook.detach` (``diag attach`` leaving a job that runs on) and :meth:`Hook.arm_watchdog`.
 
 Importing this module is cheap: torch is imported only in :func:`install`, the hook thread's
 modules (protobuf, the transport codec) when a hook is built.
@@ -149,7 +151,23 @@ class Hook:
         atexit.register(self.close)
 
     def close(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
-        """Restore every patched function, then final harvest + health + flush (<= timeout_s)."""
+        """Restore every patched function, then final harvest + health + flush (<= timeout_s);
+        the last health event says ``final`` (the process is exiting, or done with the hook)."""
+        self._shutdown(timeout_s, exiting=True)
+
+    def detach(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
+        """Uninstall as a detach, not an exit: as :meth:`close`, but the last health event does
+        not say ``final`` (:class:`~diag.schema.HookHealth`: "the process exited normally", so the
+        analyzer would take a hang this hook reported as resolved), and the daemon connection is
+        closed as soon as that last flush is done. The job keeps running; only diag's imported
+        modules stay behind. A no-op once the hook is uninstalled."""
+        global _HOOK
+        with _LOCK:
+            if _HOOK is self:
+                _HOOK = None
+        self._shutdown(timeout_s, exiting=False)
+
+    def _shutdown(self, timeout_s: float, *, exiting: bool) -> None:
         if not self.active:
             return
         self.active = False
@@ -159,8 +177,13 @@ class Hook:
             self._patcher.restore()
         except Exception as exc:
             self.error(exc)
-        self.thread.stop(timeout_s)
+        self.thread.stop(timeout_s, exiting=exiting)
         atexit.unregister(self.close)
+
+    def arm_watchdog(self) -> None:
+        """Arm the hang watchdog now: a stall is measured from this moment even if this rank
+        never makes progress again (a hook attached to a job that may already be stuck)."""
+        self.thread.arm_watchdog()
 
     def patch_dcp(self) -> None:
         """Wrap torch.distributed.checkpoint once the job imported it (from the hook thread)."""

@@ -3,7 +3,10 @@
 Every ``flush_interval_s`` it drains the record queue, every ``fr_poll_interval_s`` it harvests the
 Flight Recorder (``_dump_fr_trace`` without stack traces, parsed by the restricted unpickler), every
 ``health_interval_s`` it emits a :class:`~diag.schema.HookHealth`, and it writes what it built to
-the daemon socket. On stop it does a final drain, harvest and health event and one last flush.
+the daemon socket. On stop it does a final drain, harvest and health event and one last flush,
+then closes the daemon connection. The last health event says ``final`` (the process is exiting
+normally) unless the stop is a detach (:meth:`HookThread.stop` with ``exiting=False``: the hook
+leaves a job that runs on).
 
 Each cycle it also reads the control frames the daemon wrote back (on-demand profile requests,
 scheduled through the :class:`~diag.hook.profiler.ProfilerWindows` inbox; a malformed one is
@@ -129,6 +132,7 @@ class HookThread(threading.Thread):
         self._dump_fn = getattr(c10d, "_dump_fr_trace", None)
         self.fr_ok = bool(self.cfg.capture_collectives and self._dump_fn is not None)
         self._stop_evt = threading.Event()
+        self._exiting = True  # the last cycle's health says final (set by stop() before _stop_evt)
         self._pending_steps: deque[tuple[Any, ...]] = deque()
         self._next_fr = 0.0
         self._next_health = time.monotonic() + self.cfg.health_interval_s
@@ -175,12 +179,20 @@ class HookThread(threading.Thread):
         while not self._stop_evt.wait(self.cfg.flush_interval_s):
             self._cycle(final=False)
         self._cycle(final=True)
+        self.sender.close()  # the daemon sees the end now, not when the process exits
 
-    def stop(self, timeout_s: float) -> None:
-        """Ask for the final cycle and wait for it at most ``timeout_s``."""
+    def stop(self, timeout_s: float, *, exiting: bool = True) -> None:
+        """Ask for the final cycle and wait for it at most ``timeout_s``. ``exiting=False`` is a
+        detach: the last health event does not say ``final`` (the process runs on, so a hang
+        this hook reported must not look resolved by a clean exit)."""
+        self._exiting = exiting
         self._stop_evt.set()
         if self.is_alive():
             self.join(timeout_s)
+
+    def arm_watchdog(self) -> None:
+        """Arm the hang watchdog now (any thread): see :meth:`HangWatchdog.arm`."""
+        self.watchdog.arm()
 
     def _cycle(self, *, final: bool) -> None:
         try:
@@ -206,7 +218,7 @@ class HookThread(threading.Thread):
                 self.sender.drop_backlog()  # what the daemon did not take now is lost
             if final or now >= self._next_health:
                 self._next_health = now + self.cfg.health_interval_s
-                self._emit(self._health(final=final))
+                self._emit(self._health(final=final and self._exiting))
         except Exception as exc:
             self._error(exc)
         self.sender.flush()
