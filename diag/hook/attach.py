@@ -19,17 +19,20 @@ milliseconds. Rules:
 Only the hook's public API is used: :func:`~diag.hook.core.install`,
 :func:`~diag.hook.core.installed`, :meth:`Hook.arm_watchdog`, :meth:`Hook.detach`.
 
-The status file (JSON) says ``state``: ``attached``, ``reused``, ``failed`` (with ``error``), then
-``detached``.
+The status file (JSON, replaced whole: :func:`diag.fsutil.atomic_write`) says ``state``:
+``attached``, ``reused``, ``failed`` (with ``error``), then ``detached``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
+
+from diag.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from diag.hook.core import Hook
@@ -40,13 +43,8 @@ POLL_S = 0.2
 def _write_status(path: str, **fields: Any) -> None:
     if not path:
         return
-    try:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"pid": os.getpid(), **fields}, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        atomic_write(path, json.dumps({"pid": os.getpid(), **fields}))
 
 
 def _should_stop(stop_file: str, owner_pid: int, deadline: float) -> bool:
