@@ -7,15 +7,20 @@ milliseconds. Rules:
 
 - A hook already present (the worker started under ``diag run``, or another ``diag attach`` is
   attached) is reused, never installed twice; this attach will not uninstall it either.
-- The hang watchdog is armed at once: a worker that is already stuck makes no progress after the
-  attach, yet finding it is what attaching is for (the stall is measured from the attach).
-- Detach: the watcher uninstalls the hook (patches restored, optimizer hooks removed, profiler
-  window closed, final flush, hook thread stopped, daemon connection closed) as soon as the stop
-  file exists, the attaching process is gone or the deadline passed; then it ends. The job runs
-  on untouched; only diag's imported modules stay in ``sys.modules``.
+- The hang watchdog is armed at once (:meth:`Hook.arm_watchdog`): a worker that is already stuck
+  makes no progress after the attach, yet finding it is what attaching is for (the stall is
+  measured from the attach).
+- Detach (:meth:`Hook.detach`): the watcher uninstalls the hook (patches restored, optimizer hooks
+  removed, profiler window closed, final flush, hook thread stopped, daemon connection closed) as
+  soon as the stop file exists, the attaching process is gone or the deadline passed; then it
+  ends. It is not an exit: the last health report does not say ``final``. The job runs on
+  untouched; only diag's imported modules stay in ``sys.modules``.
 
-The status file (JSON) says ``state``: ``attached``, ``reused``, ``failed`` (with ``error``), then
-``detached``.
+Only the hook's public API is used: :func:`~diag.hook.core.install`,
+:func:`~diag.hook.core.installed`, :meth:`Hook.arm_watchdog`, :meth:`Hook.detach`.
+
+The status file (JSON, replaced whole: :func:`diag.fsutil.atomic_write`) says ``state``:
+``attached``, ``reused``, ``failed`` (with ``error``), then ``detached``.
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ import json
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from diag.fsutil import atomic_write
+
+if TYPE_CHECKING:
+    from diag.hook.core import Hook
 
 POLL_S = 0.2
 
@@ -33,13 +43,8 @@ POLL_S = 0.2
 def _write_status(path: str, **fields: Any) -> None:
     if not path:
         return
-    try:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"pid": os.getpid(), **fields}, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        atomic_write(path, json.dumps({"pid": os.getpid(), **fields}))
 
 
 def _should_stop(stop_file: str, owner_pid: int, deadline: float) -> bool:
@@ -57,31 +62,13 @@ def _should_stop(stop_file: str, owner_pid: int, deadline: float) -> bool:
     return False
 
 
-def _watch(hook: Any, status: str, stop_file: str, owner_pid: int, deadline: float) -> None:
-    from diag.hook import core as hook_mod
-
+def _watch(hook: Hook, status: str, stop_file: str, owner_pid: int, deadline: float) -> None:
     while not _should_stop(stop_file, owner_pid, deadline):
         time.sleep(POLL_S)
         if not hook.active:  # uninstalled by someone else (the job itself)
             break
-    _not_an_exit(hook)
-    if hook_mod.installed() is hook:
-        hook_mod.uninstall()
-    else:
-        hook.close()
-    if not hook.thread.is_alive():  # the daemon connection: closed now, not at the next GC
-        with contextlib.suppress(Exception):
-            hook.thread.sender.close()
+    hook.detach()  # a no-op if the job uninstalled it
     _write_status(status, state="detached")
-
-
-def _not_an_exit(hook: Any) -> None:
-    """A detach is not an exit: the last health report of the hook's final cycle must not say
-    ``final`` (:class:`~diag.schema.HookHealth`: "the process exited normally"), or the analyzer
-    would take a hang this hook reported as resolved by a clean exit."""
-    thread = hook.thread
-    health = thread._health
-    thread._health = lambda *, final: health(final=False)
 
 
 def start(spec_json: str) -> None:
@@ -99,8 +86,7 @@ def start(spec_json: str) -> None:
             _write_status(status, state="reused", job_id=present.cfg.job_id)
             return
         hook = hook_mod.install(HookConfig(**spec["hook"]))
-        # Any token the hook thread has not seen arms the watch at its next look (see above).
-        hook.thread.watchdog.watch.observe(object(), time.monotonic_ns(), started=True)
+        hook.arm_watchdog()
         threading.Thread(
             target=_watch,
             args=(

@@ -17,30 +17,39 @@ Profiler windows (:mod:`diag.hook.profiler`): the training thread switches the t
 profiler on where a window's first step begins and off at the end of its last step; the hook
 thread summarizes the result (:mod:`diag.hook.kernels`).
 
-Importing this module is cheap: torch is imported only in :func:`install`.
+:class:`Hook` is the composition root of the hook: it builds the job side (tracker, profiler
+windows, numerics tier, the wrappers' callbacks) and the hook thread, handing each what it uses;
+the two sides share only a :class:`~diag.hook.state.HookState`. Lifecycle: :func:`install`,
+:func:`uninstall` (or the ``atexit`` close: the last ``HookHealth`` says ``final``),
+:meth:`Hook.detach` (``diag attach`` leaving a job that runs on) and :meth:`Hook.arm_watchdog`.
+
+Importing this module is cheap: torch is imported only in :func:`install`, the hook thread's
+modules (protobuf, the transport codec) when a hook is built.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import threading
 import time
-from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diag.config import HookConfig, default_host, load_config
 from diag.hook import patches as hook_patches
 from diag.hook.events import EventFactory
+from diag.hook.groups import ProcessGroups
 from diag.hook.numerics import Numerics
+from diag.hook.numerics_events import NumericsEvents
 from diag.hook.phases import BACKWARD, OPTIMIZER, StepTracker
 from diag.hook.profiler import ProfilerWindows
 from diag.hook.sched import runqueue_clock
 from diag.hook.stacks import ExceptHooks, ExceptionInfo
+from diag.hook.state import ErrorLog, HookState, measure_wall_offset_ns
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from diag.hook.thread import HookThread
 
 EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
 # Flight Recorder entries kept, unless the job set its own size. A dump costs ~10 us per entry in
@@ -52,41 +61,36 @@ _HOOK: Hook | None = None
 _LOCK = threading.Lock()
 
 
-def _wall_offset_ns() -> int:
-    """``time.time_ns() - time.perf_counter_ns()``, the tightest of a few samples."""
-    best: tuple[int, int] | None = None
-    for _ in range(5):
-        a = time.perf_counter_ns()
-        wall = time.time_ns()
-        b = time.perf_counter_ns()
-        if best is None or b - a < best[0]:
-            best = (b - a, wall - (a + b) // 2)
-    assert best is not None
-    return best[1]
-
-
 class Hook:
-    """One installed hook. The wrappers call its ``on_*``/``before_*``/``after_*`` methods."""
+    """One installed hook: the job side (:class:`~diag.hook.patches.HookCallbacks`, which the
+    wrappers call) and its lifecycle; it owns the hook thread (:attr:`thread`).
+
+    ``state`` is what the job's threads share with the hook thread. ``num_errors`` and
+    ``last_error`` are diag's own failures so far, both sides together.
+    """
 
     def __init__(self, cfg: HookConfig, torch: Any) -> None:
         self.cfg = cfg
         self.torch = torch
-        self.clock = time.perf_counter_ns
-        self.wall_offset_ns = _wall_offset_ns()
-        self.queue: deque[tuple[Any, ...]] = deque()
-        self.num_dropped = 0
-        self.num_errors = 0
-        self.last_error = ""
+        clock = time.perf_counter_ns
+        self.state = HookState(
+            queue_max_events=cfg.queue_max_events,
+            clock=clock,
+            wall_offset_ns=measure_wall_offset_ns(clock),
+            job_errors=ErrorLog(clock),
+            thread_errors=ErrorLog(clock),
+        )
+        self.clock = clock
         self.active = False
         self.train_tid = threading.main_thread().ident
         self.profiler = ProfilerWindows(
-            cfg, torch, clock=self.clock, wall_offset_ns=self.wall_offset_ns, on_error=self.error
+            cfg, torch, clock=clock, wall_offset_ns=self.state.wall_offset_ns, on_error=self.error
         )
         # The run-queue clock follows the thread that opens it: only the training (main) thread's.
         on_main = threading.current_thread() is threading.main_thread()
         self.tracker = StepTracker(
-            self.emit,
-            self.clock,
+            self.state.emit,
+            clock,
             on_begin=self.profiler.step_begins,
             runqueue=runqueue_clock() if on_main else None,
         )
@@ -100,15 +104,43 @@ class Hook:
             job_id=cfg.job_id,
         )
         self._patcher = hook_patches.Patcher()
+        groups = ProcessGroups(torch.distributed)
         self.numerics = (
-            Numerics(cfg, torch, emit=self.emit, error=self.error, pg_info=self.pg_info)
+            Numerics(cfg, torch, emit=self.state.emit, error=self.error, pg_info=groups.info)
             if cfg.numerics
             else None
         )
         self.excepthooks = ExceptHooks(self.on_exception)
+        self.thread = self._build_thread(groups)
+
+    def _build_thread(self, groups: ProcessGroups) -> HookThread:
+        # Imported here: the thread's modules load protobuf and the transport codec, which only an
+        # installed hook needs (importing diag.hook stays cheap).
         from diag.hook.thread import HookThread
 
-        self.thread = HookThread(self)
+        return HookThread(
+            self.state,
+            self.cfg,
+            self.torch,
+            events=self.events,
+            profiler=self.profiler,
+            steps=self.tracker,
+            numerics=(
+                NumericsEvents(self.numerics, self.events, self.torch)
+                if self.numerics is not None
+                else None
+            ),
+            groups=groups,
+            patch_late=self.patch_dcp,
+        )
+
+    @property
+    def num_errors(self) -> int:
+        return self.state.num_errors
+
+    @property
+    def last_error(self) -> str:
+        return self.state.last_error
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -119,7 +151,23 @@ class Hook:
         atexit.register(self.close)
 
     def close(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
-        """Restore every patched function, then final harvest + health + flush (<= timeout_s)."""
+        """Restore every patched function, then final harvest + health + flush (<= timeout_s);
+        the last health event says ``final`` (the process is exiting, or done with the hook)."""
+        self._shutdown(timeout_s, exiting=True)
+
+    def detach(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
+        """Uninstall as a detach, not an exit: as :meth:`close`, but the last health event does
+        not say ``final`` (:class:`~diag.schema.HookHealth`: "the process exited normally", so the
+        analyzer would take a hang this hook reported as resolved), and the daemon connection is
+        closed as soon as that last flush is done. The job keeps running; only diag's imported
+        modules stay behind. A no-op once the hook is uninstalled."""
+        global _HOOK
+        with _LOCK:
+            if _HOOK is self:
+                _HOOK = None
+        self._shutdown(timeout_s, exiting=False)
+
+    def _shutdown(self, timeout_s: float, *, exiting: bool) -> None:
         if not self.active:
             return
         self.active = False
@@ -129,8 +177,13 @@ class Hook:
             self._patcher.restore()
         except Exception as exc:
             self.error(exc)
-        self.thread.stop(timeout_s)
+        self.thread.stop(timeout_s, exiting=exiting)
         atexit.unregister(self.close)
+
+    def arm_watchdog(self) -> None:
+        """Arm the hang watchdog now: a stall is measured from this moment even if this rank
+        never makes progress again (a hook attached to a job that may already be stuck)."""
+        self.thread.arm_watchdog()
 
     def patch_dcp(self) -> None:
         """Wrap torch.distributed.checkpoint once the job imported it (from the hook thread)."""
@@ -138,20 +191,9 @@ class Hook:
             hook_patches.patch_dcp(self, self._patcher)
 
     # ------------------------------------------------------ training thread
-    def emit(self, rec: tuple[Any, ...]) -> None:
-        """Queue one record for the hook thread; never blocks: drops and counts when full."""
-        if len(self.queue) < self.cfg.queue_max_events:
-            self.queue.append(rec)
-        else:
-            self.num_dropped += 1
-
     def error(self, exc: BaseException) -> None:
-        """Count one of diag's own failures; log the first of each kind."""
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        if self.num_errors == 0 or message != self.last_error:
-            log.debug("diag hook error: %s", message, exc_info=exc)
-        self.num_errors += 1
-        self.last_error = message
+        """Count one of diag's own failures on the job side; log the first of each kind."""
+        self.state.job_errors.record(exc)
 
     def add_replica(self, ddp: Any) -> None:
         """A DistributedDataParallel module (seen by its wrapped ``__init__``, or handed over by
@@ -267,12 +309,14 @@ class Hook:
         step = tracker.step if tracker.started else -1
         if tracker.started and self.on_train_thread():
             tracker.add_collective(t1 - t0, sync)
-        self.emit(("coll", step, op, t0, t1, nbytes, dtype, group, sync, ok, threading.get_ident()))
+        self.state.emit(
+            ("coll", step, op, t0, t1, nbytes, dtype, group, sync, ok, threading.get_ident())
+        )
 
     def on_exception(self, info: ExceptionInfo) -> None:
         """An uncaught exception (from the chained excepthooks): queued even when the queue is
         full, since it is what explains the end of this process; sent by the exit flush."""
-        self.queue.append(("exc", info, self.tracker.step if self.tracker.started else -1))
+        self.state.queue.append(("exc", info, self.tracker.step if self.tracker.started else -1))
 
     def on_checkpoint(self, op: str, api: str, path: str, t0: int, t1: int, ok: bool) -> None:
         step = self.tracker.step if self.tracker.started else -1
@@ -283,25 +327,7 @@ class Hook:
             with contextlib.suppress(OSError):
                 if os.path.isfile(path):
                     size = os.path.getsize(path)
-        self.emit(("ckpt", step, op, api, path, t0, t1, ok, size))
-
-    # ----------------------------------------------------------- hook thread
-    def pg_info(self, group: Any) -> tuple[str, int]:
-        """(name, size) of a process group (None = the default group); ("", 0) if unknown."""
-        dist = self.torch.distributed
-        if not dist.is_initialized():
-            return "", 0
-        c10d = dist.distributed_c10d
-        pg = group if group is not None else c10d._get_default_group()
-        return str(c10d._world.pg_names.get(pg, "")), int(pg.size())
-
-    def pg_sizes(self) -> dict[str, int]:
-        """Every process group this rank knows: name -> size (gloo's FR ``pg_config`` is empty)."""
-        dist = self.torch.distributed
-        if not (dist.is_available() and dist.is_initialized()):
-            return {}
-        names = list(dist.distributed_c10d._world.pg_names.items())
-        return {str(name): int(pg.size()) for pg, name in names}
+        self.state.emit(("ckpt", step, op, api, path, t0, t1, ok, size))
 
 
 def install(config: HookConfig | None = None) -> Hook:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import gzip
 import logging
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from diag import schema
+from diag.fsutil import atomic_open
 from diag.hook.events import EventFactory
 from diag.hook.profiler import WindowResult
 from diag.kernel_category import KernelStat, kernel_category
@@ -136,10 +136,20 @@ def summarize(
     return out
 
 
+class _TooLarge(Exception):
+    """A compressed trace over the size limit (discards the temporary file atomic_open wrote)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
 class TraceFiles:
     """Raw traces of one rank, at most ``max_files`` kept (oldest deleted first).
 
-    A compressed trace larger than ``max_bytes`` is not kept (its size is still reported).
+    A compressed trace larger than ``max_bytes`` is not kept (its size is still reported). A trace
+    file appears whole or not at all (:func:`diag.fsutil.atomic_open`); torch writes the raw JSON
+    to a hidden scratch file first (``.<window_id>.json.tmp``), removed once compressed.
     """
 
     def __init__(self, trace_dir: str, *, max_files: int, max_bytes: int) -> None:
@@ -150,26 +160,26 @@ class TraceFiles:
     def write(
         self, result: Any, rank: int, window_id: str, pause: Callable[[], None]
     ) -> tuple[str, int]:
-        """Save ``result``'s Chrome trace gzip-compressed: (path relative to trace_dir, bytes)."""
+        """Save ``result``'s Chrome trace gzip-compressed: (path relative to trace_dir, bytes);
+        ("", bytes) when it is over ``max_bytes`` (an older file of that name is left as it was)."""
         rel = f"rank{rank}/{window_id}.json.gz"
         final = Path(self.trace_dir) / rel
         final.parent.mkdir(parents=True, exist_ok=True)
         raw = final.parent / f".{window_id}.json.tmp"
-        packed = final.parent / f".{window_id}.json.gz.tmp"
         try:
             result.save(str(raw))
-            with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
-                while chunk := src.read(CHUNK_BYTES):
-                    dst.write(chunk)
-                    pause()
-            size = packed.stat().st_size
-            if size > self.max_bytes:
-                packed.unlink()
-                return "", size
-            os.replace(packed, final)
+            with open(raw, "rb") as src, atomic_open(final, "wb") as packed:
+                with gzip.GzipFile(f"{window_id}.json", "wb", 6, packed) as dst:
+                    while chunk := src.read(CHUNK_BYTES):
+                        dst.write(chunk)
+                        pause()
+                size = packed.tell()
+                if size > self.max_bytes:
+                    raise _TooLarge(size)
+        except _TooLarge as big:
+            return "", big.size
         finally:
-            for tmp in (raw, packed):
-                tmp.unlink(missing_ok=True)
+            raw.unlink(missing_ok=True)
         self._prune(final.parent)
         return rel, size
 

@@ -2,8 +2,11 @@
 
 Every wrapper calls the real function unchanged (same arguments, same return value, the user's
 exceptions propagate untouched); diag's own bookkeeping before and after is wrapped so that its
-failures are counted by :meth:`Hook.error` and never reach the training loop. A wrapper whose hook
-was uninstalled is a plain pass-through, so a reference someone kept stays harmless.
+failures are counted by :meth:`HookCallbacks.error` and never reach the training loop. A wrapper
+whose hook was uninstalled is a plain pass-through, so a reference someone kept stays harmless.
+
+The wrappers know the hook only as :class:`HookCallbacks` (implemented by
+:class:`diag.hook.core.Hook`): what they read on their fast path and the callbacks they make.
 """
 
 from __future__ import annotations
@@ -13,12 +16,45 @@ import importlib
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from diag.hook.phases import BACKWARD, CHECKPOINT, DATA, OPTIMIZER
+from diag.hook.phases import BACKWARD, CHECKPOINT, DATA, OPTIMIZER, StepTracker
 
 if TYPE_CHECKING:
-    from diag.hook.core import Hook
+    from diag.config import HookConfig
+    from diag.hook.numerics import Numerics
+
+
+class HookCallbacks(Protocol):
+    """The job side of an installed hook, as the wrappers see it.
+
+    ``active`` is False once the hook is uninstalled (every wrapper then passes through);
+    ``clock`` is the hook's perf-counter ns clock; ``tracker`` the step tracker the region
+    wrappers enter and exit; ``numerics`` the numerics tier (None when off). The methods are
+    called on the thread that called the wrapped function; none of them raises (``error`` counts
+    a failure of diag's own bookkeeping).
+    """
+
+    active: bool
+    cfg: HookConfig
+    torch: Any
+    clock: Callable[[], int]
+    tracker: StepTracker
+    numerics: Numerics | None
+
+    def error(self, exc: BaseException) -> None: ...
+    def on_train_thread(self) -> bool: ...
+    def optimizer_pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None: ...
+    def optimizer_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None: ...
+    def before_backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+    def after_backward(self, token: Any) -> None: ...
+    def on_collective(
+        self, op: str, t0: int, t1: int, nbytes: int, dtype: Any, group: Any, sync: bool, ok: bool
+    ) -> None: ...
+    def on_checkpoint(self, op: str, api: str, path: str, t0: int, t1: int, ok: bool) -> None: ...
+    def add_replica(self, ddp: Any) -> None: ...
+    def numerics_call(self, fn: Any, *args: Any) -> None: ...
+
 
 #: torch.distributed functions timed and recorded, with where their payload tensor(s) sit
 #: (positional index, keyword name) for num_bytes/dtype.
@@ -110,7 +146,7 @@ def _group(args: tuple[Any, ...], kwargs: dict[str, Any], pg_type: type) -> Any:
     return group
 
 
-def wrap_collective(hook: Hook, op: str, original: Any) -> Any:
+def wrap_collective(hook: HookCallbacks, op: str, original: Any) -> Any:
     local = threading.local()
     pg_type = hook.torch.distributed.ProcessGroup
     clock = hook.clock
@@ -142,7 +178,7 @@ def wrap_collective(hook: Hook, op: str, original: Any) -> Any:
 
 
 def wrap_region(
-    hook: Hook, phase: int, original: Any, after: Callable[[Any, int], None] | None = None
+    hook: HookCallbacks, phase: int, original: Any, after: Callable[[Any, int], None] | None = None
 ) -> Any:
     """A region wrapper for DataLoader ``__next__`` (phase DATA); ``after(result, step)`` sees
     what a tracked call returned (the numerics tier keeps the batch)."""
@@ -174,7 +210,7 @@ def wrap_region(
     return wrapper
 
 
-def wrap_ddp_init(hook: Hook, original: Any) -> Any:
+def wrap_ddp_init(hook: HookCallbacks, original: Any) -> Any:
     """``DistributedDataParallel.__init__``: the numerics tier learns each replica."""
 
     @functools.wraps(original)
@@ -189,7 +225,7 @@ def wrap_ddp_init(hook: Hook, original: Any) -> Any:
     return wrapper
 
 
-def wrap_scaler_update(hook: Hook, original: Any) -> Any:
+def wrap_scaler_update(hook: HookCallbacks, original: Any) -> Any:
     """``GradScaler.update``: the numerics tier records the loss scale after it."""
 
     @functools.wraps(original)
@@ -202,7 +238,7 @@ def wrap_scaler_update(hook: Hook, original: Any) -> Any:
     return wrapper
 
 
-def wrap_backward(hook: Hook, original: Any) -> Any:
+def wrap_backward(hook: HookCallbacks, original: Any) -> Any:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         token = None
@@ -240,7 +276,7 @@ def _path_of(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return ""
 
 
-def wrap_checkpoint(hook: Hook, api: str, op: str, original: Any) -> Any:
+def wrap_checkpoint(hook: HookCallbacks, api: str, op: str, original: Any) -> Any:
     local = threading.local()
     clock = hook.clock
 
@@ -276,8 +312,8 @@ def wrap_checkpoint(hook: Hook, api: str, op: str, original: Any) -> Any:
     return wrapper
 
 
-def apply(hook: Hook, patcher: Patcher) -> None:
-    """Install every wrapper the config asks for onto ``hook.torch``."""
+def apply(hook: HookCallbacks, patcher: Patcher) -> None:
+    """Install every wrapper ``hook.cfg`` asks for onto ``hook.torch``."""
     torch = hook.torch
     cfg = hook.cfg
     optim = importlib.import_module("torch.optim.optimizer")
@@ -312,7 +348,7 @@ def apply(hook: Hook, patcher: Patcher) -> None:
                 setattr(torch.distributed, op, wrapper)
 
 
-def patch_dcp(hook: Hook, patcher: Patcher) -> bool:
+def patch_dcp(hook: HookCallbacks, patcher: Patcher) -> bool:
     """Wrap torch.distributed.checkpoint's save/load if that module is imported; True if done."""
     import sys
 
@@ -326,4 +362,4 @@ def patch_dcp(hook: Hook, patcher: Patcher) -> bool:
     return True
 
 
-__all__ = ["BACKWARD", "OPTIMIZER", "Patcher", "apply", "patch_dcp"]
+__all__ = ["BACKWARD", "OPTIMIZER", "HookCallbacks", "Patcher", "apply", "patch_dcp"]

@@ -3,15 +3,23 @@
 Every ``flush_interval_s`` it drains the record queue, every ``fr_poll_interval_s`` it harvests the
 Flight Recorder (``_dump_fr_trace`` without stack traces, parsed by the restricted unpickler), every
 ``health_interval_s`` it emits a :class:`~diag.schema.HookHealth`, and it writes what it built to
-the daemon socket. On stop it does a final drain, harvest and health event and one last flush.
+the daemon socket. On stop it does a final drain, harvest and health event and one last flush,
+then closes the daemon connection. The last health event says ``final`` (the process is exiting
+normally) unless the stop is a detach (:meth:`HookThread.stop` with ``exiting=False``: the hook
+leaves a job that runs on).
 
 Each cycle it also reads the control frames the daemon wrote back (on-demand profile requests,
-scheduled through :attr:`Hook.profiler`'s inbox; a malformed one is counted as a hook error) and
-turns finished profiler windows into events (:func:`diag.hook.kernels.process`).
+scheduled through the :class:`~diag.hook.profiler.ProfilerWindows` inbox; a malformed one is
+counted as a hook error) and turns finished profiler windows into events
+(:func:`diag.hook.kernels.process`).
 
 While the Flight Recorder works, a finished step is held until the first harvest after its end, so
 its ``num_collectives`` counts the FR entries created inside it (DDP's C++ all-reduces included);
 without the Flight Recorder it counts the Python-level collective calls of the step.
+
+The thread receives everything it uses (:class:`HookThread`'s arguments) and shares with the job's
+threads only the :class:`~diag.hook.state.HookState` (its fields' writers are listed there) and the
+profiler windows' inbox/done deques; it reads the step tracker's counters (:class:`StepProgress`).
 """
 
 from __future__ import annotations
@@ -24,22 +32,23 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from diag import schema
+from diag.config import HookConfig
 from diag.flight_recorder import load_fr_dump
 from diag.hook import kernels as hook_kernels
-from diag.hook.events import fr_dtype_name
+from diag.hook.events import EventFactory, fr_dtype_name
 from diag.hook.fr_state import FrState, PyCall, StepWindows
+from diag.hook.groups import ProcessGroups
 from diag.hook.numerics import TAGS as NUMERICS_TAGS
 from diag.hook.numerics_events import NumericsEvents
-from diag.hook.profiler import RequestFilter
+from diag.hook.profiler import ProfilerWindows, RequestFilter
 from diag.hook.sender import FrameSender
+from diag.hook.state import HookState
 from diag.hook.watchdog import HangWatchdog, StallWatch, completed_total
 from diag.proto import diag_pb2 as pb
-
-if TYPE_CHECKING:
-    from diag.hook.core import Hook
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +72,54 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-class HookThread(threading.Thread):
-    """The background half of :class:`~diag.hook.core.Hook` (one per installed hook)."""
+class StepProgress(Protocol):
+    """The step tracker's counters, as the hook thread reads them (the training thread writes
+    them): the step in progress, whether the first step began, and the cumulative time spent in
+    blocking Python-level collectives (it grows when one returns)."""
 
-    def __init__(self, hook: Hook) -> None:
+    @property
+    def step(self) -> int: ...
+    @property
+    def started(self) -> bool: ...
+    @property
+    def py_coll_ns(self) -> int: ...
+
+
+class HookThread(threading.Thread):
+    """The background half of an installed hook (one per hook).
+
+    ``state`` is shared with the job's threads; ``events`` stamps every event (its ``rank`` is
+    corrected here once the process group exists); ``profiler`` takes on-demand plans and hands
+    back finished windows; ``steps`` is the training thread's step tracker; ``numerics`` turns
+    the numerics tier's records into events (None when the tier is off); ``groups`` names the
+    process groups; ``patch_late`` wraps entry points of modules the job imported since install
+    (``torch.distributed.checkpoint``; called each cycle when checkpoints are captured).
+    """
+
+    def __init__(
+        self,
+        state: HookState,
+        cfg: HookConfig,
+        torch: Any,
+        *,
+        events: EventFactory,
+        profiler: ProfilerWindows,
+        steps: StepProgress,
+        numerics: NumericsEvents | None,
+        groups: ProcessGroups,
+        patch_late: Callable[[], None],
+    ) -> None:
         super().__init__(name="diag-hook", daemon=True)
-        self.hook = hook
-        self.cfg = hook.cfg
-        self.ev = hook.events
+        self.state = state
+        self.cfg = cfg
+        self.torch = torch
+        self.ev = events
+        self.profiler = profiler
+        self.steps = steps
+        self.numerics = numerics
+        self.groups = groups
+        self._patch_late = patch_late
+        self._error = state.thread_errors.record
         self.sender = FrameSender(
             self.cfg.daemon_sock,
             sender=self.ev.source,
@@ -78,16 +127,12 @@ class HookThread(threading.Thread):
             reconnect_interval_s=self.cfg.reconnect_interval_s,
         )
         self.windows = StepWindows()
-        self.numerics = (
-            NumericsEvents(hook.numerics, self.ev, hook.torch)
-            if hook.numerics is not None
-            else None
-        )
         self.fr = FrState(self.windows)
-        c10d = getattr(hook.torch._C, "_distributed_c10d", None)
+        c10d = getattr(torch._C, "_distributed_c10d", None)
         self._dump_fn = getattr(c10d, "_dump_fr_trace", None)
         self.fr_ok = bool(self.cfg.capture_collectives and self._dump_fn is not None)
         self._stop_evt = threading.Event()
+        self._exiting = True  # the last cycle's health says final (set by stop() before _stop_evt)
         self._pending_steps: deque[tuple[Any, ...]] = deque()
         self._next_fr = 0.0
         self._next_health = time.monotonic() + self.cfg.health_interval_s
@@ -105,9 +150,9 @@ class HookThread(threading.Thread):
             self.ev,
             progress=self._progress,
             fr_dump=self._fresh_dump,
-            last_step=lambda: hook.tracker.step - 1 if hook.tracker.started else -1,
-            current_step=lambda: hook.tracker.step if hook.tracker.started else -1,
-            on_error=hook.error,
+            last_step=lambda: steps.step - 1 if steps.started else -1,
+            current_step=lambda: steps.step if steps.started else -1,
+            on_error=self._error,
         )
         self.traces = (
             hook_kernels.TraceFiles(
@@ -130,16 +175,24 @@ class HookThread(threading.Thread):
             if self.fr_ok:  # the first dump can take seconds: pay it here, not mid-run
                 self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
         except Exception as exc:
-            self.hook.error(exc)
+            self._error(exc)
         while not self._stop_evt.wait(self.cfg.flush_interval_s):
             self._cycle(final=False)
         self._cycle(final=True)
+        self.sender.close()  # the daemon sees the end now, not when the process exits
 
-    def stop(self, timeout_s: float) -> None:
-        """Ask for the final cycle and wait for it at most ``timeout_s``."""
+    def stop(self, timeout_s: float, *, exiting: bool = True) -> None:
+        """Ask for the final cycle and wait for it at most ``timeout_s``. ``exiting=False`` is a
+        detach: the last health event does not say ``final`` (the process runs on, so a hang
+        this hook reported must not look resolved by a clean exit)."""
+        self._exiting = exiting
         self._stop_evt.set()
         if self.is_alive():
             self.join(timeout_s)
+
+    def arm_watchdog(self) -> None:
+        """Arm the hang watchdog now (any thread): see :meth:`HangWatchdog.arm`."""
+        self.watchdog.arm()
 
     def _cycle(self, *, final: bool) -> None:
         try:
@@ -158,16 +211,16 @@ class HookThread(threading.Thread):
             self._control()
             self._profile_windows()
             if self.cfg.capture_checkpoints:
-                self.hook.patch_dcp()
+                self._patch_late()
             if final:
                 self.sender.retry_now()  # one more connection attempt for the last events
                 self.sender.flush()  # so the final health counts what was sent
                 self.sender.drop_backlog()  # what the daemon did not take now is lost
             if final or now >= self._next_health:
                 self._next_health = now + self.cfg.health_interval_s
-                self._emit(self._health(final=final))
+                self._emit(self._health(final=final and self._exiting))
         except Exception as exc:
-            self.hook.error(exc)
+            self._error(exc)
         self.sender.flush()
 
     def _emit(self, event: schema.Event) -> None:
@@ -179,7 +232,7 @@ class HookThread(threading.Thread):
         try:
             payloads = self.sender.poll_control()
         except Exception as exc:
-            self.hook.error(exc)
+            self._error(exc)
             return
         for payload in payloads:
             try:
@@ -188,15 +241,15 @@ class HookThread(threading.Thread):
                     raise ValueError("control message without a known body")
                 plan = self.requests.plan(msg.profile, self.ev.rank)
             except Exception as exc:
-                self.hook.error(exc)
+                self._error(exc)
                 continue
             if plan is not None:
                 log.debug("diag hook: profile window %s requested at step %d",
                           plan.window_id, plan.start_step)  # fmt: skip
-                self.hook.profiler.inbox.append(plan)
+                self.profiler.inbox.append(plan)
 
     def _profile_windows(self) -> None:
-        profiler = self.hook.profiler
+        profiler = self.profiler
         done = profiler.done
         while done:
             window = done.popleft()
@@ -206,7 +259,7 @@ class HookThread(threading.Thread):
                     window, self.ev, self.traces, record_shapes=self.cfg.profile_record_shapes
                 )
             except Exception as exc:
-                self.hook.error(exc)
+                self._error(exc)
                 continue
             finally:
                 window.result = None  # free the trace now, then allow the next window
@@ -219,7 +272,7 @@ class HookThread(threading.Thread):
 
     # ------------------------------------------------------------- records
     def _drain(self) -> None:
-        queue = self.hook.queue
+        queue = self.state.queue
         while True:
             try:
                 rec = queue.popleft()
@@ -228,10 +281,10 @@ class HookThread(threading.Thread):
             try:
                 self._record(rec)
             except Exception as exc:
-                self.hook.error(exc)
+                self._error(exc)
 
     def _record(self, rec: tuple[Any, ...]) -> None:
-        off = self.hook.wall_offset_ns
+        off = self.state.wall_offset_ns
         tag = rec[0]
         if tag == "step":
             if self.numerics is not None:
@@ -239,7 +292,7 @@ class HookThread(threading.Thread):
                 try:  # a failure here must not lose the step itself
                     rec = self.numerics.step_record(rec, built)
                 except Exception as exc:
-                    self.hook.error(exc)
+                    self._error(exc)
                 self.sender.add(built)
             self.windows.end(rec[1], rec[3] + off)
             self._pending_steps.append(rec)
@@ -248,7 +301,7 @@ class HookThread(threading.Thread):
             self.windows.start(rec[1] + off)
         elif tag == "coll":
             _, step, op, t0, t1, nbytes, dtype, group, sync, _ok, tid = rec
-            pg_name, pg_size = self.hook.pg_info(group)
+            pg_name, pg_size = self.groups.info(group)
             call = PyCall(step, op, t0 + off, t1 + off, nbytes, fr_dtype_name(dtype), pg_name,
                           pg_size, sync, tid)  # fmt: skip
             if self.fr_ok:
@@ -278,9 +331,9 @@ class HookThread(threading.Thread):
     # ------------------------------------------------------------- watchdog
     def _progress(self) -> tuple[tuple[int, int, int], bool]:
         """A token that changes whenever a step ends or a collective completes, and whether
-        either ever happened (see hook_watchdog)."""
-        tracker = self.hook.tracker
-        token = (tracker.step, tracker.py_coll_ns, self._fr_completed)
+        either ever happened (see :mod:`diag.hook.watchdog`)."""
+        steps = self.steps
+        token = (steps.step, steps.py_coll_ns, self._fr_completed)
         return token, token != (0, 0, 0)
 
     def _fresh_dump(self) -> dict[str, Any] | None:
@@ -290,7 +343,7 @@ class HookThread(threading.Thread):
 
     def _release_steps(self, before_wall_ns: int | None) -> None:
         """Emit the held steps that ended before ``before_wall_ns`` (all when None)."""
-        off = self.hook.wall_offset_ns
+        off = self.state.wall_offset_ns
         while self._pending_steps:
             rec = self._pending_steps[0]
             if before_wall_ns is not None and rec[3] + off >= before_wall_ns:
@@ -328,7 +381,7 @@ class HookThread(threading.Thread):
         ):
             self._fr_off("Flight Recorder is off (TORCH_FR_BUFFER_SIZE=0?)")
             return
-        self._pg_sizes.update(self.hook.pg_sizes())  # kept: the job may destroy its groups first
+        self._pg_sizes.update(self.groups.sizes())  # kept: the job may destroy its groups first
         sizes = self._pg_sizes
         for step, payload in self.fr.process(
             dump, time.monotonic(), final=final, extra_sizes=sizes
@@ -359,7 +412,7 @@ class HookThread(threading.Thread):
             return
         low, top = min(ids), max(ids)
         if self._fr_top >= 0 and low > self._fr_top + 1:
-            self.hook.num_dropped += low - self._fr_top - 1
+            self.state.num_fr_dropped += low - self._fr_top - 1
         new = top - self._fr_top if self._fr_top >= 0 else len(ids)
         self._fr_top = max(self._fr_top, top)
         if new > half:
@@ -379,7 +432,7 @@ class HookThread(threading.Thread):
 
     # ------------------------------------------------------------ rank, health
     def _rank_info(self) -> None:
-        torch = self.hook.torch
+        torch = self.torch
         dist = torch.distributed
         backend = device = ""
         world_size = _env_int("WORLD_SIZE", 1)
@@ -409,15 +462,15 @@ class HookThread(threading.Thread):
         )
 
     def _health(self, *, final: bool) -> schema.Event:
-        hook = self.hook
+        state = self.state
         return self.ev.make(
             schema.HookHealth,
             pid=self.ev.pid,
             num_emitted=self.ev.num_emitted + 1,
             num_sent=self.sender.num_sent,
-            num_dropped=hook.num_dropped + self.sender.num_dropped,
-            num_errors=hook.num_errors,
-            last_error=hook.last_error or self.sender.last_error,
-            queue_depth=len(hook.queue) + self.sender.backlog,
+            num_dropped=state.num_dropped + self.sender.num_dropped,
+            num_errors=state.num_errors,
+            last_error=state.last_error or self.sender.last_error,
+            queue_depth=len(state.queue) + self.sender.backlog,
             final=final,
         )

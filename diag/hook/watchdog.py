@@ -8,6 +8,9 @@ one that notices. The rule (:class:`StallWatch`):
 - the watch arms at the first progress (a job still starting up is not hung; a hook installed
   mid-run arms at once), and measures from the last progress seen by the hook thread (it looks
   every ``flush_interval_s``; the Flight Recorder's counters are read at each harvest);
+- :meth:`HangWatchdog.arm` (any thread) arms it at once and measures from that moment: a hook
+  attached to a running job whose rank is already stuck sees no progress at all, yet finding that
+  rank is what attaching is for;
 - a stall is ``now - last progress >= threshold``, with ``threshold = max(hang_factor x p99 of the
   last STEP_WINDOW step durations, hang_min_s)`` (the p99 is the largest duration until there are
   100);
@@ -78,6 +81,10 @@ class StallWatch:
         ordered = sorted(self._steps)
         p99 = ordered[max(math.ceil(0.99 * len(ordered)) - 1, 0)]
         return max(int(self.factor * p99), self.min_ns)
+
+    def arm(self, token: Hashable, now_ns: int) -> None:
+        """Arm now, as if the progress state ``token`` had just been seen at ``now_ns``."""
+        self._started, self._token, self._last_ns, self._armed = True, token, now_ns, True
 
     def observe(self, token: Hashable, now_ns: int, *, started: bool = False) -> Stall | None:
         """Feed the progress state ``token`` (anything that changes on progress) at ``now_ns``;
@@ -168,7 +175,7 @@ class HangWatchdog:
     ``progress()`` returns the current progress token and whether any progress was made yet
     (:meth:`StallWatch.observe`'s ``started``), ``fr_dump()`` a fresh parsed Flight
     Recorder dump (or None without one), ``last_step()`` the last completed step (-1 none),
-    ``current_step()`` the step in progress.
+    ``current_step()`` the step in progress. Everything but :meth:`arm` runs in the hook thread.
     """
 
     def __init__(
@@ -193,6 +200,15 @@ class HangWatchdog:
         self._on_error = on_error
         self._clock = clock
         self._wall = wall_clock
+        # (ns,) of the latest arm() request, a new tuple each time (written by arming threads);
+        # the request the watch was last armed for (hook thread only)
+        self._arm_request: tuple[int] | None = None
+        self._armed_for: tuple[int] | None = None
+
+    def arm(self) -> None:
+        """Arm the watch now, from any thread: the next :meth:`check` measures a stall from this
+        moment even if no progress is ever seen."""
+        self._arm_request = (self._clock(),)
 
     def check(self) -> list[schema.Event]:
         """The report and stacks if a stall fires now, else nothing; never raises."""
@@ -201,6 +217,10 @@ class HangWatchdog:
         try:
             now = self._clock()
             token, started = self._progress()
+            request = self._arm_request
+            if request is not None and request is not self._armed_for:
+                self._armed_for = request
+                self.watch.arm(token, request[0])
             stall = self.watch.observe(token, now, started=started)
             return [] if stall is None else self.report(stall, now)
         except Exception as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from pathlib import Path
 
 from diag import schema
@@ -44,6 +45,14 @@ class FrameSink(threading.Thread):
                     _, events = codec.decode_batch(frame)
                     with self._lock:
                         self.events.extend(events)
+
+    def peers_closed(self, timeout_s: float) -> bool:
+        """Whether every connection accepted so far was closed by the hook (waits at most
+        ``timeout_s``); False while one is still open."""
+        deadline = time.monotonic() + timeout_s
+        for reader in list(self._readers):
+            reader.join(max(0.0, deadline - time.monotonic()))
+        return not any(reader.is_alive() for reader in self._readers)
 
     def close(self) -> list[schema.Event]:
         """Stop accepting, wait for open connections to end, return every event received."""

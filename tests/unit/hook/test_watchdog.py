@@ -73,6 +73,39 @@ def test_disabled_by_a_zero_minimum() -> None:
     assert watch.observe(1, 10**6 * S) is None
 
 
+def test_arm_measures_from_that_moment_without_any_progress() -> None:
+    watch = StallWatch(min_s=5, factor=3)
+    assert watch.observe((0, 0), 0) is None  # starting up: not armed
+    watch.arm((0, 0), 10 * S)
+    assert watch.observe((0, 0), 14 * S) is None
+    stall = watch.observe((0, 0), 15 * S)
+    assert stall is not None and (stall.since_ns, stall.stall_ns) == (10 * S, 5 * S)
+
+
+def test_watchdog_arm_from_another_thread_is_applied_at_the_next_check() -> None:
+    clock = [0]
+    dog = HangWatchdog(
+        StallWatch(min_s=5, factor=3), EventFactory(host="h", rank=0, local_rank=0, job_id=""),
+        progress=lambda: ((0, 0, 0), False), fr_dump=lambda: None, last_step=lambda: -1,
+        current_step=lambda: -1, on_error=lambda exc: None, clock=lambda: clock[0],
+    )  # fmt: skip
+    assert dog.check() == []
+    clock[0] = 100 * S
+    assert dog.check() == []  # never any progress: never armed
+    clock[0] = 101 * S
+    arming = threading.Thread(target=dog.arm)  # e.g. the attach, on the job's main thread
+    arming.start()
+    arming.join()
+    clock[0] = 102 * S
+    assert dog.check() == []
+    clock[0] = 106 * S
+    (report, *_stacks) = dog.check()
+    assert isinstance(report, schema.HangReport) and report.stall_ns == 5 * S
+    assert not report.fr_ok
+    clock[0] = 200 * S
+    assert dog.check() == []  # once per stall: the same arm request is not applied again
+
+
 def _entry(rid: int, seq: int, op: str, *, retired: bool, pg: str = "0", sizes=None) -> dict:
     return {
         "record_id": rid, "process_group": (pg, "default_pg"), "collective_seq_id": seq,
