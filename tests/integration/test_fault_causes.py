@@ -10,10 +10,10 @@ anything else (info findings are allowed). One torchrun launch per test (about 1
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from diag.findings import Finding
 from diag.selftest.cases import Case
 from diag.selftest.runner import run_case
 from diag.selftest.score import judge
@@ -23,15 +23,15 @@ pytestmark = pytest.mark.integration
 ONSET = 30
 
 
-def _show(findings: list[dict[str, Any]]) -> str:
+def _show(findings: list[Finding]) -> str:
     return "\n".join(
-        f"{f['cause']} {f['severity']} ranks={f['ranks']} onset={f['onset_step']} "
-        f"conf={f['confidence']}: {f['summary']}"
+        f"{f.cause} {f.severity} ranks={f.ranks} onset={f.onset_step} "
+        f"conf={f.confidence}: {f.summary}"
         for f in findings
     )
 
 
-def _check(tmp_path: Path, cause: str, ranks: tuple[int, ...]) -> list[dict[str, Any]]:
+def _check(tmp_path: Path, cause: str, ranks: tuple[int, ...]) -> list[Finding]:
     case = Case(cause=cause, severity=0.3, ranks=ranks, onset_step=ONSET, steps=80)
     case, findings = run_case(case, tmp_path)
     outcome = judge(case, findings)
@@ -39,12 +39,12 @@ def _check(tmp_path: Path, cause: str, ranks: tuple[int, ...]) -> list[dict[str,
     top = findings[0]
     # The share of the step lost is measured, not the nominal 30%: on a host whose CPUs are all
     # busy the other ranks' idle waits free CPU for the culprit, so a job loses less than that.
-    assert top["slowdown"] is not None and top["slowdown"] >= 0.03, _show(findings)
-    assert top["onset_step"] is not None and abs(top["onset_step"] - ONSET) <= 3, _show(findings)
+    assert top.slowdown is not None and top.slowdown >= 0.03, _show(findings)
+    assert top.onset_step is not None and abs(top.onset_step - ONSET) <= 3, _show(findings)
     others = [
         f
         for f in findings[1:]
-        if f["severity"] != "info" and (f["cause"] != cause or f["ranks"] != top["ranks"])
+        if f.severity != "info" and (f.cause != cause or f.ranks != top.ranks)
     ]
     assert not others, f"other findings at warning or above:\n{_show(findings)}"
     return findings
@@ -60,5 +60,5 @@ def test_slow_data_loader_is_named(tmp_path: Path) -> None:
 
 def test_slow_checkpoint_storage_is_named_with_its_paths(tmp_path: Path) -> None:
     findings = _check(tmp_path, "checkpoint", (0,))
-    named = [findings[0]["summary"], *(e["subject"] for e in findings[0]["evidence"])]
+    named = [findings[0].summary, *(e.subject for e in findings[0].evidence)]
     assert any(str(tmp_path / "ckpt" / "step") in text for text in named), _show(findings)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from diag.findings import Finding
 from diag.selftest.cases import Case
 from diag.selftest.link import HOSTS, run_link_case
 from diag.selftest.netns import unavailable_reason
@@ -23,11 +23,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.netns]
 ONSET = 30
 
 
-def _show(findings: list[dict[str, Any]]) -> str:
+def _show(findings: list[Finding]) -> str:
     return "\n".join(
-        f"{f['cause']} {f['severity']} ranks={f['ranks']} hosts={f['hosts']} "
-        f"onset={f['onset_step']} detected={f['detected_step']} conf={f['confidence']}: "
-        f"{f['summary']}"
+        f"{f.cause} {f.severity} ranks={f.ranks} hosts={f.hosts} "
+        f"onset={f.onset_step} detected={f.detected_step} conf={f.confidence}: "
+        f"{f.summary}"
         for f in findings
     )
 
@@ -44,8 +44,8 @@ def test_slow_link_is_named_with_its_hosts(tmp_path: Path) -> None:
     outcome = judge(case, findings)
     assert outcome.ok, f"top finding: {outcome.top}\n{shown}"
     top = findings[0]
-    assert top["cause"] == "link" and top["severity"] in ("warning", "critical"), shown
-    assert set(top["link"]["hosts"]) == set(HOSTS) == set(top["hosts"]), shown
-    assert top["detected_step"] is not None and top["detected_step"] >= ONSET, shown
-    blamed = [f for f in findings if f["severity"] != "info" and f["cause"] in ("node", "data")]
+    assert top.cause == "link" and top.severity in ("warning", "critical"), shown
+    assert set(top.link.hosts) == set(HOSTS) == set(top.hosts), shown
+    assert top.detected_step is not None and top.detected_step >= ONSET, shown
+    blamed = [f for f in findings if f.severity != "info" and f.cause in ("node", "data")]
     assert not blamed, f"node or data findings at warning or above:\n{shown}"
