@@ -29,6 +29,11 @@ a timeout) is **program**; else a rank killed by a signal other than torchrun's 
 that vanished with no exception and no final report in a job that failed, is **node** (process
 gone).
 
+Reports arrive rank by rank (each hook's watchdog, then its daemon's shipping, a second or two
+apart), so while some known rank that is still alive has not reported, and the run's newest
+evidence is less than ``report_grace_s`` past the first report, the verdict waits: a rank silent
+only because its report is on its way must not be named as the silent culprit (cause unknown).
+
 ``confidence``: 0.9 for a culprit named by the Flight Recorder and explained by its stack or by
 its exit, 0.8 for a pattern tie-break or an unexplained stack, 0.6 for link, 0.5 when the
 culprit stays ambiguous. ``slowdown`` is None (the job stopped). ``onset_step`` is the step the
@@ -61,6 +66,7 @@ class HangConfig:
     """Settings of the hang detector (see the module docstring for the rules)."""
 
     num_frames: int = 6  # innermost frames of a culprit's stack quoted in the evidence
+    report_grace_s: float = 4.0  # how long the verdict waits for the other ranks' reports
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +89,27 @@ def detect(features: Features, cfg: HangConfig | None = None) -> list[Finding]:
     failures = _failures(features)
     first_hang = min((s.ts_ns for s in states.values()), default=None)
     if first_hang is not None and (not failures or first_hang <= failures[0].ts_ns):
+        if not failures and _reports_pending(features, states, first_hang, cfg):
+            return []
         return [_hang(features, states, failures, cfg)]
     return [_crash(features, failures, cfg)] if failures else []
+
+
+def _reports_pending(
+    f: Features, states: dict[int, RankState], first_ns: int, cfg: HangConfig
+) -> bool:
+    """True while a known, living rank has sent no stall report and the run's newest evidence
+    (any rank's or daemon's report since) is within ``report_grace_s`` of the first one."""
+    known = set() if f.rank_info.empty else {int(r) for r in f.rank_info["rank"] if r >= 0}
+    gone = set() if f.exits.empty else {int(r) for r in f.exits["rank"]}
+    if not (known - set(states) - gone):
+        return False
+    newest = max(
+        (int(frame["ts_ns"].max()) for frame in (f.hangs, f.stacks, f.hook_health, f.host)
+         if not frame.empty and "ts_ns" in frame),
+        default=first_ns,
+    )  # fmt: skip
+    return newest - first_ns < cfg.report_grace_s * 1e9
 
 
 def _resolved(f: Features, s: RankState) -> bool:

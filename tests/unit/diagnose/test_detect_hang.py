@@ -164,3 +164,22 @@ def test_start_up_collectives_do_not_hide_the_pattern() -> None:
     store = RunStore.create(Path("/nonexistent-never-written"))
     store.append([run.events[-1]])
     assert breaks_pattern(rank_states(store.frame("hang"))[1]) is True
+
+
+def test_a_rank_whose_report_is_on_its_way_is_not_named_silent(tmp_path: Path) -> None:
+    """Live triage right after rank 0's report: rank 1 (alive) has not reported yet, as happens
+    when reports arrive a second apart. No verdict until the others had time to report; then, if
+    rank 1 stays silent, it is named (cause unknown: no stack)."""
+    run = Run()
+    run.report(0, done=13, in_flight=("barrier", "[]"))
+    assert run.findings(tmp_path / "a") == []  # nothing newer than the first report: wait
+    run.events.append(
+        schema.HookHealth(**run.ranks[0].env(STALL + 10 * S), pid=100, final=False)
+    )  # 5 s later, still no report from rank 1
+    (f,) = run.findings(tmp_path / "b")
+    assert (f.ranks, f.cause) == ((1,), "unknown") and "sent no stall report" in f.summary
+    run = Run()
+    run.report(0, done=13, in_flight=("barrier", "[]"))
+    run.report(1, done=13, in_flight=("all_reduce", "[[1056]]"), at=S // 2)
+    (f,) = run.findings(tmp_path / "c")  # both in: decided at once
+    assert (f.ranks, f.cause) == ((1,), "program") and "mismatched" in f.summary
