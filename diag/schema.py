@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -235,6 +235,8 @@ class ProcSample(Event):
     read_bytes_per_s: float = 0.0
     write_bytes_per_s: float = 0.0
     num_ctx_switches_involuntary: int = 0
+    #: the CPU the process last ran on (``/proc/<pid>/stat`` field 39; -1 unknown; schema 1.6)
+    last_cpu: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -618,6 +620,44 @@ class ProbeResultEvent(Event):
     duration_ns: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessGroupInfo(Event):
+    """One process group as a rank's hook sees it (schema 1.6): sent once per group and rank,
+    when the hook first sees the group. The parallel layout comes from these: which ranks share
+    a data-parallel, pipeline or tensor-parallel group.
+
+    ``pg_name`` is the Flight Recorder's name of the group ("0" for the default group),
+    ``pg_desc`` torch's description of it (``group_desc``, e.g. "default_pg", or what the job
+    passed), ``ranks_json`` the JSON list of its global ranks in group-rank order, ``size`` their
+    number, ``backend`` the group's backend.
+    """
+
+    kind: ClassVar[str] = "process_group"
+
+    pg_name: str = ""
+    pg_desc: str = ""
+    ranks_json: str = ""
+    size: int = 0
+    backend: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostProcess(Event):
+    """A process on a node that is not one of the job's ranks, competing for its CPUs (schema
+    1.6): each host sample, the daemon reports the busiest such processes (``cpu_pct`` 100 per
+    fully used core over ``interval_ns``), with ``cmd`` (its command line, truncated) and
+    ``last_cpu`` (the CPU it last ran on, -1 unknown). ``rank`` is -1: it belongs to the host.
+    """
+
+    kind: ClassVar[str] = "host_process"
+
+    pid: int
+    interval_ns: int = 0
+    cpu_pct: float = 0.0
+    cmd: str = ""
+    last_cpu: int = -1
+
+
 #: Every event kind, by its ``kind`` name. Order is stable (it is the proto oneof order).
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
@@ -645,6 +685,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ParamFingerprint,
         BatchStats,
         ProbeResultEvent,
+        ProcessGroupInfo,
+        HostProcess,
     )
 }
 

@@ -104,6 +104,13 @@ class Features:
     nonfinite: pd.DataFrame = field(default_factory=pd.DataFrame)
     fingerprints: pd.DataFrame = field(default_factory=pd.DataFrame)
     batch_stats: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The parallel layout's raw signal (schema 1.6), as stored: every process group each rank's
+    #: hook saw (ProcessGroupInfo: name, description, member ranks). Empty for older runs and
+    #: timing tables (whose ``dp_rank``/``pp_rank``/``tp_rank`` columns say the same).
+    process_groups: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Processes on the job's hosts that are not its ranks, with their CPU (HostProcess, schema
+    #: 1.6), as stored: who competes with the ranks for CPU.
+    host_processes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @classmethod
     def from_store(cls, store: RunStore) -> Features:
@@ -130,6 +137,8 @@ class Features:
             nonfinite=store.frame("nonfinite"),
             fingerprints=store.frame("fingerprint"),
             batch_stats=store.frame("batch_stats"),
+            process_groups=store.frame("process_group"),
+            host_processes=store.frame("host_process"),
         )
 
     def wide(self, column: str, warmup_steps: int = 0) -> pd.DataFrame:

@@ -199,7 +199,7 @@ class HostSample(_message.Message):
     def __init__(self, interval_ns: _Optional[int] = ..., num_cpus: _Optional[int] = ..., cpu_busy_pct: _Optional[float] = ..., cpu_iowait_pct: _Optional[float] = ..., load_1m: _Optional[float] = ..., mem_total_bytes: _Optional[int] = ..., mem_available_bytes: _Optional[int] = ..., disk_read_bytes_per_s: _Optional[float] = ..., disk_write_bytes_per_s: _Optional[float] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ..., num_procs_running: _Optional[int] = ...) -> None: ...
 
 class ProcSample(_message.Message):
-    __slots__ = ("pid", "interval_ns", "cpu_pct", "rss_bytes", "num_threads", "read_bytes_per_s", "write_bytes_per_s", "num_ctx_switches_involuntary")
+    __slots__ = ("pid", "interval_ns", "cpu_pct", "rss_bytes", "num_threads", "read_bytes_per_s", "write_bytes_per_s", "num_ctx_switches_involuntary", "last_cpu")
     PID_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
     CPU_PCT_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +208,7 @@ class ProcSample(_message.Message):
     READ_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     WRITE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     NUM_CTX_SWITCHES_INVOLUNTARY_FIELD_NUMBER: _ClassVar[int]
+    LAST_CPU_FIELD_NUMBER: _ClassVar[int]
     pid: int
     interval_ns: int
     cpu_pct: float
@@ -216,7 +217,8 @@ class ProcSample(_message.Message):
     read_bytes_per_s: float
     write_bytes_per_s: float
     num_ctx_switches_involuntary: int
-    def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., num_threads: _Optional[int] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., num_ctx_switches_involuntary: _Optional[int] = ...) -> None: ...
+    last_cpu: int
+    def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., num_threads: _Optional[int] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., num_ctx_switches_involuntary: _Optional[int] = ..., last_cpu: _Optional[int] = ...) -> None: ...
 
 class HookHealth(_message.Message):
     __slots__ = ("pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final")
@@ -540,8 +542,36 @@ class ProbeResultEvent(_message.Message):
     duration_ns: int
     def __init__(self, request_id: _Optional[str] = ..., probe: _Optional[str] = ..., device: _Optional[str] = ..., status: _Optional[str] = ..., metric: _Optional[str] = ..., value: _Optional[float] = ..., unit: _Optional[str] = ..., detail: _Optional[str] = ..., params_json: _Optional[str] = ..., lower_is_better: _Optional[bool] = ..., duration_ns: _Optional[int] = ...) -> None: ...
 
+class ProcessGroupInfo(_message.Message):
+    __slots__ = ("pg_name", "pg_desc", "ranks_json", "size", "backend")
+    PG_NAME_FIELD_NUMBER: _ClassVar[int]
+    PG_DESC_FIELD_NUMBER: _ClassVar[int]
+    RANKS_JSON_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    pg_name: str
+    pg_desc: str
+    ranks_json: str
+    size: int
+    backend: str
+    def __init__(self, pg_name: _Optional[str] = ..., pg_desc: _Optional[str] = ..., ranks_json: _Optional[str] = ..., size: _Optional[int] = ..., backend: _Optional[str] = ...) -> None: ...
+
+class HostProcess(_message.Message):
+    __slots__ = ("pid", "interval_ns", "cpu_pct", "cmd", "last_cpu")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
+    CPU_PCT_FIELD_NUMBER: _ClassVar[int]
+    CMD_FIELD_NUMBER: _ClassVar[int]
+    LAST_CPU_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    interval_ns: int
+    cpu_pct: float
+    cmd: str
+    last_cpu: int
+    def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., cmd: _Optional[str] = ..., last_cpu: _Optional[int] = ...) -> None: ...
+
 class Event(_message.Message):
-    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result")
+    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result", "process_group", "host_process")
     ENV_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -566,6 +596,8 @@ class Event(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     BATCH_STATS_FIELD_NUMBER: _ClassVar[int]
     PROBE_RESULT_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_GROUP_FIELD_NUMBER: _ClassVar[int]
+    HOST_PROCESS_FIELD_NUMBER: _ClassVar[int]
     env: Envelope
     step: StepEvent
     collective: CollectiveEvent
@@ -590,7 +622,9 @@ class Event(_message.Message):
     fingerprint: ParamFingerprint
     batch_stats: BatchStats
     probe_result: ProbeResultEvent
-    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ...) -> None: ...
+    process_group: ProcessGroupInfo
+    host_process: HostProcess
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfo, _Mapping]] = ..., host_process: _Optional[_Union[HostProcess, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("schema_version", "sender", "sent_ns", "events")
