@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -96,11 +97,16 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
-def _acc(outcomes: list[Outcome]) -> tuple[float | None, float | None]:
+def _acc(outcomes: list[Outcome]) -> tuple[float | None, float | None, float | None]:
+    """Top-1 culprit, exact culprit set, cause."""
     if not outcomes:
-        return None, None
+        return None, None, None
     n = len(outcomes)
-    return sum(o.culprit_ok for o in outcomes) / n, sum(o.cause_ok for o in outcomes) / n
+    return (
+        sum(o.culprit_named for o in outcomes) / n,
+        sum(o.culprit_ok for o in outcomes) / n,
+        sum(o.cause_ok for o in outcomes) / n,
+    )
 
 
 def render(summary: Summary, causes: tuple[str, ...], severities: tuple[float, ...]) -> str:
@@ -116,7 +122,7 @@ def render(summary: Summary, causes: tuple[str, ...], severities: tuple[float, .
             counts = confusion[row]
             lines.append(f"{row:<12}" + "".join(f"{counts.get(c, 0):>{width}}" for c in cols))
     lines.append("")
-    lines.append(f"{'top-1':<12}{'culprit':>9}{'cause':>9}{'n':>5}")
+    lines.append(f"{'top-1':<12}{'culprit':>9}{'exact':>9}{'cause':>9}{'n':>5}")
     faults = summary.faults
     groups: list[tuple[str, list[Outcome]]] = [("all faults", faults)]
     groups += [(c, [o for o in faults if o.case.cause == c]) for c in causes]
@@ -124,8 +130,10 @@ def render(summary: Summary, causes: tuple[str, ...], severities: tuple[float, .
         (f"{round(s * 100)}%", [o for o in faults if o.case.severity == s]) for s in severities
     ]
     for label, group in groups:
-        culprit, cause = _acc(group)
-        lines.append(f"{label:<12}{_pct(culprit):>9}{_pct(cause):>9}{len(group):>5}")
+        culprit, exact, cause = _acc(group)
+        lines.append(
+            f"{label:<12}{_pct(culprit):>9}{_pct(exact):>9}{_pct(cause):>9}{len(group):>5}"
+        )
     lines.append("")
     lines.append("detection latency, steps after the onset (right diagnoses with an onset)")
     lat = summary.to_json()["latency_steps"]
@@ -155,12 +163,55 @@ def render(summary: Summary, causes: tuple[str, ...], severities: tuple[float, .
     return "\n".join(lines)
 
 
+def _mechanisms(args: argparse.Namespace) -> dict[str, str] | None:
+    """mechanism -> cause for ``--mechanisms`` / ``--split`` (None: the causes' defaults)."""
+    from diag.selftest.mechanisms import MECHANISMS
+
+    if args.mechanisms:
+        unknown = sorted(set(args.mechanisms) - set(MECHANISMS))
+        if unknown:
+            raise SystemExit(f"unknown mechanisms {unknown}; known: {', '.join(MECHANISMS)}")
+        return {m: MECHANISMS[m].cause for m in args.mechanisms}
+    if args.split is None:
+        return None
+    return {
+        name: m.cause
+        for name, m in MECHANISMS.items()
+        if (args.split == "all" or m.split == args.split) and m.cause in args.causes
+    }
+
+
+def render_split(summary: Summary) -> str:
+    """Top-1 culprit, exact culprit set and cause per mechanism, and the split's total."""
+    rows = summary.to_json()["by_mechanism"]
+    lines = [f"{'mechanism':<24}{'culprit':>9}{'exact':>9}{'cause':>9}{'n':>5}"]
+    for name, acc in rows.items():
+        lines.append(
+            f"{name:<24}{_pct(acc['culprit']):>9}{_pct(acc['exact_set']):>9}"
+            f"{_pct(acc['cause']):>9}{acc['n']:>5}"
+        )
+    lat = summary.latencies()
+    med = statistics.median(lat) if lat else None
+    lines.append(
+        f"{'all':<24}{_pct(summary.culprit_accuracy()):>9}{_pct(summary.exact_set_accuracy()):>9}"
+        f"{_pct(summary.cause_accuracy()):>9}{len(summary.faults):>5}   median detection "
+        f"{_num(med)} steps after onset"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=("simulate", "live"), default="simulate")
     p.add_argument("--severities", type=float, nargs="+", default=[0.1, 0.2, 0.5])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--causes", nargs="+", choices=FAULT_CAUSES, default=list(FAULT_CAUSES))
+    p.add_argument(
+        "--split", choices=("tune", "heldout", "all"), default=None,
+        help="live mode: the injection mechanisms of this split (diag.selftest.mechanisms); "
+        "default: each cause's tuning mechanism",
+    )  # fmt: skip
+    p.add_argument("--mechanisms", nargs="+", default=None, help="these mechanisms only")
     p.add_argument("--steps", type=int, default=80)
     p.add_argument("--onset", type=int, default=30)
     p.add_argument("--world-size", type=int, default=4)
@@ -169,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="one line per case on stderr")
     args = p.parse_args(argv)
     severities, causes = tuple(args.severities), tuple(args.causes)
+    chosen = _mechanisms(args)
+    if chosen is not None and args.mode != "live":
+        p.error("--split and --mechanisms choose live injection mechanisms: use --mode live")
     cases = suite(
         severities,
         tuple(args.seeds),
@@ -177,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         steps=args.steps,
         onset_step=args.onset,
         clean_runs=args.clean_runs,
+        mechanisms=chosen,
     )
     runner = simulate_runner if args.mode == "simulate" else live_runner
     start = time.perf_counter()
@@ -193,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(render(summary, causes, severities))
+    for name in ("tune", "heldout"):
+        part = summary.split(name)
+        if part.faults and chosen is not None:
+            print(f"\n== {name} mechanisms ==")
+            print(render_split(part))
     if skipped:
         print(f"\nskipped {len(skipped)} cases:")
         for line in skipped:

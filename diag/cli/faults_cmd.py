@@ -1,14 +1,18 @@
 """``diag faults``: the fault-injection suite against this machine's setup.
 
     diag faults list
-    diag faults run CAUSE [--severity 0.2] [--rank R] [--onset 30] [--steps 80] [--nproc 4]
-                          [--seed 0] [--out DIR] [--json]
+    diag faults run CAUSE [--mechanism NAME] [--severity 0.2] [--rank R] [--onset 30]
+                          [--steps 80] [--nproc 4] [--seed 0] [--out DIR] [--json]
 
 ``run`` injects one fault (:mod:`diag.selftest.cases`: ``node``, ``data``, ``checkpoint``,
 ``kernel``, ``structural``, ``link`` — which needs root for network namespaces — or ``clean``)
 into a real torchrun job under ``diag run`` (:mod:`diag.selftest.live`), triages the run and says
-whether diag named the injected culprit and cause (:mod:`diag.selftest.score`). Exit status 0 when
-it did, 1 when it did not. ``bench/accuracy.py`` runs the whole suite over severities and seeds.
+whether diag named the injected culprit and cause (:mod:`diag.selftest.score`). ``--mechanism``
+injects the cause another way (:mod:`diag.selftest.mechanisms`: a CPU hog, a cgroup quota, a
+sleeping loader, skewed batches, another dtype or algorithm, slow writes behind a stream...);
+``list`` names them with their split (``tune``: what diag was tuned on; ``heldout``). Exit status
+0 when it did, 1 when it did not. ``bench/accuracy.py`` runs the whole suite over severities and
+seeds.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ _DESCRIPTIONS = {
     "checkpoint": "rank 0's checkpoint saves stall (slow storage) from the onset",
     "kernel": "one operator (diagfault::scale_input) runs slower on one rank from the onset",
     "link": "the network link of one of two nodes is rate-limited (tc tbf; root only)",
-    "structural": "one rank does extra compute from the start (a by-design imbalance)",
+    "structural": "an imbalance that follows the parallel layout (needs a pipeline job)",
     "clean": "no fault: warm-up, eval passes and checkpoints only; must give no warning",
 }
 
@@ -37,6 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="the injectable causes")
     run = sub.add_parser("run", help="run one fault case and judge diag's diagnosis")
     run.add_argument("cause", choices=sorted(_DESCRIPTIONS))
+    run.add_argument("--mechanism", default="", help="how to inject it (see diag faults list)")
     run.add_argument("--severity", type=float, default=0.2, help="fraction of the step lost")
     run.add_argument("--rank", type=int, default=1, help="the culprit rank (default 1)")
     run.add_argument("--onset", type=int, default=30, help="the step the fault starts at")
@@ -49,8 +54,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.faults_action == "list":
+        from diag.selftest.mechanisms import DEFAULT_MECHANISM, MECHANISMS
+
         for cause, text in _DESCRIPTIONS.items():
             print(f"{cause:<11} {text}")
+            for name, m in MECHANISMS.items():
+                if m.cause == cause:
+                    default = " (default)" if DEFAULT_MECHANISM.get(cause) == name else ""
+                    print(f"  --mechanism {name:<22} {m.split:<8} {m.nature}{default}")
         return 0
     return _run_case(args)
 
@@ -81,7 +92,11 @@ def _run_case(args: argparse.Namespace) -> int:
         seed=args.seed,
         world_size=args.nproc,
         steps=args.steps,
+        mechanism=args.mechanism,
     )
+    from diag.selftest.mechanisms import mechanism_of
+
+    mechanism_of(case)  # an unknown mechanism, or one of another cause: one line now
     if args.out is not None:
         case, findings = run_case(case, args.out)
         where = str(args.out / "run")

@@ -10,6 +10,7 @@ inject nothing and must produce no finding of severity warning or above.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from diag.errors import DiagError
@@ -40,6 +41,8 @@ class Case:
     steps: int = 80
     kernel: str | None = None  # kernel cases: the kernel made slow
     hosts: tuple[str, ...] = ()  # link cases: the hosts the slow link joins
+    #: how the fault is injected (:mod:`diag.selftest.mechanisms`); "" = the cause's tuning one
+    mechanism: str = ""
 
     def __post_init__(self) -> None:
         if self.cause not in (*FAULT_CAUSES, CLEAN):
@@ -53,7 +56,8 @@ class Case:
     def name(self) -> str:
         if self.cause == CLEAN:
             return f"clean/seed{self.seed}"
-        return f"{self.cause}/{round(self.severity * 100)}%/seed{self.seed}"
+        how = f"{self.mechanism}/" if self.mechanism else f"{self.cause}/"
+        return f"{how}{round(self.severity * 100)}%/seed{self.seed}"
 
     @property
     def expected_cause(self) -> str | None:
@@ -76,14 +80,18 @@ def suite(
     steps: int = 80,
     onset_step: int = 30,
     clean_runs: int | None = None,
+    mechanisms: Mapping[str, str] | None = None,
 ) -> list[Case]:
     """Every cause at every severity and seed, plus ``clean_runs`` clean cases (default: one per
     seed and severity, so clean runs weigh as much as one cause). Culprits rotate with the seed
-    (never rank 0, the rank that saves checkpoints)."""
+    (never rank 0, the rank that saves checkpoints). ``mechanisms`` (name -> its cause, see
+    :mod:`diag.selftest.mechanisms`) replaces ``causes``: every mechanism at every severity and
+    seed."""
     cases: list[Case] = []
+    plan = list(mechanisms.items()) if mechanisms is not None else [("", c) for c in causes]
     for seed in seeds:
         culprit = 1 + seed % (world_size - 1)
-        for cause in causes:
+        for mechanism, cause in plan:
             for sev in severities:
                 ranks: tuple[int, ...] = (culprit,)
                 if cause == "checkpoint":
@@ -100,6 +108,7 @@ def suite(
                         seed=seed,
                         world_size=world_size,
                         steps=steps,
+                        mechanism=mechanism,
                     )
                 )
     n_clean = len(seeds) * len(severities) if clean_runs is None else clean_runs

@@ -43,8 +43,17 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def root() -> Path:
+    """The CPU controller's root cgroup (v2, else v1); processes leaving a quota go back here."""
+    found = _v2_root() or _v1_root()
+    assert found is not None, "checked by unavailable_reason"
+    return found
+
+
 @contextlib.contextmanager
-def _cgroup(fraction: float) -> Any:
+def cgroup(fraction: float) -> Any:
+    """A fresh cgroup limited to ``fraction`` of one CPU (10 ms periods), removed afterwards
+    (processes still in it must have left: write their pids to ``root() / "cgroup.procs"``)."""
     name = f"diag-probe-{secrets.token_hex(3)}"
     quota = max(1000, int(fraction * PERIOD_US))
     v2 = _v2_root()
@@ -73,7 +82,7 @@ def run_probe(name: str, params: dict[str, Any], fraction: float | None) -> list
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with contextlib.ExitStack() as stack:
         if fraction is not None:
-            path = stack.enter_context(_cgroup(fraction))
+            path = stack.enter_context(cgroup(fraction))
             argv = ["sh", "-c", f'echo $$ > {path}/cgroup.procs && exec "$@"', "sh", *argv]
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     if proc.returncode != 0:

@@ -18,23 +18,45 @@ joined by a rate-limited link: :func:`run_case` hands it to :func:`diag.selftest
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
+from diag.attach.discover import find_workers
 from diag.errors import DiagError
 from diag.findings import Finding
 from diag.selftest.cases import CLEAN, Case, Unsupported
+from diag.selftest.mechanisms import Actor, mechanism_of
 from diag.selftest.workloads import TRAIN_DDP
 
 KERNEL = "diagfault::scale_input"
+POLL_S = 0.05
+_STEP_LINE = re.compile(rb"rank (\d+) step (\d+) loss")
 STRUCTURAL_FROM = 6
 PROFILE_EVERY = 10
 
 
 def job_args(case: Case, ckpt_dir: Path) -> list[str]:
-    """The training script's arguments for ``case``."""
+    """The training script's arguments for ``case``: the common ones, then the fault's (its
+    cause's tuning injector unless its mechanism replaces it, and the mechanism's own)."""
+    mech = mechanism_of(case)
+    args = _common_args(case, ckpt_dir)
+    if case.cause == CLEAN:
+        return args
+    args += ["--severity", str(case.severity)]
+    if mech is None or not mech.replaces_base:
+        args += _base_args(case)
+    if mech is not None:
+        args += mech.job_args(case)
+        if mech.actor is not None:
+            args += ["--print-every", "1"]  # the runner follows every step to act at the onset
+    return args
+
+
+def _common_args(case: Case, ckpt_dir: Path) -> list[str]:
     save_every = 10 if case.cause == "checkpoint" else 20
     args = [
         "--steps", str(case.steps), "--seed", str(case.seed), "--print-every", "20",
@@ -42,9 +64,12 @@ def job_args(case: Case, ckpt_dir: Path) -> list[str]:
         "--warmup-steps", "2", "--warmup-ms", "30", "--eval-every", "25",
         "--save-every", str(save_every), "--ckpt-dir", str(ckpt_dir),
     ]  # fmt: skip
-    if case.cause == CLEAN:
-        return args
-    args += ["--severity", str(case.severity)]
+    return args
+
+
+def _base_args(case: Case) -> list[str]:
+    """The cause's tuning injector (:data:`~diag.selftest.mechanisms.DEFAULT_MECHANISM`)."""
+    args: list[str] = []
     rank = str(case.ranks[0]) if case.ranks else "1"
     onset = str(case.onset_step)
     match case.cause:
@@ -64,11 +89,20 @@ def job_args(case: Case, ckpt_dir: Path) -> list[str]:
 
 
 def prepare(case: Case) -> Case:
-    """The case as this runner injects it (the kernel it slows down); :class:`Unsupported` for
-    a cause a single-node job cannot have (a link)."""
+    """The case as this runner injects it (the kernel it slows down, the culprits its mechanism
+    makes); :class:`Unsupported` for a cause a single-node job cannot have (a link)."""
     if case.cause == "link":
         raise Unsupported("a link fault needs two hosts: see diag.selftest.link")
-    return replace(case, kernel=KERNEL) if case.cause == "kernel" else case
+    if case.cause == "structural":
+        raise Unsupported(
+            "a structural imbalance follows a parallel layout (a pipeline stage, a TP position): "
+            "a data-parallel job has none (one rank slow from the start: --mechanism "
+            "node.from_start)"
+        )
+    mech = mechanism_of(case)
+    if case.cause == "kernel" and (mech is None or not mech.replaces_base):
+        case = replace(case, kernel=KERNEL)
+    return case if mech is None else mech.prepare(case)
 
 
 def run_local_case(
@@ -94,11 +128,75 @@ def run_local_case(
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
     cmd = [sys.executable, "-m", "diag.cli.main", "run", "--out", str(out), "--live", "off"]
-    res = subprocess.run(
-        [*cmd, "--", *job], env=env, capture_output=True, text=True, timeout=timeout_s
-    )
-    (workdir / "diag-run.log").write_text(res.stdout + res.stderr)
-    if res.returncode != 0:
-        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise DiagError(f"{case.name}: the job exited {res.returncode}: {tail[0]}")
+    mech = mechanism_of(case)
+    actor = mech.actor(case) if mech is not None and mech.actor is not None else None
+    log = workdir / "diag-run.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen([*cmd, "--", *job], env=env, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        code = _follow(proc, case, actor, out / "logs" / "job.log", time.monotonic() + timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if actor is not None:
+            actor.stop()
+    if code != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise DiagError(f"{case.name}: the job exited {code}: {tail[0]}")
     return case, list(triage(RunStore.open(out)).findings)
+
+
+def _follow(
+    proc: subprocess.Popen[bytes], case: Case, actor: Actor | None, job_log: Path, deadline: float
+) -> int:
+    """Wait for ``diag run`` to end; with an actor, start it once every rank finished a step
+    and apply its fault once step ``onset - 1`` is done. The job's exit code."""
+    steps = StepLines(job_log)
+    started = applied = actor is None
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            raise DiagError(f"{case.name}: the job did not finish in time")
+        time.sleep(POLL_S)
+        if started and applied:
+            continue
+        assert actor is not None
+        done = steps.poll()
+        if not started and len(steps.ranks) == case.world_size:
+            workers = find_workers(proc.pid)
+            actor.at_start({w.rank: w.pid for w in workers})
+            started = True
+        onset = case.onset_step if case.onset_step is not None else 2
+        if started and not applied and done >= onset - 1:
+            actor.at_onset()
+            applied = True
+    return int(proc.returncode)
+
+
+class StepLines:
+    """The job's ``rank R step S`` lines as they appear in its log: the newest step every rank
+    finished, and the ranks seen."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._rest = b""
+        self.steps: dict[int, int] = {}  # rank -> newest step printed
+        self.ranks: set[int] = set()
+
+    def poll(self) -> int:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = self._rest + fh.read()
+                self._offset = fh.tell()
+        except OSError:
+            return -1
+        *lines, self._rest = data.split(b"\n")
+        for line in lines:
+            m = _STEP_LINE.search(line)
+            if m:
+                rank, step = int(m[1]), int(m[2])
+                self.ranks.add(rank)
+                self.steps[rank] = max(step, self.steps.get(rank, -1))
+        return min(self.steps.values()) if self.steps else -1

@@ -2,12 +2,18 @@
 
 The judged finding is the top-ranked one (``diag triage`` order). For a fault case:
 
-- *culprit* right: node, data, structural and kernel — the finding's ranks are exactly the case's
-  (and for kernel cases with a known kernel, the finding names it); checkpoint — the finding's
-  ranks include the saving ranks (or name none); link — the finding names a link, joining exactly
-  the case's hosts when the case knows them;
+- *exact culprit set* right (``culprit_ok``): node, data, structural and kernel — the finding's
+  ranks are exactly the case's (and for kernel cases with a known kernel, the finding names it);
+  checkpoint — the finding's ranks include the saving ranks (or name none); link — the finding
+  names a link, joining exactly the case's hosts when the case knows them; a moving data imbalance
+  (no culprit ranks) — the finding says ``data``;
+- *top-1 culprit* right (``culprit_named``): the finding names one of the culprits (for a link,
+  as above; for a moving imbalance, its cause);
 - *cause* right: the finding's cause is the injected one;
 - *latency*: ``detected_step - onset_step`` of the top finding when it is right and both are known.
+
+Each outcome carries its mechanism's split (:mod:`diag.selftest.mechanisms`: ``tune`` or
+``heldout``), so a summary reports the held-out numbers apart.
 
 A clean case is right when no finding has severity warning or above; its "predicted cause" in the
 confusion matrix is the top warning-or-above finding's cause, else ``none``. A fault case with no
@@ -24,6 +30,7 @@ from typing import Any
 
 from diag.findings import Finding
 from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case
+from diag.selftest.mechanisms import split_of
 
 NONE = "none"
 
@@ -34,8 +41,10 @@ class Outcome:
 
     case: Case
     predicted: str  # the top finding's cause (clean cases: of warning+ findings), or "none"
-    culprit_ok: bool
+    culprit_ok: bool  # the exact culprit set (see the module docstring)
     cause_ok: bool
+    split: str = "tune"  # the mechanism's split (diag.selftest.mechanisms): tune or heldout
+    culprit_named: bool = False  # the top finding names a culprit (one of the ranks, the link)
     latency: int | None  # steps from onset to detection, when known
     warnings: int  # findings of severity warning or above
     top: str  # one line: the top finding, for the report
@@ -45,10 +54,22 @@ class Outcome:
         return self.culprit_ok and self.cause_ok
 
 
+def _culprit_named(case: Case, f: Finding) -> bool:
+    """Top-1 culprit: the top finding names one of the culprits (any rank of a culprit set, the
+    slow link; a moving imbalance has no culprit rank: its cause is the answer)."""
+    if case.cause == "link":
+        return _culprit_ok(case, f)
+    if not case.ranks:
+        return f.cause == case.cause
+    return bool(set(f.ranks) & set(case.ranks))
+
+
 def _culprit_ok(case: Case, f: Finding) -> bool:
     ranks = set(f.ranks)
     if case.cause == "checkpoint":
         return not ranks or set(case.ranks) <= ranks
+    if case.cause == "data" and not case.ranks:  # an imbalance that moves: no fixed culprit
+        return f.cause == "data"
     if case.cause == "link":
         return f.link is not None and (not case.hosts or set(f.link.hosts) == set(case.hosts))
     if ranks != set(case.ranks):
@@ -74,16 +95,18 @@ def judge(case: Case, findings: Sequence[Finding]) -> Outcome:
             case=case,
             predicted=top.cause if top else NONE,
             culprit_ok=not loud,
+            culprit_named=not loud,
             cause_ok=not loud,
             latency=None,
             warnings=len(loud),
             top=_line(top),
         )
+    split = split_of(case)
     top = findings[0] if findings else None
     if top is None:
         return Outcome(
             case=case, predicted=NONE, culprit_ok=False, cause_ok=False, latency=None,
-            warnings=0, top=_line(None),
+            warnings=0, top=_line(None), split=split,
         )  # fmt: skip
     culprit_ok = _culprit_ok(case, top)
     cause_ok = top.cause == case.cause
@@ -98,6 +121,8 @@ def judge(case: Case, findings: Sequence[Finding]) -> Outcome:
         latency=latency,
         warnings=len(loud),
         top=_line(top),
+        split=split,
+        culprit_named=_culprit_named(case, top),
     )
 
 
@@ -116,8 +141,18 @@ class Summary:
         return [o for o in self.outcomes if o.case.cause == CLEAN]
 
     def culprit_accuracy(self) -> float | None:
+        """Top-1 culprit: the top finding names a culprit."""
+        f = self.faults
+        return sum(o.culprit_named for o in f) / len(f) if f else None
+
+    def exact_set_accuracy(self) -> float | None:
+        """The top finding names exactly the culprit set."""
         f = self.faults
         return sum(o.culprit_ok for o in f) / len(f) if f else None
+
+    def split(self, name: str) -> Summary:
+        """The outcomes of one split (``tune`` or ``heldout``), clean runs included in ``tune``."""
+        return Summary(tuple(o for o in self.outcomes if o.split == name))
 
     def cause_accuracy(self) -> float | None:
         f = self.faults
@@ -154,6 +189,16 @@ class Summary:
             "cases": len(self.outcomes),
             "top1_culprit": self.culprit_accuracy(),
             "top1_cause": self.cause_accuracy(),
+            "exact_culprit_set": self.exact_set_accuracy(),
+            "by_split": {
+                name: _acc([o for o in self.faults if o.split == name])
+                for name in ("tune", "heldout")
+                if any(o.split == name for o in self.faults)
+            },
+            "by_mechanism": {
+                m: _acc([o for o in self.faults if (o.case.mechanism or o.case.cause) == m])
+                for m in sorted({o.case.mechanism or o.case.cause for o in self.faults})
+            },
             "by_cause": {
                 c: _acc([o for o in self.faults if o.case.cause == c])
                 for c in FAULT_CAUSES
@@ -175,7 +220,8 @@ def _acc(outcomes: list[Outcome]) -> dict[str, float | int]:
     n = len(outcomes)
     return {
         "n": n,
-        "culprit": sum(o.culprit_ok for o in outcomes) / n if n else 0.0,
+        "culprit": sum(o.culprit_named for o in outcomes) / n if n else 0.0,
+        "exact_set": sum(o.culprit_ok for o in outcomes) / n if n else 0.0,
         "cause": sum(o.cause_ok for o in outcomes) / n if n else 0.0,
     }
 

@@ -21,6 +21,20 @@ Faults (each off by default):
   from ``--slow-ckpt-from-step`` on each save stalls that long inside ``torch.save`` (which still
   gets the file's path, so a hook that times it sees the path and the file's size).
 
+More mechanisms of other natures, for the held-out part of the suite
+(:mod:`diag.selftest.mechanisms`):
+
+- ``--data-sleep``: the data-stall rank's loader sleeps instead of computing (I/O-like: it frees
+  its CPU while it stalls);
+- ``--skew-from-step``: from that step each step one rank, drawn anew every step (the same draw on
+  every rank), gets a longer batch to compute (uneven sequence lengths: an imbalance that moves);
+- ``--linear-mode-rank R --linear-mode double|naive --linear-mode-from-step S``: from step S the
+  model's second linear layer on rank R runs in float64, or as a broadcast multiply-and-sum
+  instead of a matrix product (another dtype, another algorithm: a different kernel, not extra
+  work inside the same one);
+- ``--ckpt-file-object``: rank 0's saves go through a file object whose writes stall (slow storage
+  behind a stream: ``torch.save`` sees no path).
+
 ``--severity S`` sizes every enabled fault by the job itself instead of milliseconds: at its onset
 the fault's rank takes the median of its own last ``--calibrate-steps`` step times (before the
 onset) as the job step ``base`` and sets the fault's extra time per step to ``base x S / (1 - S)``
@@ -43,9 +57,11 @@ parameters): ``--nan-*`` and ``--bitflip-*``, see :mod:`diag.selftest.workloads.
 from __future__ import annotations
 
 import argparse
+import io
 import itertools
 import os
 import pickle
+import random
 import statistics
 import sys
 import tempfile
@@ -133,11 +149,21 @@ class Net(nn.Module):
         self.head = nn.Sequential(nn.ReLU(), nn.Linear(hidden, 1))
         self.burners = burners
 
+        self.linear_mode = ""  # "", "double" or "naive": how body[2] computes (a kernel fault)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for burner in self.burners:
             if burner.active:
                 burner.run()
-        return self.head(self.body(scale_input(x)))
+        h = self.body[1](self.body[0](scale_input(x)))
+        lin: nn.Linear = self.body[2]  # type: ignore[assignment]
+        if self.linear_mode == "double":
+            h = nn.functional.linear(h.double(), lin.weight.double(), lin.bias.double()).float()
+        elif self.linear_mode == "naive":
+            h = (h.unsqueeze(2) * lin.weight.t().unsqueeze(0)).sum(dim=1) + lin.bias
+        else:
+            h = lin(h)
+        return self.head(h)
 
 
 class Stalling(Dataset[tuple[torch.Tensor, ...]]):
@@ -146,25 +172,55 @@ class Stalling(Dataset[tuple[torch.Tensor, ...]]):
     CPUs are all busy a sleeping loader would hand its core to the other ranks and cost the job
     nothing, which no slow real loader does."""
 
-    def __init__(self, inner: TensorDataset, ms: float, batch: int) -> None:
+    def __init__(self, inner: TensorDataset, ms: float, batch: int, *, sleep: bool = False) -> None:
         self.inner = inner
         self.batch = batch
         self.fetched = 0
+        self.sleep_s = ms / 1000 if sleep else 0.0  # sleep: an I/O-like stall that frees the CPU
+        self.sleeps = sleep
         self.work = NumpyBurner()
-        self.work.set_ms(ms)
+        if not sleep:
+            self.work.set_ms(ms)
         self.active = True
 
     def set_ms(self, ms: float) -> None:
-        self.work.set_ms(ms)
+        if self.sleeps:
+            self.sleep_s = ms / 1000
+        else:
+            self.work.set_ms(ms)
 
     def __len__(self) -> int:
         return len(self.inner)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         if self.active and self.fetched % self.batch == 0:
-            self.work.run()
+            if self.sleeps:
+                time.sleep(self.sleep_s)
+            else:
+                self.work.run()
         self.fetched += 1
         return self.inner[index]
+
+
+class SlowFile(io.RawIOBase):
+    """A writable file object whose writes stall about ``ms`` per save in all (spread over the
+    writes by size): storage behind a stream, where ``torch.save`` sees no path."""
+
+    def __init__(self, path: str, ms: float, expected_bytes: int) -> None:
+        self._fh = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self._s_per_byte = ms / 1000 / max(1, expected_bytes)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        n = self._fh.write(data)
+        time.sleep(n * self._s_per_byte)
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
 
 
 class SlowStorage:
@@ -215,6 +271,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--slow-ckpt-from-step", type=int, default=-1,
         help="saves are slow from this step on (default: from the start if --slow-ckpt-ms > 0)",
     )  # fmt: skip
+    p.add_argument("--data-sleep", action="store_true", help="the data stall sleeps (I/O-like)")
+    p.add_argument("--skew-from-step", type=int, default=-1, help="moving imbalance from here")
+    p.add_argument("--skew-ms", type=float, default=20.0)
+    p.add_argument("--linear-mode-rank", type=int, default=-1)
+    p.add_argument("--linear-mode", choices=("double", "naive"), default="double")
+    p.add_argument("--linear-mode-from-step", type=int, default=0)
+    p.add_argument(
+        "--ckpt-file-object", action="store_true",
+        help="slow checkpoint saves stall in the writes of a file object instead (no path)",
+    )  # fmt: skip
     p.add_argument(
         "--severity", type=float, default=0.0,
         help="size each fault to lose this fraction of the job step (0: use the --*-ms values)",
@@ -244,6 +310,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "--data-stall-from-step": (args.data_stall_rank >= 0, args.data_stall_from_step),
             "--slow-kernel-from-step": (args.slow_kernel_rank >= 0, args.slow_kernel_from_step),
             "--slow-ckpt-from-step": (args.slow_ckpt_from_step >= 0, args.slow_ckpt_from_step),
+            "--skew-from-step": (args.skew_from_step >= 0, args.skew_from_step),
         }
         for name, (on, step) in onsets.items():
             if on and step < 2:
@@ -316,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset: Dataset[tuple[torch.Tensor, ...]] = data
     stalling = None
     if rank == args.data_stall_rank:
-        stalling = Stalling(data, args.data_stall_ms, args.batch)
+        stalling = Stalling(data, args.data_stall_ms, args.batch, sleep=args.data_sleep)
         stalling.active = args.data_stall_from_step <= 0
         dataset = stalling
     sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
@@ -329,7 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     if burner is not None:
         burner.active = False
     warmup = Burner(args.warmup_ms) if args.warmup_steps and args.warmup_ms > 0 else None
-    burners = [b for b in (burner, warmup) if b is not None]
+    skew = Burner(0.0) if args.skew_from_step >= 0 else None  # the moving imbalance's extra work
+    if skew is not None:
+        skew.active = False
+    burners = [b for b in (burner, warmup, skew) if b is not None]
     kernel_burner = NumpyBurner() if rank == args.slow_kernel_rank else None
     model = DistributedDataParallel(Net(args.dim, args.hidden, burners))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -340,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     slow_ckpt = args.slow_ckpt_ms > 0 or args.slow_ckpt_from_step >= 0
     storage = SlowStorage(0.0) if slow_ckpt else None
 
+    prev_ckpt = ""  # the last save: its size spreads a file-object stall over the writes
     step = resume(args.resume_from, model.module, optimizer, args.forget_optimizer)
     epoch, skip = divmod(step, len(loader))
     while step < args.steps:
@@ -352,6 +423,13 @@ def main(argv: list[str] | None = None) -> int:
                 if args.severity:
                     burner.set_ms(calib.extra_ms(args.slow_ms))
                 burner.active = True
+            if skew is not None and step >= args.skew_from_step:
+                if skew.iters == 0:
+                    skew.set_ms(calib.extra_ms(args.skew_ms))
+                # the same draw on every rank: one rank's batch is longer this step
+                skew.active = random.Random(args.seed * 100_003 + step).randrange(world) == rank
+            if rank == args.linear_mode_rank and step == args.linear_mode_from_step:
+                model.module.linear_mode = args.linear_mode
             if kernel_burner is not None and step == args.slow_kernel_from_step:
                 kernel_burner.set_ms(calib.extra_ms(args.slow_kernel_ms))
                 _KERNEL_BURNER = kernel_burner
@@ -379,15 +457,20 @@ def main(argv: list[str] | None = None) -> int:
                             args.slow_ckpt_ms / args.save_every
                         )
                     pickle_module = storage.module
-                torch.save(
-                    {
-                        "model": model.module.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "step": step,
-                    },
-                    os.path.join(ckpt_dir, f"step{step}.pt"),
-                    pickle_module=pickle_module,
-                )
+                state = {
+                    "model": model.module.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "step": step,
+                }
+                path = os.path.join(ckpt_dir, f"step{step}.pt")
+                if args.ckpt_file_object and pickle_module is not pickle:
+                    assert storage is not None
+                    size = os.path.getsize(prev_ckpt) if prev_ckpt else 1 << 20
+                    with SlowFile(path, storage.ms, size) as fh:
+                        torch.save(state, fh)  # type: ignore[arg-type]
+                else:
+                    torch.save(state, path, pickle_module=pickle_module)
+                prev_ckpt = path
             calib.step_done()
             if step >= args.steps:
                 break

@@ -1,0 +1,247 @@
+"""How a fault is injected: several mechanisms of different nature per cause, split up front into
+the ones diag's detectors were tuned on and the ones held out to test them.
+
+A detector that names every fault of our own injector proves little; the question is whether it
+names the same *cause* injected another way. So each cause has mechanisms that differ in nature
+(extra work inside the step vs a foreign process taking the CPU vs a cgroup quota; a loader that
+computes vs one that sleeps vs batches of uneven length; extra work inside one operator vs another
+dtype vs another algorithm; a stall inside ``torch.save`` vs slow writes behind a file object).
+The split is fixed here, before tuning: ``tune`` mechanisms are the ones the detectors were
+developed against (the suite's original injectors); ``heldout`` ones were added to test them and
+must not be tuned on. ``bench/accuracy.py --split`` reports each.
+
+A mechanism adds arguments to the job (:mod:`diag.selftest.workloads.train_ddp`) and, where the
+fault comes from outside the job, an :class:`Actor` the live runner drives: ``at_start`` once
+every rank has finished a step (the ranks' pids known), ``at_onset`` once step ``onset - 1`` is
+done, ``stop`` at the end. ``prepare`` may change the case's expected culprits (a CPU hog slows
+every rank pinned to its CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from diag.selftest.cases import Case, Unsupported
+
+TUNE = "tune"
+HELDOUT = "heldout"
+
+
+class Actor(Protocol):
+    """A fault applied from outside the job, to the ranks' processes."""
+
+    def at_start(self, pids: dict[int, int]) -> None: ...
+
+    def at_onset(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mechanism:
+    """One way to inject a cause: what it does (``nature``), its split, the job's extra arguments
+    and, for a fault from outside the job, the actor that applies it."""
+
+    name: str
+    cause: str
+    split: str
+    nature: str
+    job_args: Callable[[Case], list[str]] = lambda case: []
+    actor: Callable[[Case], Actor] | None = None
+    prepare: Callable[[Case], Case] = lambda case: case
+    #: the causes' own job arguments (the tuning injectors) are replaced, not added to
+    replaces_base: bool = False
+
+
+def _rank(case: Case) -> str:
+    return str(case.ranks[0]) if case.ranks else "1"
+
+
+def _onset(case: Case) -> str:
+    return str(case.onset_step if case.onset_step is not None else 2)
+
+
+# -- actors ---------------------------------------------------------------------------------------
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Pin every thread of ``pid`` (training, gloo, the hook's) to ``cpus``."""
+    for tid in _threads(pid):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(tid, cpus)
+
+
+def cpu_of(rank: int, num_cpus: int) -> int:
+    """The CPU the hog mechanism pins ``rank`` to."""
+    return rank % num_cpus
+
+
+class CpuHog:
+    """A foreign process burning one CPU: the ranks are pinned round-robin to the CPUs at start
+    (so their shares are equal), then a hog pinned to the culprit's CPU starts at the onset."""
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self.num_cpus = len(os.sched_getaffinity(0))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pids: dict[int, int] = {}
+
+    def at_start(self, pids: dict[int, int]) -> None:
+        self.pids = pids
+        for rank, pid in pids.items():
+            _pin(pid, {cpu_of(rank, self.num_cpus)})
+
+    def at_onset(self) -> None:
+        for rank, pid in self.pids.items():  # threads started since (a loader's, gloo's)
+            _pin(pid, {cpu_of(rank, self.num_cpus)})
+        cpu = cpu_of(int(_rank(self.case)), self.num_cpus)
+        code = f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
+        self.proc = subprocess.Popen([sys.executable, "-c", code])  # a foreign process
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _hog_culprits(case: Case) -> Case:
+    num_cpus = len(os.sched_getaffinity(0))
+    if num_cpus >= case.world_size:
+        return case
+    cpu = cpu_of(int(_rank(case)), num_cpus)
+    ranks = tuple(r for r in range(case.world_size) if cpu_of(r, num_cpus) == cpu)
+    return replace(case, ranks=ranks)
+
+
+class CpuQuota:
+    """A cgroup CPU quota on the culprit rank's process from the onset (a throttled node): the
+    whole process (every thread) joins a cgroup limited to ``fraction`` of one CPU."""
+
+    def __init__(self, case: Case, fraction: float = 0.25) -> None:
+        from diag.selftest import cpuquota
+
+        reason = cpuquota.unavailable_reason()
+        if reason is not None:
+            raise Unsupported(f"cpu quota mechanism: {reason}")
+        self.case = case
+        self.fraction = fraction
+        self.pid = 0
+        self._stack = contextlib.ExitStack()
+
+    def at_start(self, pids: dict[int, int]) -> None:
+        self.pid = pids[int(_rank(self.case))]
+
+    def at_onset(self) -> None:
+        from diag.selftest import cpuquota
+
+        path = self._stack.enter_context(cpuquota.cgroup(self.fraction))
+        (Path(path) / "cgroup.procs").write_text(f"{self.pid}\n")  # every thread moves
+
+    def stop(self) -> None:
+        from diag.selftest import cpuquota
+
+        with contextlib.suppress(OSError):  # still running (the job failed): leave the quota
+            (cpuquota.root() / "cgroup.procs").write_text(f"{self.pid}\n")
+        self._stack.close()
+
+
+# -- the registry ---------------------------------------------------------------------------------
+
+
+def _args(*extra: str) -> Callable[[Case], list[str]]:
+    return lambda case: list(extra)
+
+
+MECHANISMS: dict[str, Mechanism] = {
+    m.name: m
+    for m in (
+        # node
+        Mechanism(name="node.extra_compute", cause="node", split=TUNE,
+                  nature="extra real compute (matrix products) inside the rank's forward"),
+        Mechanism(name="node.cpu_hog", cause="node", split=HELDOUT,
+                  nature="a foreign process burning the CPU the culprit ranks are pinned to",
+                  actor=CpuHog, prepare=_hog_culprits, replaces_base=True),
+        Mechanism(name="node.cpu_quota", cause="node", split=HELDOUT,
+                  nature="a cgroup CPU quota (a quarter of a core) on the culprit's process",
+                  actor=CpuQuota, replaces_base=True),
+        Mechanism(name="node.from_start", cause="node", split=HELDOUT,
+                  nature="one data-parallel rank slow from the first steps (no onset)",
+                  job_args=lambda c: ["--slow-rank", _rank(c), "--slow-from-step", "2"],
+                  prepare=lambda c: replace(c, onset_step=None), replaces_base=True),
+        # data
+        Mechanism(name="data.cpu_loader", cause="data", split=TUNE,
+                  nature="the culprit's dataset does real CPU work per batch"),
+        Mechanism(name="data.sleep_loader", cause="data", split=HELDOUT,
+                  nature="the culprit's dataset sleeps per batch (I/O-like, frees its CPU)",
+                  job_args=_args("--data-sleep")),
+        Mechanism(name="data.skewed_lengths", cause="data", split=HELDOUT,
+                  nature="each step one rank, drawn anew, gets a longer batch (moving imbalance)",
+                  job_args=lambda c: ["--skew-from-step", _onset(c)],
+                  prepare=lambda c: replace(c, ranks=()), replaces_base=True),
+        # kernel
+        Mechanism(name="kernel.custom_op", cause="kernel", split=TUNE,
+                  nature="extra work inside one custom operator on the culprit"),
+        Mechanism(name="kernel.float64", cause="kernel", split=HELDOUT,
+                  nature="one linear layer computed in float64 on the culprit (another dtype)",
+                  job_args=lambda c: ["--linear-mode-rank", _rank(c), "--linear-mode", "double",
+                                      "--linear-mode-from-step", _onset(c)],
+                  prepare=lambda c: replace(c, kernel=None), replaces_base=True),
+        Mechanism(name="kernel.naive_matmul", cause="kernel", split=HELDOUT,
+                  nature="one linear layer as broadcast multiply-and-sum (another algorithm)",
+                  job_args=lambda c: ["--linear-mode-rank", _rank(c), "--linear-mode", "naive",
+                                      "--linear-mode-from-step", _onset(c)],
+                  prepare=lambda c: replace(c, kernel=None), replaces_base=True),
+        # checkpoint
+        Mechanism(name="checkpoint.slow_pickle", cause="checkpoint", split=TUNE,
+                  nature="each save stalls inside torch.save before pickling (path known)"),
+        Mechanism(name="checkpoint.slow_stream", cause="checkpoint", split=HELDOUT,
+                  nature="each save's writes stall behind a file object (no path)",
+                  job_args=_args("--ckpt-file-object")),
+        # link
+        Mechanism(name="link.tbf_one_node", cause="link", split=TUNE,
+                  nature="tc tbf rate limit on one node's veth of a two-node job"),
+    )
+}  # fmt: skip
+
+#: each cause's tuning mechanism: the one a case without a mechanism means
+DEFAULT_MECHANISM: dict[str, str] = {
+    "node": "node.extra_compute",
+    "data": "data.cpu_loader",
+    "kernel": "kernel.custom_op",
+    "checkpoint": "checkpoint.slow_pickle",
+    "link": "link.tbf_one_node",
+}
+
+
+def mechanism_of(case: Case) -> Mechanism | None:
+    """The case's mechanism (its cause's tuning one when it names none; None for clean and
+    structural cases); :class:`Unsupported` for an unknown name or one of another cause."""
+    name = case.mechanism or DEFAULT_MECHANISM.get(case.cause, "")
+    if not name:
+        return None
+    mech = MECHANISMS.get(name)
+    if mech is None:
+        raise Unsupported(f"unknown mechanism {name!r} (known: {', '.join(MECHANISMS)})")
+    if mech.cause != case.cause:
+        raise Unsupported(f"mechanism {name} injects {mech.cause}, not {case.cause}")
+    return mech
+
+
+def split_of(case: Case) -> str:
+    """``tune`` or ``heldout`` (clean runs count as tuning: every detector was tuned on them)."""
+    mech = mechanism_of(case)
+    return TUNE if mech is None else mech.split
