@@ -28,6 +28,12 @@ retransmission timeout would be a stall, not a slow link). The job's pace also d
 machine's load: on a shared machine the severity reached is only about the one asked for
 (``WORKDIR/link.json`` has what was measured).
 
+The held-out mechanism ``link.lossy_htb`` (:mod:`diag.selftest.mechanisms`) slows the same link
+another way: an ``htb`` class at the same rate whose queue holds only :data:`LOSSY_QUEUE_PACKETS`
+packets, so bursts are dropped and TCP retransmits (a lossy link) instead of waiting in a deep
+queue (``tbf``'s 2 s); sized and corrected like the rate. (``netem`` latency or loss would be
+other natures still, but needs the ``sch_netem`` kernel module, absent on these machines.)
+
 The returned case names the link's hosts (``node-a``, ``node-b``) and the step the limit was in
 place from (the onset asked for, or later when the job was already past it); what was measured and
 applied is kept in ``WORKDIR/link.json``. Needs root, ``ip netns`` and ``tc``: else
@@ -74,6 +80,8 @@ POLL_S = 0.005
 SETTLE_STEPS = 6
 #: no correction when the measured extra time is within this share of the target.
 DEADBAND = 0.25
+#: the lossy mechanism's queue (packets): beyond it, packets are dropped.
+LOSSY_QUEUE_PACKETS = 16
 
 _STEP_LINE = re.compile(rb"^rank (\d+) step (\d+) ")
 
@@ -88,9 +96,10 @@ class Shaping:
     base_step_s: float  # mean step time before the onset
     bytes_per_step: float  # mean bytes the veth carried per step before the onset
     rates_bytes_per_s: tuple[float, ...]  # the rate at the onset, then the corrected one
-    rate_steps: tuple[int, ...]  # the step from which each rate held
+    rate_steps: tuple[int, ...]  # the step from which each rate (or delay) held
     burst_bytes: int
     latency_ms: int
+    shaper: str = "tbf"  # "tbf", or "htb" with a short drop-tail queue (the lossy mechanism)
     after_step_s: float | None = None  # mean step time at the final rate (measured)
     achieved_severity: float | None = None  # 1 - base / after
 
@@ -285,15 +294,18 @@ def _watch(
 class _Limiter:
     """The ``tbf`` limit on one veth: sized at the onset, corrected once (see the module doc)."""
 
-    def __init__(self, node: Node, severity: float, base: float, nbytes: float) -> None:
+    def __init__(
+        self, node: Node, severity: float, base: float, nbytes: float, *, lossy: bool = False
+    ) -> None:
         self.node = node
         self.base = base
         self.nbytes = nbytes
         self.extra = base * severity / (1.0 - severity)
         self.burst = burst_for(nbytes)
+        self.lossy = lossy  # htb with a short drop-tail queue instead of tbf's deep one
         self.rates = [link_rate(severity, base, nbytes)]
         self.changed: list[int] = []  # the step in progress when each rate was set
-        self._tc("add", self.rates[0])
+        self._apply("add")
 
     @classmethod
     def start(cls, case: Case, node: Node, steps: _Steps) -> _Limiter:
@@ -301,27 +313,39 @@ class _Limiter:
         assert case.onset_step is not None
         last = case.onset_step - 1
         base, nbytes = steps.mean(max(SKIP_STEPS + 1, last - CALIBRATE_STEPS + 1), last)
-        limiter = cls(node, case.severity, base, nbytes)
+        lossy = case.mechanism == "link.lossy_htb"
+        limiter = cls(node, case.severity, base, nbytes, lossy=lossy)
         limiter.changed.append(steps.poll() + 1)
         return limiter
 
     def maybe_correct(self, steps: _Steps) -> None:
         """Once :data:`SETTLE_STEPS` steps ran at the first rate, correct it (once)."""
         since = self.changed[-1]
-        if len(self.rates) > 1 or steps.last < since + SETTLE_STEPS:
+        if len(self.changed) > 1 or steps.last < since + SETTLE_STEPS:
             return
         after, _ = steps.mean(since + 1, steps.last)
-        rate = corrected_rate(self.rates[-1], self.extra, after - self.base)
-        self.rates.append(rate)
-        if rate != self.rates[-2]:
-            self._tc("change", rate)
+        self.rates.append(corrected_rate(self.rates[-1], self.extra, after - self.base))
+        if self.rates[-1] != self.rates[-2]:
+            self._apply("change")
         self.changed.append(steps.poll() + 1)
 
-    def _tc(self, action: str, rate: float) -> None:
-        cmd = [
-            "tc", "qdisc", action, "dev", self.node.veth, "root", "tbf", "rate",
-            f"{int(rate * 8)}bit", "burst", str(self.burst), "latency", f"{TBF_LATENCY_MS}ms",
-        ]  # fmt: skip
+    def _apply(self, action: str) -> None:
+        rate, dev = f"{int(self.rates[-1] * 8)}bit", self.node.veth
+        if not self.lossy:
+            self._tc(["qdisc", action, "dev", dev, "root", "tbf", "rate", rate, "burst",
+                      str(self.burst), "latency", f"{TBF_LATENCY_MS}ms"])  # fmt: skip
+            return
+        cls = ["htb", "rate", rate, "ceil", rate, "burst", str(self.burst)]
+        if action == "add":
+            self._tc(["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10"])
+            self._tc(["class", "add", "dev", dev, "parent", "1:", "classid", "1:10", *cls])
+            self._tc(["qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "pfifo",
+                      "limit", str(LOSSY_QUEUE_PACKETS)])  # fmt: skip
+        else:
+            self._tc(["class", "change", "dev", dev, "parent", "1:", "classid", "1:10", *cls])
+
+    def _tc(self, args: list[str]) -> None:
+        cmd = ["tc", *args]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
         if res.returncode != 0:
             raise DiagError(f"`{' '.join(cmd)}` failed: {res.stderr.strip()}")
@@ -337,6 +361,7 @@ class _Limiter:
             base_step_s=self.base,
             bytes_per_step=self.nbytes,
             rates_bytes_per_s=tuple(self.rates),
+            shaper="htb" if self.lossy else "tbf",
             rate_steps=tuple(self.changed),
             burst_bytes=self.burst,
             latency_ms=TBF_LATENCY_MS,

@@ -211,9 +211,15 @@ MECHANISMS: dict[str, Mechanism] = {
         Mechanism(name="checkpoint.slow_stream", cause="checkpoint", split=HELDOUT,
                   nature="each save's writes stall behind a file object (no path)",
                   job_args=_args("--ckpt-file-object")),
+        Mechanism(name="checkpoint.dcp_all_ranks", cause="checkpoint", split=HELDOUT,
+                  nature="a collective DCP save on every rank, each rank's writer stalling",
+                  job_args=_args("--dcp"),
+                  prepare=lambda c: replace(c, ranks=tuple(range(c.world_size)))),
         # link
         Mechanism(name="link.tbf_one_node", cause="link", split=TUNE,
                   nature="tc tbf rate limit on one node's veth of a two-node job"),
+        Mechanism(name="link.lossy_htb", cause="link", split=HELDOUT,
+                  nature="an htb rate limit with a 16-packet drop-tail queue: drops, retransmits"),
     )
 }  # fmt: skip
 

@@ -33,7 +33,9 @@ More mechanisms of other natures, for the held-out part of the suite
   instead of a matrix product (another dtype, another algorithm: a different kernel, not extra
   work inside the same one);
 - ``--ckpt-file-object``: rank 0's saves go through a file object whose writes stall (slow storage
-  behind a stream: ``torch.save`` sees no path).
+  behind a stream: ``torch.save`` sees no path);
+- ``--dcp``: every rank saves its share with ``torch.distributed.checkpoint`` (a collective
+  save); slow saves stall in each rank's storage writer (a slow shared file system).
 
 ``--severity S`` sizes every enabled fault by the job itself instead of milliseconds: at its onset
 the fault's rank takes the median of its own last ``--calibrate-steps`` step times (before the
@@ -223,6 +225,20 @@ class SlowFile(io.RawIOBase):
         super().close()
 
 
+def dcp_save(state: dict[str, Any], path: str, stall_ms: float) -> None:
+    """``torch.distributed.checkpoint.save`` of ``state`` on every rank, each rank's writes
+    stalling ``stall_ms`` in its storage writer."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    class SlowWriter(FileSystemWriter):
+        def write_data(self, plan: Any, planner: Any) -> Any:
+            time.sleep(stall_ms / 1000)
+            return super().write_data(plan, planner)
+
+    dcp.save(state, storage_writer=SlowWriter(path))
+
+
 class SlowStorage:
     """A ``pickle_module`` for ``torch.save`` that stalls ``ms`` per save before pickling.
 
@@ -277,6 +293,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--linear-mode-rank", type=int, default=-1)
     p.add_argument("--linear-mode", choices=("double", "naive"), default="double")
     p.add_argument("--linear-mode-from-step", type=int, default=0)
+    p.add_argument("--dcp", action="store_true", help="every rank saves with DCP (collective)")
     p.add_argument(
         "--ckpt-file-object", action="store_true",
         help="slow checkpoint saves stall in the writes of a file object instead (no path)",
@@ -449,7 +466,17 @@ def main(argv: list[str] | None = None) -> int:
                 # the next batch is fetched for this (new) step
                 stalling.set_ms(calib.extra_ms(args.data_stall_ms))
                 stalling.active = True
-            if rank == 0 and args.save_every and step % args.save_every == 0:
+            if args.dcp and args.save_every and step % args.save_every == 0:
+                stall = 0.0
+                if storage is not None and step >= max(0, args.slow_ckpt_from_step):
+                    if not storage.ms:
+                        storage.ms = args.save_every * calib.extra_ms(
+                            args.slow_ckpt_ms / args.save_every
+                        )
+                    stall = storage.ms
+                dcp_save({"model": model.module.state_dict()},
+                         os.path.join(ckpt_dir, f"dcp-step{step}"), stall)  # fmt: skip
+            elif rank == 0 and args.save_every and step % args.save_every == 0:
                 pickle_module: Any = pickle
                 if storage is not None and step >= max(0, args.slow_ckpt_from_step):
                     if not storage.ms:
