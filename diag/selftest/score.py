@@ -7,8 +7,8 @@ The judged finding is the top-ranked one (``diag triage`` order). For a fault ca
   checkpoint — the finding's ranks include the saving ranks (or name none); link — the finding
   names a link, joining exactly the case's hosts when the case knows them; a moving data imbalance
   (no culprit ranks) — the finding says ``data``;
-- *top-1 culprit* right (``culprit_named``): the finding names one of the culprits (for a link,
-  as above; for a moving imbalance, its cause);
+- *top-1 culprit* right (``culprit_named``): the finding names culprits and no other rank (some
+  of a culprit set; for a link or a checkpoint, as above; for a moving imbalance, its cause);
 - *cause* right: the finding's cause is the injected one;
 - *latency*: ``detected_step - onset_step`` of the top finding when it is right and both are known.
 
@@ -55,13 +55,14 @@ class Outcome:
 
 
 def _culprit_named(case: Case, f: Finding) -> bool:
-    """Top-1 culprit: the top finding names one of the culprits (any rank of a culprit set, the
+    """Top-1 culprit: the top finding names culprits and nobody else (some of a culprit set, the
     slow link; a moving imbalance has no culprit rank: its cause is the answer)."""
-    if case.cause == "link":
+    if case.cause in ("link", "checkpoint"):
         return _culprit_ok(case, f)
     if not case.ranks:
         return f.cause == case.cause
-    return bool(set(f.ranks) & set(case.ranks))
+    named = set(f.ranks)
+    return bool(named) and named <= set(case.ranks)
 
 
 def _culprit_ok(case: Case, f: Finding) -> bool:
