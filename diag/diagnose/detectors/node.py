@@ -1,8 +1,12 @@
-"""Node detector: a rank (or every rank of a host) whose compute is persistently above its peers'.
+"""Node detector: ranks whose compute is persistently above that of the ranks doing the same work,
+and the layout's own imbalance (a pipeline stage heavier than the others: ``structural``).
 
 In synchronous training a slow rank makes everyone else wait in the collectives, so the signature
-is two-sided: the culprit's ``compute_ms`` is above the median of its peers' (the other ranks at
-the same step) while the peers' ``wait_ms`` grows by about that excess.
+is two-sided: the culprit's ``compute_ms`` is above the median of its peers' while the peers'
+``wait_ms`` grows by about that excess. A rank's *peers* are the ranks doing the same work: its
+work class in the run's layout (:mod:`~diag.diagnose.layout`: same pipeline stage and TP
+position, the other data-parallel replicas), every other rank when the layout is unknown. A rank
+alone in its class (no data parallelism) has no peers: its stage answers for it (below).
 
 ``compute_ms`` is the rank's own compute (:mod:`diag.diagnose.features`: less the time its training
 thread waited for a CPU), so a rank descheduled on an oversubscribed host is not taken for a slow
@@ -15,15 +19,28 @@ rank's ratio near the first such window (the step that best separates a lower me
 from a higher one after, ``window`` steps each side); when it is within the first ``window``
 analysed steps, or the rank was flagged from the first window on, or its median ratio before the
 onset already held ``structural_share`` (half) of the gap after it (noise hid early flags), the
-imbalance was there from the start: cause ``structural``, ``onset_step`` None.
+rank was slow from the start: ``onset_step`` None. A rank slow from the start among peers doing
+the same work is still cause ``node`` (its replicas are not slow: it is not the layout).
+
+One culprit set, one finding (:mod:`~diag.diagnose.detectors.node_groups`): slow ranks that
+fill a whole host, replica or TP group are one finding naming the group and all its ranks.
+
+The layout's own imbalance: the pipeline stages are compared with each other (per step, the median
+over each stage's ranks against the median of the other stages'), as are the TP positions of a
+stage (and, for a layout inferred from time profiles, the work classes), with the same flags,
+persistence and onset as ranks; ranks already found slow against their peers are left out of
+their group. A group slower from the start is cause ``structural`` (the imbalance follows the
+layout, across all of its replicas), one finding naming the group and its ranks, with no
+telemetry corroboration (no device is at fault); a group that became slower at an onset is
+``node``.
 
 - ``slowdown`` (onset): ``(median job step in the anomaly - median job step before onset) /
   median job step in the anomaly``, at most the culprit's excess compute over that same step; the
   job step is the per-step median of ``duration_ms``.
-- ``slowdown`` (structural): the culprit's median excess compute over its peers' median, divided
-  by the median job step.
+- ``slowdown`` (from the start): the culprit's median excess compute over its peers' median,
+  divided by the median job step.
 - The peers' wait must explain the excess: peers' median ``wait_ms`` grows (onset: after - before;
-  structural: peers' wait - culprit's wait) by at least ``min_wait_explained`` x the excess.
+  from the start: peers' wait - culprit's wait) by at least ``min_wait_explained`` x the excess.
 - ``confidence = consistency x (0.5 + 0.5 x min(1, (median ratio - 1) / confident_gap))``, capped
   at 0.99: consistency is the fraction of flagged steps from onset to the end of the anomaly; a
   gap of ``confident_gap`` (20%) or more counts fully (a slow host: the mean over its ranks).
@@ -36,16 +53,19 @@ imbalance was there from the start: cause ``structural``, ``onset_step`` None.
   ``confidence = min(0.99, confidence + 0.05 x number of corroborating sources)``; without
   telemetry it is unchanged.
 - severity: ``critical`` if slowdown >= 0.3, ``warning`` if >= 0.1, else ``info``.
+- Evidence always says how peers were chosen (``peers``: how many, and the layout's source:
+  "layout from table columns: 4 stages x 16 replicas x 1 TP position").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from diag.diagnose.detectors import node_evidence
+from diag.diagnose.detectors import node_evidence, node_groups
 from diag.diagnose.features import (
     Features,
     Persistence,
@@ -53,6 +73,7 @@ from diag.diagnose.features import (
     persistence,
     persistent_columns,
 )
+from diag.diagnose.layout import Layout
 from diag.findings import Evidence, Finding
 
 
@@ -86,9 +107,9 @@ def confidence(consistency: float, gap: float, confident_gap: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class _Slow:
-    rank: int
+    key: Any  # a rank, or a layout group's key (stage, (stage, TP position), class id)
     run: Persistence
-    onset: int | None  # step, None for structural
+    onset: int | None  # step; None: from the start
     detected: int
     slowdown: float
     gap: float  # median ratio - 1 in the anomaly
@@ -97,71 +118,118 @@ class _Slow:
     wait_before: float | None
     wait_after: float
     anomaly: tuple[int, int]  # first and last step of the anomaly
-    before: tuple[int, int] | None  # first and last analysed step before onset; None: structural
-    own_before_ms: float | None  # the rank's median compute before onset; None: structural
+    before: tuple[int, int] | None  # first and last analysed step before onset; None: from start
+    own_before_ms: float | None  # its median compute before onset; None: from the start
+
+    @property
+    def rank(self) -> int:
+        return int(self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class _Frames:
+    """What slow columns are found on: per step and column (a rank or a group), its compute and
+    wait, its peers' median compute and wait, and the job step."""
+
+    compute: pd.DataFrame
+    wait: pd.DataFrame
+    peers: pd.DataFrame
+    peers_wait: pd.DataFrame
+    job_step: pd.Series
 
 
 def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
-    """Slow ranks, grouped into a slow host when every rank of that host is slow."""
+    """Slow ranks against the ranks doing the same work, one finding per slow host, replica or
+    TP group; then the layout's own imbalance: a stage (or TP position, or inferred work class)
+    slower than the others."""
     cfg = cfg or NodeConfig()
     compute = features.wide("compute_ms", cfg.warmup_steps)
     if compute.shape[1] < 2 or len(compute) < cfg.window:
         return []
+    layout = features.work_layout()
     wait = features.wide("wait_ms", cfg.warmup_steps).reindex_like(compute)
     job_step = features.wide("duration_ms", cfg.warmup_steps).reindex_like(compute).median(axis=1)
-    peers = peer_median(compute)
+    classes = layout.work_class if layout.known else None
+    frames = _Frames(
+        compute, wait, peer_median(compute, classes), peer_median(wait, classes), job_step
+    )
+    slow = {s.rank: s for s in _find_slow(frames, cfg)}
+    hosts = features.hosts_of()
+    out = []
+    for culprits in node_groups.culprit_sets(list(slow), hosts, layout):
+        group = [slow[r] for r in culprits.ranks]
+        out.append(_rank_finding(group, culprits, features, layout, cfg))
+    # A layout group's own imbalance is the one its other ranks share: ranks already found
+    # slow against the ranks doing the same work are left out of their group's median.
+    rest = [int(r) for r in compute.columns if int(r) not in slow]
+    for partition in node_groups.partitions(layout, rest):
+        for found in _find_slow(_group_frames(frames, partition), cfg):
+            out.append(_layout_finding(found, partition, features, layout, cfg))
+    return out
+
+
+def _group_frames(frames: _Frames, partition: node_groups.Partition) -> _Frames:
+    """Per group of ``partition``: the median over its ranks, its peer groups' median."""
+
+    def per_group(wide: pd.DataFrame) -> pd.DataFrame:
+        cols = {k: wide[list(ranks)].median(axis=1) for k, ranks in partition.members.items()}
+        return pd.DataFrame(cols, index=wide.index)
+
+    def of_peers(grouped: pd.DataFrame) -> pd.DataFrame:
+        cols = {k: grouped[list(p)].median(axis=1) for k, p in partition.peers.items() if p}
+        return pd.DataFrame(cols, index=grouped.index).reindex(columns=grouped.columns)
+
+    compute, wait = per_group(frames.compute), per_group(frames.wait)
+    return _Frames(compute, wait, of_peers(compute), of_peers(wait), frames.job_step)
+
+
+def _find_slow(frames: _Frames, cfg: NodeConfig) -> list[_Slow]:
+    compute, peers = frames.compute, frames.peers
     ratio = compute / peers
     # A step is flagged when the rank is slower than its peers both relatively and absolutely:
     # on a busy node scheduler jitter makes 2 ms of compute look 2x slow now and then.
-    floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * job_step.to_numpy())
-    flagged_frame = (ratio >= cfg.min_ratio) & ((compute - peers).ge(floor, axis=0))
+    floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * frames.job_step.to_numpy())
+    flagged = ((ratio >= cfg.min_ratio) & ((compute - peers).ge(floor, axis=0))).to_numpy()
     slow = []
-    # Only ranks with a persistent run of flagged steps can be slow: find them all at once.
-    flagged = flagged_frame.to_numpy()
-    for rank in compute.columns[persistent_columns(flagged, cfg.window, cfg.min_frac)]:
-        found = _slow_rank(int(rank), compute, wait, job_step, peers, ratio, flagged_frame, cfg)
+    # Only columns with a persistent run of flagged steps can be slow: find them all at once.
+    for j in np.flatnonzero(persistent_columns(flagged, cfg.window, cfg.min_frac)):
+        found = _slow_one(int(j), frames, ratio, flagged[:, j], cfg)
         if found is not None:
             slow.append(found)
-    return _group_by_host(slow, features, cfg)
+    return slow
 
 
-def _slow_rank(
-    rank: int,
-    compute: pd.DataFrame,
-    wait: pd.DataFrame,
-    job_step: pd.Series,
-    peers: pd.DataFrame,
-    ratio: pd.DataFrame,
-    flagged: pd.DataFrame,
-    cfg: NodeConfig,
+def _slow_one(
+    j: int, frames: _Frames, ratio_frame: pd.DataFrame, flags: np.ndarray, cfg: NodeConfig
 ) -> _Slow | None:
-    flags = flagged[rank].to_numpy()
+    key = frames.compute.columns[j]
     run = persistence(flags, cfg.window, cfg.min_frac)
     if run is None:
         return None
-    run = _refine_onset(run, flags, ratio[rank].to_numpy(), cfg)
-    steps = compute.index.to_numpy()
+    ratio = ratio_frame.iloc[:, j]
+    run = _refine_onset(run, flags, ratio.to_numpy(), cfg)
+    compute, wait, job_step = frames.compute.iloc[:, j], frames.wait.iloc[:, j], frames.job_step
+    steps = frames.compute.index.to_numpy()
     anomaly = slice(run.onset_pos, run.end_pos + 1)
-    others = [c for c in compute.columns if c != rank]
-    culprit_ms = float(compute[rank].iloc[anomaly].median())
-    peers_ms = float(peers[rank].iloc[anomaly].median())
+    culprit_ms = float(compute.iloc[anomaly].median())
+    peers_ms = float(frames.peers.iloc[:, j].iloc[anomaly].median())
     excess = culprit_ms - peers_ms
-    peers_wait = wait[others].median(axis=1)
+    peers_wait = frames.peers_wait.iloc[:, j]
     wait_after = float(peers_wait.iloc[anomaly].median())
-    gap = float(ratio[rank].iloc[anomaly].median()) - 1.0
-    before_gap = float(ratio[rank].iloc[: run.onset_pos].median()) - 1.0 if run.onset_pos else 0.0
+    gap = float(ratio.iloc[anomaly].median()) - 1.0
+    before_gap = float(ratio.iloc[: run.onset_pos].median()) - 1.0 if run.onset_pos else 0.0
     held = gap > 0 and before_gap >= cfg.structural_share * gap
-    structural = run.onset_pos < cfg.window or held
-    if structural:
+    from_start = run.onset_pos < cfg.window or held
+    own_wait = float(wait.iloc[anomaly].median())
+    if from_start:
         wait_before = None
-        grown = wait_after - float(wait[rank].iloc[anomaly].median())
+        grown = wait_after - own_wait
         step_ms = float(job_step.iloc[anomaly].median())
         slowdown = excess / step_ms if step_ms > 0 else 0.0
     else:
         wait_before = float(peers_wait.iloc[: run.onset_pos].median())
         # The peers wait for the culprit: their wait grew since the onset, or (when the run was
         # already noisy before it) they wait more than the culprit does in the anomaly.
-        own_wait = float(wait[rank].iloc[anomaly].median())
         grown = max(wait_after - wait_before, wait_after - own_wait)
         after = float(job_step.iloc[anomaly].median())
         before = float(job_step.iloc[: run.onset_pos].median())
@@ -171,9 +239,9 @@ def _slow_rank(
     if excess <= 0 or grown < cfg.min_wait_explained * excess:
         return None
     return _Slow(
-        rank=rank,
+        key=key,
         run=run,
-        onset=None if structural else int(steps[run.onset_pos]),
+        onset=None if from_start else int(steps[run.onset_pos]),
         detected=int(steps[run.detected_pos]),
         slowdown=max(0.0, slowdown),
         gap=gap,
@@ -182,8 +250,8 @@ def _slow_rank(
         wait_before=wait_before,
         wait_after=wait_after,
         anomaly=(int(steps[run.onset_pos]), int(steps[run.end_pos])),
-        before=None if structural else (int(steps[0]), int(steps[run.onset_pos - 1])),
-        own_before_ms=None if structural else float(compute[rank].iloc[: run.onset_pos].median()),
+        before=None if from_start else (int(steps[0]), int(steps[run.onset_pos - 1])),
+        own_before_ms=None if from_start else float(compute.iloc[: run.onset_pos].median()),
     )
 
 
@@ -222,88 +290,195 @@ def _refine_onset(
     return Persistence(onset, run.detected_pos, end, float(flags[onset : end + 1].mean()))
 
 
-def _group_by_host(slow: list[_Slow], features: Features, cfg: NodeConfig) -> list[Finding]:
-    hosts = features.hosts_of()
-    by_host: dict[str, list[_Slow]] = {}
-    for s in slow:
-        by_host.setdefault(hosts.get(s.rank, ""), []).append(s)
-    out = []
-    for host, group in sorted(by_host.items()):
-        all_of_host = bool(host) and len(group) == sum(1 for h in hosts.values() if h == host)
-        if all_of_host and len(group) > 1:
-            out.append(_finding(group, host, features, cfg, whole_host=True))
-        else:
-            out.extend(_finding([s], host, features, cfg, whole_host=False) for s in group)
-    return out
-
-
-def _finding(
-    group: list[_Slow], host: str, features: Features, cfg: NodeConfig, *, whole_host: bool
+def _rank_finding(
+    group: list[_Slow],
+    culprits: node_groups.Culprits,
+    features: Features,
+    layout: Layout,
+    cfg: NodeConfig,
 ) -> Finding:
-    """One finding for a slow host (``whole_host``: all its ranks) or one slow rank on ``host``."""
-    ranks = tuple(s.rank for s in group)
+    """One finding for slow ranks named as one set (a host, a replica, a TP group) or one
+    rank, each compared with the ranks doing the same work: cause ``node``, from its onset or
+    (``onset_step`` None) from the start."""
+    ranks = culprits.ranks
+    hosts = features.hosts_of()
     lead = max(group, key=lambda s: s.slowdown)
     onsets = [s.onset for s in group]
     onset = None if any(o is None for o in onsets) else min(o for o in onsets if o is not None)
-    structural = onset is None
     conf = float(np.mean([confidence(s.run.consistency, s.gap, cfg.confident_gap) for s in group]))
-    if whole_host:
-        who = f"host {host} (ranks {', '.join(map(str, ranks))})"
+    peers = _peers(ranks, layout, features)
+    if layout.known:
+        like = f"its {len(peers)} peers doing the same work"
     else:
-        who = f"rank {ranks[0]} on {host}" if host else f"rank {ranks[0]}"
-    when = "from the start (structural)" if structural else f"from step {onset}"
+        like = f"the other {len(peers)} ranks"
+    when = f"from step {onset}" if onset is not None else "from the start"
     summary = (
-        f"{who} computes {lead.gap:.0%} longer than its peers {when}; "
+        f"{culprits.who} computes {lead.gap:.0%} longer than {like} {when}; "
         f"peers wait {lead.wait_after:.1f} ms/step in collectives; job steps {lead.slowdown:.0%} "
         "slower"
     )
-    evidence = [
-        Evidence(
-            metric="compute_ms",
-            subject=f"rank {s.rank}",
-            value=s.culprit_ms,
-            reference=s.peers_ms,
-            unit="ms",
-            note="median in the anomaly vs the peers' median",
+    if onset is None:
+        summary += (
+            " (slow from the first analysed step while its data-parallel peers are not: a slow "
+            "node, not the layout)"
+            if layout.known
+            else " (layout unknown: if it does other work by design, e.g. its own pipeline "
+            "stage, this is structural)"
         )
-        for s in group
-    ]
-    evidence.append(
-        Evidence(
-            metric="peers_wait_ms",
-            subject=who,
-            value=lead.wait_after,
-            reference=lead.wait_before,
-            unit="ms",
-            note="peers' median collective wait in the anomaly vs before onset",
-        )
-    )
+    evidence = [_compute_ev(f"rank {s.rank}", s) for s in group]
+    evidence.append(_wait_ev(culprits.who, lead))
     evidence.extend(
         node_evidence.history(s.rank, s.own_before_ms, s.culprit_ms)
         for s in group
         if s.own_before_ms is not None
     )
-    befores = [s.before for s in group if s.before is not None]
-    found = node_evidence.corroborate(
+    evidence.append(_layout_ev(culprits.who, layout, len(peers), "the ranks doing the same work"))
+    return _corroborated(
+        Finding(
+            id=culprits.id,
+            symptom="slowdown",
+            cause="node",
+            severity=severity(lead.slowdown, cfg.warning, cfg.critical),
+            ranks=ranks,
+            hosts=tuple(sorted({h for r in ranks if (h := hosts.get(r, ""))})),
+            onset_step=onset,
+            detected_step=min(s.detected for s in group),
+            slowdown=lead.slowdown,
+            confidence=conf,
+            summary=summary,
+            evidence=tuple(evidence),
+        ),
+        group,
+        culprits.host,
         features,
-        ranks=ranks,
-        host=host,
-        anomaly=(min(s.anomaly[0] for s in group), max(s.anomaly[1] for s in group)),
-        before=None if structural else (min(b[0] for b in befores), min(b[1] for b in befores)),
+        peers,
     )
-    evidence.extend(found.evidence)
-    conf = min(0.99, conf + 0.05 * len(found.sources))  # conf <= 0.99: unchanged without sources
-    return Finding(
-        id=f"node-{host}" if whole_host else f"node-rank{ranks[0]}",
+
+
+def _layout_finding(
+    found: _Slow,
+    partition: node_groups.Partition,
+    features: Features,
+    layout: Layout,
+    cfg: NodeConfig,
+) -> Finding:
+    """One finding for a layout group (a stage, a TP position, a work class) slower than the
+    groups it is compared with: ``structural`` from the start, else ``node`` from its onset."""
+    ranks = tuple(sorted(partition.members[found.key]))
+    label = partition.labels[found.key]
+    others = [r for k in partition.peers[found.key] for r in partition.members[k]]
+    structural = found.onset is None
+    when = (
+        "from the start (structural: the layout's imbalance)"
+        if structural
+        else (f"from step {found.onset}")
+    )
+    kinds = "stages" if partition.kind == "stage" else f"{partition.kind}s"
+    hosts = features.hosts_of()
+    on = sorted({h for r in ranks if (h := hosts.get(r, ""))})
+    summary = (
+        f"{label} ({node_groups.ranks_text(ranks)}) computes {found.gap:.0%} longer than the "
+        f"other {kinds} {when}, across all its replicas; the others wait "
+        f"{found.wait_after:.1f} ms/step; job steps {found.slowdown:.0%} slower"
+    )
+    evidence = [
+        _compute_ev(
+            label,
+            found,
+            note=f"median over its ranks in the anomaly vs the median of the other {kinds}",
+        ),
+        _wait_ev(label, found),
+        _layout_ev(label, layout, len(others), f"the other {kinds}"),
+    ]
+    if found.own_before_ms is not None:
+        evidence.append(
+            Evidence(
+                metric="own_compute_ms",
+                subject=label,
+                value=found.culprit_ms,
+                reference=found.own_before_ms,
+                unit="ms",
+                note="its median in the anomaly vs its own before onset",
+            )
+        )
+    conf = confidence(found.run.consistency, found.gap, cfg.confident_gap)
+    finding = Finding(
+        id=f"{'structural' if structural else 'node'}-{partition.ids[found.key]}",
         symptom="slowdown",
         cause="structural" if structural else "node",
-        severity=severity(lead.slowdown, cfg.warning, cfg.critical),
+        severity=severity(found.slowdown, cfg.warning, cfg.critical),
         ranks=ranks,
-        hosts=(host,) if host else (),
-        onset_step=onset,
-        detected_step=min(s.detected for s in group),
-        slowdown=lead.slowdown,
+        hosts=tuple(on),
+        onset_step=found.onset,
+        detected_step=found.detected,
+        slowdown=found.slowdown,
         confidence=conf,
         summary=summary,
         evidence=tuple(evidence),
     )
+    if structural:
+        return finding  # the layout's own imbalance: no device to corroborate
+    return _corroborated(finding, [found], on[0] if len(on) == 1 else "", features, others)
+
+
+def _peers(ranks: tuple[int, ...], layout: Layout, features: Features) -> list[int]:
+    """The ranks the culprits were compared with: their work classes' other ranks."""
+    everyone = sorted(features.hosts_of())
+    if not layout.known:
+        return [r for r in everyone if r not in ranks]
+    classes = {layout.work_class.get(r) for r in ranks}
+    return [r for r in everyone if r not in ranks and layout.work_class.get(r) in classes]
+
+
+def _compute_ev(subject: str, s: _Slow, note: str = "") -> Evidence:
+    return Evidence(
+        metric="compute_ms",
+        subject=subject,
+        value=s.culprit_ms,
+        reference=s.peers_ms,
+        unit="ms",
+        note=note or "median in the anomaly vs the peers' median",
+    )
+
+
+def _wait_ev(who: str, s: _Slow) -> Evidence:
+    return Evidence(
+        metric="peers_wait_ms",
+        subject=who,
+        value=s.wait_after,
+        reference=s.wait_before,
+        unit="ms",
+        note="peers' median collective wait in the anomaly vs before onset"
+        if s.wait_before is not None
+        else "peers' median collective wait in the anomaly (from the start: no before)",
+    )
+
+
+def _layout_ev(who: str, layout: Layout, num_peers: int, compared: str) -> Evidence:
+    return Evidence(
+        metric="peers",
+        subject=who,
+        value=float(num_peers),
+        unit="ranks",
+        note=f"{layout.describe()}; compared with {compared}",
+    )
+
+
+def _corroborated(
+    finding: Finding, group: list[_Slow], host: str, features: Features, peers: list[int]
+) -> Finding:
+    """The finding with what telemetry corroborates (:mod:`node_evidence`): +0.05 confidence
+    per independent source, at most 0.99."""
+    befores = [s.before for s in group if s.before is not None]
+    found = node_evidence.corroborate(
+        features,
+        ranks=finding.ranks,
+        host=host,
+        anomaly=(min(s.anomaly[0] for s in group), max(s.anomaly[1] for s in group)),
+        before=None
+        if finding.onset_step is None or not befores
+        else (min(b[0] for b in befores), min(b[1] for b in befores)),
+        peers=tuple(peers),
+    )
+    conf = min(0.99, finding.confidence + 0.05 * len(found.sources))
+    return replace(finding, confidence=conf, evidence=(*finding.evidence, *found.evidence))
