@@ -289,15 +289,24 @@ def _p2p_groups(collectives: pd.DataFrame) -> set[str]:
 
 
 def _partitions(pgs: list[_Pg], world: set[int]) -> list[list[_Pg]]:
-    """Groups of one size that are disjoint and cover the world: one dimension each."""
+    """Groups of one size that are disjoint and cover the world: one dimension each. Groups of
+    one size may make several dimensions (a 2 x 2 grid): each group joins the first dimension
+    it is disjoint from."""
     by_size: dict[int, list[_Pg]] = {}
     for pg in pgs:
         by_size.setdefault(len(pg.ranks), []).append(pg)
-    out = []
+    out: list[list[_Pg]] = []
     for _, same in sorted(by_size.items()):
-        covered = [r for pg in same for r in pg.ranks]
-        if len(covered) == len(set(covered)) and set(covered) == world:
-            out.append(same)
+        dims: list[tuple[set[int], list[_Pg]]] = []
+        for pg in sorted(same, key=lambda g: sorted(g.ranks)):
+            for covered, members in dims:
+                if covered.isdisjoint(pg.ranks):
+                    covered.update(pg.ranks)
+                    members.append(pg)
+                    break
+            else:
+                dims.append((set(pg.ranks), [pg]))
+        out.extend(members for covered, members in dims if covered == world)
     return out
 
 

@@ -16,8 +16,9 @@ caller keeps one class holding every rank (today's comparison with all ranks).
    than ``DISTINCT`` (10%, on a log scale). Fewer than two distinct ranks: one class (a single
    odd rank is a suspect, never a class of its own). Distinct ranks all on one host (of
    several): one class (a host that differs is a node question, not a layout).
-2. Clusters: k-means (scikit-learn, ``k`` = 2 to ``MAX_CLASSES``, fixed seed) on the log
-   profiles, standardized per phase; the partition with the best silhouette is kept only when
+2. Clusters: agglomerative (Ward) clustering (scikit-learn; ``k`` = 2 to ``MAX_CLASSES``) of
+   the log profiles, standardized per phase, on at most 1,024 ranks (a seeded sample; the others
+   join the nearest class centre); the partition with the best silhouette is kept only when
    its silhouette is at least ``MIN_SILHOUETTE`` (0.6: clearly separated), every class holds at
    least two ranks, class sizes are multiples of the smallest (a PP x DP x TP layout's classes
    are unions of equal-size positions), and no class lies on a single host (of several).
@@ -38,7 +39,7 @@ DISTINCT = 0.10
 MAX_CLASSES = 8
 MIN_SILHOUETTE = 0.6
 _SEED = 0
-_SILHOUETTE_SAMPLE = 2000
+_SAMPLE = 1024  # ranks clustered (the others join the nearest class)
 
 
 #: StepEvent columns (ns) that make a live run's profile.
@@ -129,19 +130,25 @@ def from_profiles(profiles: pd.DataFrame, hosts: Mapping[int, str]) -> Layout | 
 
 
 def _best_partition(x: np.ndarray, n: int) -> np.ndarray | None:
-    from sklearn.cluster import KMeans  # lazily: a second to import, needed rarely
+    """The best clearly separated partition of the rows of ``x`` (see the module docstring):
+    agglomerative (Ward) clustering of at most ``_SAMPLE`` rows (seeded), the other rows
+    joining the nearest class centre."""
+    from sklearn.cluster import AgglomerativeClustering  # lazily: a second to import
     from sklearn.metrics import silhouette_score
 
     std = x.std(axis=0)
     z = (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    rng = np.random.default_rng(_SEED)
+    sample = np.sort(rng.choice(n, size=min(n, _SAMPLE), replace=False))
+    zs = z[sample]
     best, best_score = None, MIN_SILHOUETTE - 1e-9
-    for k in range(2, min(MAX_CLASSES, n // 2) + 1):
-        labels = KMeans(n_clusters=k, n_init=4, random_state=_SEED).fit_predict(z)
-        if len(set(labels.tolist())) < k:
-            continue
-        score = float(
-            silhouette_score(z, labels, sample_size=min(n, _SILHOUETTE_SAMPLE), random_state=_SEED)
-        )
+    for k in range(2, min(MAX_CLASSES, len(sample) // 2) + 1):
+        labels = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(zs)
+        score = float(silhouette_score(zs, labels))
         if score > best_score:
             best, best_score = labels, score
-    return best
+    if best is None:
+        return None
+    centres = np.stack([zs[best == k].mean(axis=0) for k in range(int(best.max()) + 1)])
+    dist = ((z[:, None, :] - centres[None, :, :]) ** 2).sum(axis=2)
+    return np.asarray(dist.argmin(axis=1))

@@ -212,11 +212,17 @@ class _Job:
 
     def table(self) -> pd.DataFrame:
         spec = self.spec
-        t = 0.0
+        now = 0.0
         for step in range(spec.steps):
-            t = self._step(step, t) + 0.5
+            now = self._step(step, now) + 0.5
         keep = [c for c in self.chunks if len(c[0])]
         n = [len(c[0]) for c in keep]
+        # Times are ms from the first step, as floats; ns are rounded at both ends of a span so
+        # that a span that starts where another ended starts at the very same nanosecond.
+        t = np.concatenate([c[5] for c in keep])
+        ms = np.concatenate([c[6] for c in keep])
+        start = T0 + np.round(t * MS).astype("int64")
+        end = T0 + np.round((t + ms) * MS).astype("int64")
         df = pd.DataFrame(
             {
                 "rank": np.concatenate([c[0] for c in keep]),
@@ -224,8 +230,8 @@ class _Job:
                 "phase": np.repeat([c[2] for c in keep], n),
                 "op": np.repeat([c[3] for c in keep], n),
                 "microbatch": np.repeat([c[4] for c in keep], n),
-                "start_ns": (T0 + np.concatenate([c[5] for c in keep]) * MS).astype("int64"),
-                "duration_ns": (np.concatenate([c[6] for c in keep]) * MS).round().astype("int64"),
+                "start_ns": start,
+                "duration_ns": end - start,
             }
         )
         df = df.sort_values(["step", "rank", "start_ns"], kind="stable").reset_index(drop=True)

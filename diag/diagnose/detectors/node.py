@@ -376,6 +376,8 @@ def _layout_finding(
     kinds = "stages" if partition.kind == "stage" else f"{partition.kind}s"
     hosts = features.hosts_of()
     on = sorted({h for r in ranks if (h := hosts.get(r, ""))})
+    if len(on) == 1 and sorted(r for r, h in hosts.items() if h == on[0]) == list(ranks):
+        label = f"{label} = host {on[0]}"  # the group is a whole host: either may be at fault
     summary = (
         f"{label} ({node_groups.ranks_text(ranks)}) computes {found.gap:.0%} longer than the "
         f"other {kinds} {when}, across all its replicas; the others wait "
