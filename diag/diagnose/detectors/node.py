@@ -20,7 +20,9 @@ from a higher one after, ``window`` steps each side); when it is within the firs
 analysed steps, or the rank was flagged from the first window on, or its median ratio before the
 onset already held ``structural_share`` (half) of the gap after it (noise hid early flags), the
 rank was slow from the start: ``onset_step`` None. A rank slow from the start among peers doing
-the same work is still cause ``node`` (its replicas are not slow: it is not the layout).
+the same work is still cause ``node`` (its replicas are not slow: it is not the layout); when
+the layout is unknown it is ``node`` too (every rank presumed to do the same work), with the
+confidence times ``UNKNOWN_LAYOUT_FROM_START`` (0.8) and a summary that says so.
 
 One culprit set, one finding (:mod:`~diag.diagnose.detectors.node_groups`): slow ranks that
 fill a whole host, replica or TP group are one finding naming the group and all its ranks.
@@ -75,6 +77,11 @@ from diag.diagnose.features import (
 )
 from diag.diagnose.layout import Layout
 from diag.findings import Evidence, Finding
+
+
+#: Confidence factor of a rank slow from the start when the layout is unknown: the ranks are
+#: presumed to do the same work, but it may be its own pipeline stage (then: structural).
+UNKNOWN_LAYOUT_FROM_START = 0.8
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -306,6 +313,8 @@ def _rank_finding(
     onsets = [s.onset for s in group]
     onset = None if any(o is None for o in onsets) else min(o for o in onsets if o is not None)
     conf = float(np.mean([confidence(s.run.consistency, s.gap, cfg.confident_gap) for s in group]))
+    if onset is None and not layout.known:
+        conf *= UNKNOWN_LAYOUT_FROM_START  # it may do other work by design: node or structural
     peers = _peers(ranks, layout, features)
     if layout.known:
         like = f"its {len(peers)} peers doing the same work"
