@@ -78,7 +78,6 @@ from diag.diagnose.features import (
 from diag.diagnose.layout import Layout
 from diag.findings import Evidence, Finding
 
-
 #: Confidence factor of a rank slow from the start when the layout is unknown: the ranks are
 #: presumed to do the same work, but it may be its own pipeline stage (then: structural).
 UNKNOWN_LAYOUT_FROM_START = 0.8
