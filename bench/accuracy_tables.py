@@ -68,12 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--set", nargs="+", default=["tuning", "held-out"], dest="sets")
     p.add_argument("--max-world", type=int, default=1024, help="skip larger layouts")
+    p.add_argument("--worlds", type=int, nargs="+", help="only these world sizes")
     p.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     p.add_argument("-v", "--verbose", action="store_true", help="one line per table on stderr")
     args = p.parse_args(argv)
     for which in args.sets:
         todo = [
-            s for s in specs(which) if s.world <= args.max_world and s.scenario in args.scenarios
+            s
+            for s in specs(which)
+            if s.world <= args.max_world
+            and s.scenario in args.scenarios
+            and (not args.worlds or s.world in args.worlds)
         ]
         verdicts: list[Verdict] = []
         times: dict[int, list[float]] = defaultdict(list)

@@ -14,7 +14,10 @@ TP position, replica and work class, and how it was found (``source``), best fir
    (:func:`from_process_groups`). Groups of size 1 or of the whole world say nothing. A group
    is a pipeline (PP) group when point-to-point operations run on it or its description says
    so (``pp``, ``pipe``, ``stage``); a TP group or a DP group likewise by its description
-   (``tp``/``tensor``/``model``; ``dp``/``data``/``replicate``/``shard``/``fsdp``). Groups
+   (``tp``/``tensor``; ``dp``/``data``/``replicate``/``shard``/``fsdp``; Megatron's
+   ``MODEL_PARALLEL_GROUP``, TP x PP, is neither). Groups of one kind that overlap (several DP
+   groups of different sizes) are reduced to one dimension: of the partitions of the world they
+   make, the one of the largest groups (the whole DP group, not a part of it). Groups
    that no name or p2p traffic identifies are read from the structure: groups of one size that
    partition the world form one dimension; with one such dimension it is the DP dimension (the
    most common extra group), with two the TP one is the one whose groups stay on one host (or,
@@ -52,7 +55,7 @@ K = TypeVar("K", bound=Any)
 SOURCES = ("table columns", "process groups", "time profiles", "none")
 
 _PP = re.compile(r"(^|[^a-z])(pp|pipe|pipeline|stage)([^a-z]|$)")
-_TP = re.compile(r"(^|[^a-z])(tp|tensor|mp|model)([^a-z]|$)")
+_TP = re.compile(r"(^|[^a-z])(tp|tensor)([^a-z]|$)")
 _DP = re.compile(r"(^|[^a-z])(dp|data|replicate|shard|fsdp|ddp|dp_shard|dp_replicate)([^a-z]|$)")
 
 
@@ -225,8 +228,9 @@ def from_process_groups(
         kinds["tp"].extend(dims[:2][tp_dim])
         if not kinds["dp"]:
             kinds["dp"].extend(dims[:2][1 - tp_dim])
+    kinds = {kind: _one_dimension(pgs, set(world)) for kind, pgs in kinds.items()}
     # PP groups must be disjoint (one pipeline per rank): pair groups made only for p2p are not.
-    stage = _positions(kinds["pp"]) if _disjoint(kinds["pp"]) else {}
+    stage = _positions(kinds["pp"])
     how = ""
     if not stage and p2p_names:
         stage = _stages_from_p2p(collectives, set(world))
@@ -323,9 +327,14 @@ def _tp_dimension(dims: list[list[_Pg]], hosts: Mapping[int, str], coll: pd.Data
     return 0 if per[0] >= per[1] else 1
 
 
-def _disjoint(pgs: list[_Pg]) -> bool:
+def _one_dimension(pgs: list[_Pg], world: set[int]) -> list[_Pg]:
+    """The groups as they are when disjoint, else the partition of the world of the largest
+    groups they make (none: [])."""
     ranks = [r for pg in pgs for r in pg.ranks]
-    return len(ranks) == len(set(ranks))
+    if len(ranks) == len(set(ranks)):
+        return pgs
+    dims = _partitions(pgs, world)
+    return max(dims, key=lambda d: len(d[0].ranks)) if dims else []
 
 
 def _positions(pgs: list[_Pg]) -> dict[int, int]:

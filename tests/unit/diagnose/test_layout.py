@@ -60,6 +60,33 @@ def test_named_process_groups(tmp_path: Path) -> None:
     assert sorted(layout.classes().values()) == [(0, 2), (1, 3)]
 
 
+def test_megatron_group_descriptions(tmp_path: Path) -> None:
+    # PP2 x DP2 x TP2 in Megatron's order; its model-parallel group (TP x PP of one replica),
+    # embedding group (first and last stages) and a partial DP group say nothing more.
+    srcs = sources(8, ranks_per_host=4)
+    groups: list[Group] = [
+        ("1", "TENSOR_MODEL_PARALLEL_GROUP", [0, 1]),
+        ("2", "TENSOR_MODEL_PARALLEL_GROUP", [2, 3]),
+        ("3", "TENSOR_MODEL_PARALLEL_GROUP", [4, 5]),
+        ("4", "TENSOR_MODEL_PARALLEL_GROUP", [6, 7]),
+        ("5", "PIPELINE_MODEL_PARALLEL_GROUP", [0, 4]),
+        ("6", "PIPELINE_MODEL_PARALLEL_GROUP", [1, 5]),
+        ("7", "PIPELINE_MODEL_PARALLEL_GROUP", [2, 6]),
+        ("8", "PIPELINE_MODEL_PARALLEL_GROUP", [3, 7]),
+        ("9", "DATA_PARALLEL_GROUP", [0, 2]),
+        ("10", "DATA_PARALLEL_GROUP", [1, 3]),
+        ("11", "DATA_PARALLEL_GROUP", [4, 6]),
+        ("12", "DATA_PARALLEL_GROUP", [5, 7]),
+        ("13", "MODEL_PARALLEL_GROUP", [0, 1, 4, 5]),
+        ("14", "MODEL_PARALLEL_GROUP", [2, 3, 6, 7]),
+        ("15", "EMBEDDING_GROUP", [0, 4]),
+    ]
+    layout = _features(tmp_path, pg_events(srcs, groups), ranks=8).layout
+    assert layout is not None
+    assert layout.summary == "2 stages x 2 replicas x 2 TP positions"
+    assert sorted(layout.classes().values()) == [(0, 2), (1, 3), (4, 6), (5, 7)]
+
+
 def test_unnamed_groups_read_from_p2p_traffic_and_structure(tmp_path: Path) -> None:
     # No descriptions: the groups p2p operations ride on are the pipelines; the other partition
     # of the world is the data-parallel one.
