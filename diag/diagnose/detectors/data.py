@@ -23,7 +23,8 @@ stage may load data that the others do not, and a heavier stage computes longer 
    (``(share - its ranks / all ranks) / (1 - its ranks / all ranks)``): the work itself is
    uneven (sequence lengths, sample sizes), not a node. ``ranks`` are the ``num_named`` most
    frequent slowest ranks; ``slowdown`` is the median over imbalanced steps of ``(the slowest
-   rank's compute - its class's median) / job step``.
+   rank's compute - its class's median) / job step``. Its evidence says how the work classes
+   were found (``peers``).
 
 Confidence: (1, 2) as in the node detector, ``consistency x (0.5 + 0.5 x min(1, gap /
 confident_gap))`` with ``gap`` the excess as a fraction of the job step; (3) ``0.9 x imbalanced
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -93,8 +94,23 @@ def detect(features: Features, cfg: DataConfig | None = None) -> list[Finding]:
             "host": features.hosts_of(),
             "replica": dict(layout.replica),
         }
-        out.extend(_moving(compute, job_step.reindex(compute.index), cfg, busy, classes, units))
+        moving = _moving(compute, job_step.reindex(compute.index), cfg, busy, classes, units)
+        out.extend(
+            replace(f, evidence=(*f.evidence, _layout_ev(layout.describe(), classes)))
+            for f in moving
+        )
     return out
+
+
+def _layout_ev(describe: str, classes: Mapping[int, int] | None) -> Evidence:
+    num = len(set(classes.values())) if classes else 1
+    return Evidence(
+        metric="peers",
+        subject="all ranks",
+        value=float(num),
+        unit="work classes",
+        note=f"{describe}; each rank against its work class's median",
+    )
 
 
 def _cpu_busy(features: Features) -> float | None:
