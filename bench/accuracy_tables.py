@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -69,13 +70,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", nargs="+", default=["tuning", "held-out"], dest="sets")
     p.add_argument("--max-world", type=int, default=1024, help="skip larger layouts")
     p.add_argument("--worlds", type=int, nargs="+", help="only these world sizes")
+    p.add_argument(
+        "--seeds", type=int, nargs="+", help="these seeds instead of the set's (a fresh draw)"
+    )
     p.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     p.add_argument("-v", "--verbose", action="store_true", help="one line per table on stderr")
     args = p.parse_args(argv)
     for which in args.sets:
+        chosen = specs(which)
+        if args.seeds:
+            first = chosen[0].seed
+            chosen = [
+                replace(s, seed=seed) for seed in args.seeds for s in chosen if s.seed == first
+            ]
         todo = [
             s
-            for s in specs(which)
+            for s in chosen
             if s.world <= args.max_world
             and s.scenario in args.scenarios
             and (not args.worlds or s.world in args.worlds)

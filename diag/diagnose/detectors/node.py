@@ -25,7 +25,10 @@ the layout is unknown it is ``node`` too (every rank presumed to do the same wor
 confidence times ``UNKNOWN_LAYOUT_FROM_START`` (0.8) and a summary that says so.
 
 One culprit set, one finding (:mod:`~diag.diagnose.detectors.node_groups`): slow ranks that
-fill a whole host, replica or TP group are one finding naming the group and all its ranks.
+fill a whole host, replica or TP group are one finding naming the group and all its ranks
+(largest first). When only some of its ranks (two or more) were found on their own (noise hid
+the others), the set is judged as one: per step the median over its ranks of each one's ratio to
+its peers, with the same flags, persistence and wait check; if it holds, the set is named.
 
 The layout's own imbalance: the pipeline stages are compared with each other (per step, the median
 over each stage's ranks against the median of the other stages'), as are the TP positions of a
@@ -162,9 +165,21 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     slow = {s.rank: s for s in _find_slow(frames, cfg)}
     hosts = features.hosts_of()
     out = []
-    for culprits in node_groups.culprit_sets(list(slow), hosts, layout):
-        group = [slow[r] for r in culprits.ranks]
-        out.append(_rank_finding(group, culprits, features, layout, cfg))
+    named: set[int] = set()
+    for cand in node_groups.candidates(hosts, layout):
+        members = [r for r in cand.ranks if r in slow]
+        if len(members) < 2 or named & set(cand.ranks):
+            continue
+        whole = None
+        if len(members) < len(cand.ranks):  # not every rank found on its own: judge the set
+            whole = _set_slow(frames, cand.ranks, cfg)
+            if whole is None:
+                continue
+        named |= set(cand.ranks)
+        out.append(_rank_finding([slow[r] for r in members], cand, features, layout, cfg, whole))
+    for rank in sorted(set(slow) - named):
+        cand = node_groups.single(rank, hosts, layout)
+        out.append(_rank_finding([slow[rank]], cand, features, layout, cfg))
     # A layout group's own imbalance is the one its other ranks share: ranks already found
     # slow against the ranks doing the same work are left out of their group's median.
     rest = [int(r) for r in compute.columns if int(r) not in slow]
@@ -187,6 +202,24 @@ def _group_frames(frames: _Frames, partition: node_groups.Partition) -> _Frames:
 
     compute, wait = per_group(frames.compute), per_group(frames.wait)
     return _Frames(compute, wait, of_peers(compute), of_peers(wait), frames.job_step)
+
+
+def _set_slow(frames: _Frames, ranks: tuple[int, ...], cfg: NodeConfig) -> _Slow | None:
+    """A set of ranks judged as one: per step, the median over its ranks of each one's ratio to
+    its peers (a median, so one very slow rank does not make its set slow), against the median
+    of their peers' compute; flags, persistence, onset and the wait check as for a rank."""
+    cols = [c for c in frames.compute.columns if int(c) in set(ranks)]
+    ratio = (frames.compute[cols] / frames.peers[cols]).median(axis=1)
+    peers = frames.peers[cols].median(axis=1)
+
+    def one(series: pd.Series) -> pd.DataFrame:
+        return series.to_frame(name=ranks[0])
+
+    wait, peers_wait = frames.wait[cols].median(axis=1), frames.peers_wait[cols].median(axis=1)
+    found = _find_slow(
+        _Frames(one(peers * ratio), one(wait), one(peers), one(peers_wait), frames.job_step), cfg
+    )
+    return found[0] if found else None
 
 
 def _find_slow(frames: _Frames, cfg: NodeConfig) -> list[_Slow]:
@@ -302,16 +335,21 @@ def _rank_finding(
     features: Features,
     layout: Layout,
     cfg: NodeConfig,
+    whole: _Slow | None = None,
 ) -> Finding:
     """One finding for slow ranks named as one set (a host, a replica, a TP group) or one
     rank, each compared with the ranks doing the same work: cause ``node``, from its onset or
-    (``onset_step`` None) from the start."""
+    (``onset_step`` None) from the start. ``whole``: the set judged as one, when not every one
+    of its ranks was found slow on its own (``group`` holds those that were)."""
     ranks = culprits.ranks
     hosts = features.hosts_of()
-    lead = max(group, key=lambda s: s.slowdown)
+    lead = whole or max(group, key=lambda s: s.slowdown)
     onsets = [s.onset for s in group]
     onset = None if any(o is None for o in onsets) else min(o for o in onsets if o is not None)
-    conf = float(np.mean([confidence(s.run.consistency, s.gap, cfg.confident_gap) for s in group]))
+    if whole is not None:
+        onset = whole.onset
+    scored = [whole] if whole is not None else group
+    conf = float(np.mean([confidence(s.run.consistency, s.gap, cfg.confident_gap) for s in scored]))
     if onset is None and not layout.known:
         conf *= UNKNOWN_LAYOUT_FROM_START  # it may do other work by design: node or structural
     peers = _peers(ranks, layout, features)
@@ -334,6 +372,12 @@ def _rank_finding(
             "stage, this is structural)"
         )
     evidence = [_compute_ev(f"rank {s.rank}", s) for s in group]
+    if whole is not None:
+        note = (
+            f"median over its {len(ranks)} ranks ({len(group)} slow on their own) of each one's "
+            "compute against its peers', in the anomaly"
+        )
+        evidence.append(_compute_ev(culprits.who.split(" (")[0], whole, note=note))
     evidence.append(_wait_ev(culprits.who, lead))
     evidence.extend(
         node_evidence.history(s.rank, s.own_before_ms, s.culprit_ms)

@@ -1,10 +1,11 @@
 """Which sets the node detector's findings name: one culprit set, one finding.
 
-- :func:`culprit_sets`: slow ranks (each found against the ranks doing the same work) are named
-  by the largest whole group they fill, largest first: a host (every rank on it), a replica
-  (every stage and TP position of one data-parallel replica), a TP group (the TP ranks of one
-  stage of one replica); a group whose ranks are exactly another's (a host that is one TP
-  group) is one set named both ways. Slow ranks left over are named one by one.
+- :func:`candidates`: the sets slow ranks (each found against the ranks doing the same work) can
+  be named as, largest first: a host (every rank on it), a replica (every stage and TP position
+  of one data-parallel replica), a TP group (the TP ranks of one stage of one replica); a group
+  whose ranks are exactly another's (a host that is one TP group) is one set named both ways.
+  The node detector decides which of them are slow as a whole; slow ranks left over are named
+  one by one (:func:`single`).
 - :func:`partitions`: the layout's own groups whose imbalance is ``structural`` when it is
   there from the start: the pipeline stages (each against the other stages), the TP positions
   of each stage (against the stage's other positions), or, for a layout inferred from time
@@ -59,48 +60,44 @@ def ranks_text(ranks: tuple[int, ...]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
 
-def culprit_sets(slow: list[int], hosts: Mapping[int, str], layout: Layout) -> list[Culprits]:
-    """The slow ranks as whole groups where they fill one (see the module docstring)."""
-    left = set(slow)
-    candidates: list[tuple[str, str, tuple[int, ...]]] = []  # (id, label, ranks)
+def candidates(hosts: Mapping[int, str], layout: Layout) -> list[Culprits]:
+    """The sets slow ranks can be named as, largest first: hosts, replicas and TP groups of two
+    or more ranks; a set that two of them make (a host that is one TP group) is one, named both
+    ways."""
+    found: list[tuple[str, str, tuple[int, ...]]] = []  # (id, label, ranks)
     by_host: dict[str, list[int]] = {}
     for rank, host in hosts.items():
         if host:
             by_host.setdefault(host, []).append(rank)
     for host, on_host in sorted(by_host.items()):
-        candidates.append((f"node-{host}", f"host {host}", tuple(sorted(on_host))))
+        found.append((f"node-{host}", f"host {host}", tuple(sorted(on_host))))
     for group in layout.groups():
         if group.kind == "stage":
             continue  # a stage is compared with the other stages (partitions), not its peers
         suffix = group.label.replace("TP group of stage ", "tp-stage").replace(", replica ", "-r")
-        candidates.append((f"node-{suffix.replace(' ', '')}", group.label, group.ranks))
-    candidates.sort(key=lambda c: -len(c[2]))
-    out: list[Culprits] = []
-    taken: dict[tuple[int, ...], int] = {}
-    for cid, label, ranks in candidates:
+        found.append((f"node-{suffix.replace(' ', '')}", group.label, group.ranks))
+    found.sort(key=lambda c: -len(c[2]))
+    out: dict[tuple[int, ...], Culprits] = {}
+    for cid, label, ranks in found:
         if len(ranks) < 2:
             continue
-        if ranks in taken:  # the same ranks named another way: one set, both names
-            i = taken[ranks]
-            out[i] = Culprits(
-                ranks,
-                out[i].id,
-                f"{out[i].who.split(' (')[0]} = {label} ({ranks_text(ranks)})",
-                out[i].host,
-            )
+        if ranks in out:  # the same ranks named another way: one set, both names
+            first = out[ranks]
+            who = f"{first.who.split(' (')[0]} = {label} ({ranks_text(ranks)})"
+            out[ranks] = Culprits(ranks, first.id, who, first.host)
             continue
-        if set(ranks) <= left:
-            left -= set(ranks)
-            taken[ranks] = len(out)
-            on = {hosts.get(r, "") for r in ranks}
-            host = on.pop() if len(on) == 1 else ""
-            out.append(Culprits(ranks, cid, f"{label} ({ranks_text(ranks)})", host))
-    for rank in sorted(left):
-        host = hosts.get(rank, "")
-        where = layout.position(rank)
-        who = f"rank {rank}" + (f" ({where})" if where else "") + (f" on {host}" if host else "")
-        out.append(Culprits((rank,), f"node-rank{rank}", who, host))
-    return out
+        on = {hosts.get(r, "") for r in ranks}
+        host = on.pop() if len(on) == 1 else ""
+        out[ranks] = Culprits(ranks, cid, f"{label} ({ranks_text(ranks)})", host)
+    return list(out.values())
+
+
+def single(rank: int, hosts: Mapping[int, str], layout: Layout) -> Culprits:
+    """One slow rank, named with where it sits."""
+    host = hosts.get(rank, "")
+    where = layout.position(rank)
+    who = f"rank {rank}" + (f" ({where})" if where else "") + (f" on {host}" if host else "")
+    return Culprits((rank,), f"node-rank{rank}", who, host)
 
 
 def partitions(layout: Layout, ranks: list[int]) -> list[Partition]:

@@ -78,6 +78,19 @@ def test_one_culprit_set_is_one_finding(scenario: str, tp: int, per_host: int, k
     assert found.summary.startswith(kind)
 
 
+def test_a_set_whose_ranks_noise_partly_hid_is_judged_as_one() -> None:
+    # A TP group 10% slower: near the threshold, only two of its four ranks are found on their
+    # own; the group's median ratio to its peers holds, so the finding names all four.
+    spec = Spec(pp=4, dp=8, tp=4, microbatches=4, steps=40, onset=20, seed=2, extra=0.1)
+    spec = Spec(**{**_fields(spec), "scenario": "tp_group", "ranks_per_host": 16})
+    findings = [f for f in _triage(spec) if f.cause == "node"]
+    (found,) = findings
+    assert found.ranks == culprits(spec), _show(findings)
+    assert found.summary.startswith("TP group of stage 2, replica 1")
+    (whole,) = [e for e in found.evidence if "slow on their own" in e.note]
+    assert "(2 slow on their own)" in whole.note
+
+
 def test_a_slow_host_that_is_a_whole_stage_is_named_both_ways() -> None:
     spec = Spec(**{**_fields(SMALL), "scenario": "host", "seed": 1})  # 8 ranks a host: a stage
     findings = _triage(spec)
