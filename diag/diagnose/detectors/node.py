@@ -13,7 +13,12 @@ thread waited for a CPU), so a rank descheduled on an oversubscribed host is not
 device. Per step and rank: ``ratio = compute_ms / median(peers' compute_ms)``; the step is
 *flagged* when ``ratio >= min_ratio`` and the excess ``compute_ms - peers' median`` is at least
 ``max(min_excess_ms, min_excess_frac x job step)`` (scheduler jitter on a busy node makes a 2 ms
-compute look 2x slow now and then). The rank is slow when flagged in ``>= min_frac`` of a sliding
+compute look 2x slow now and then), and ``ratio - 1`` is at least ``min_z`` (2) robust sigmas of
+its class's ratios (per step, from the spread of the lower half of the class's ratios, which slow
+ranks do not reach even when they are up to half of the class; then the median over the run's
+steps; classes of 4 or more): where the work itself varies a lot from step to step (uneven
+batches), a rank above its peers for a few steps in a row is not yet a slow node; in a steady job
+(3% noise) this changes nothing. The rank is slow when flagged in ``>= min_frac`` of a sliding
 window of ``window`` steps (warm-up steps skipped). ``onset_step`` is the change point of the
 rank's ratio near the first such window (the step that best separates a lower median ratio before
 from a higher one after, ``window`` steps each side); when it is within the first ``window``
@@ -64,6 +69,7 @@ telemetry corroboration (no device is at fault); a group that became slower at a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -80,6 +86,11 @@ from diag.diagnose.features import (
 )
 from diag.diagnose.layout import Layout
 from diag.findings import Evidence, Finding
+
+#: Classes (or partitions of groups) smaller than this have no spread to judge by.
+_MIN_SPREAD_CLASS = 4
+#: A normal distribution's sigma over the MAD of its lower half (about its own median).
+_LOW_MAD_SIGMA = 2.5
 
 #: Confidence factor of a rank slow from the start when the layout is unknown: the ranks are
 #: presumed to do the same work, but it may be its own pipeline stage (then: structural).
@@ -99,6 +110,7 @@ class NodeConfig:
     min_wait_explained: float = 0.5  # peers' wait growth / culprit's excess compute
     confident_gap: float = 0.2  # compute gap (ratio - 1) that counts fully toward confidence
     structural_share: float = 0.5  # gap before the onset / gap after it that means "no onset"
+    min_z: float = 2.0  # ... and ratio - 1 >= this many robust sigmas of its class's spread
     warning: float = 0.1  # slowdown for severity "warning"
     critical: float = 0.3  # slowdown for severity "critical"
 
@@ -138,13 +150,37 @@ class _Slow:
 @dataclass(frozen=True, slots=True)
 class _Frames:
     """What slow columns are found on: per step and column (a rank or a group), its compute and
-    wait, its peers' median compute and wait, and the job step."""
+    wait, its peers' median compute and wait, the job step, and the spread of its class's
+    ratios to their peers (NaN: too few to tell)."""
 
     compute: pd.DataFrame
     wait: pd.DataFrame
     peers: pd.DataFrame
     peers_wait: pd.DataFrame
     job_step: pd.Series
+    spread: pd.DataFrame | None = None
+
+
+def _spread(ratio: pd.DataFrame, classes: Mapping[Any, Any] | None) -> pd.DataFrame:
+    """Per column, the robust sigma of its class's ratios: per step ``_LOW_MAD_SIGMA x`` the
+    median absolute deviation of the lower half of the class's ratios around their own median
+    (the slow ones, even up to half of the class, are not in it, and what they do to their
+    peers' medians shifts the lower half without spreading it), then the median over the run's
+    steps (one number per class: a few ranks make a noisy estimate per step); NaN for classes
+    under ``_MIN_SPREAD_CLASS`` columns."""
+    out = pd.DataFrame(np.nan, index=ratio.index, columns=ratio.columns, dtype=float)
+    members: dict[Any, list[Any]] = {}
+    for col in ratio.columns:
+        members.setdefault(classes.get(col) if classes is not None else 0, []).append(col)
+    for cols in members.values():
+        if len(cols) < _MIN_SPREAD_CLASS:
+            continue
+        values = ratio[cols].to_numpy(dtype=float)
+        med = np.nanmedian(values, axis=1, keepdims=True)
+        low = np.where(values <= med, values, np.nan)
+        mad = np.nanmedian(np.abs(low - np.nanmedian(low, axis=1, keepdims=True)), axis=1)
+        out[cols] = float(np.nanmedian(_LOW_MAD_SIGMA * mad))
+    return out
 
 
 def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
@@ -159,8 +195,14 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     wait = features.wide("wait_ms", cfg.warmup_steps).reindex_like(compute)
     job_step = features.wide("duration_ms", cfg.warmup_steps).reindex_like(compute).median(axis=1)
     classes = layout.work_class if layout.known else None
+    peers = peer_median(compute, classes)
     frames = _Frames(
-        compute, wait, peer_median(compute, classes), peer_median(wait, classes), job_step
+        compute,
+        wait,
+        peers,
+        peer_median(wait, classes),
+        job_step,
+        _spread(compute / peers, {c: (classes or {}).get(int(c), 0) for c in compute.columns}),
     )
     slow = {s.rank: s for s in _find_slow(frames, cfg)}
     hosts = features.hosts_of()
@@ -201,7 +243,11 @@ def _group_frames(frames: _Frames, partition: node_groups.Partition) -> _Frames:
         return pd.DataFrame(cols, index=grouped.index).reindex(columns=grouped.columns)
 
     compute, wait = per_group(frames.compute), per_group(frames.wait)
-    return _Frames(compute, wait, of_peers(compute), of_peers(wait), frames.job_step)
+    peers = of_peers(compute)
+    # Groups whose peers are each other (the stages; the TP positions of one stage) are a class.
+    classes = {k: min([k, *p], key=str) for k, p in partition.peers.items()}
+    spread = _spread(compute / peers, classes)
+    return _Frames(compute, wait, peers, of_peers(wait), frames.job_step, spread)
 
 
 def _set_slow(frames: _Frames, ranks: tuple[int, ...], cfg: NodeConfig) -> _Slow | None:
@@ -216,8 +262,17 @@ def _set_slow(frames: _Frames, ranks: tuple[int, ...], cfg: NodeConfig) -> _Slow
         return series.to_frame(name=ranks[0])
 
     wait, peers_wait = frames.wait[cols].median(axis=1), frames.peers_wait[cols].median(axis=1)
+    spread = frames.spread[cols].median(axis=1) if frames.spread is not None else None
     found = _find_slow(
-        _Frames(one(peers * ratio), one(wait), one(peers), one(peers_wait), frames.job_step), cfg
+        _Frames(
+            one(peers * ratio),
+            one(wait),
+            one(peers),
+            one(peers_wait),
+            frames.job_step,
+            one(spread) if spread is not None else None,
+        ),
+        cfg,
     )
     return found[0] if found else None
 
@@ -228,7 +283,12 @@ def _find_slow(frames: _Frames, cfg: NodeConfig) -> list[_Slow]:
     # A step is flagged when the rank is slower than its peers both relatively and absolutely:
     # on a busy node scheduler jitter makes 2 ms of compute look 2x slow now and then.
     floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * frames.job_step.to_numpy())
-    flagged = ((ratio >= cfg.min_ratio) & ((compute - peers).ge(floor, axis=0))).to_numpy()
+    flagged_frame = (ratio >= cfg.min_ratio) & ((compute - peers).ge(floor, axis=0))
+    if frames.spread is not None:  # and beyond what its class's own spread makes common
+        spread = frames.spread.to_numpy()
+        beyond = np.isnan(spread) | (ratio.to_numpy() - 1.0 >= cfg.min_z * spread)
+        flagged_frame &= beyond
+    flagged = flagged_frame.to_numpy()
     slow = []
     # Only columns with a persistent run of flagged steps can be slow: find them all at once.
     for j in np.flatnonzero(persistent_columns(flagged, cfg.window, cfg.min_frac)):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from diag.diagnose.detectors import node
 from diag.diagnose.detectors.registry import run_all
 from diag.diagnose.features import Features
 from diag.diagnose.timing_table import features_from_table
@@ -116,6 +117,18 @@ def test_moving_imbalance_at_scale_is_data(world: int, seed: int) -> None:
     (moving,) = [f for f in findings if f.id == "data-moving"]
     if world == 64:  # the cost: under 10% of the step (info) in the deeper pipeline's bubbles
         assert moving.severity != "info"
+
+
+@pytest.mark.parametrize("seed", [301, 316, 322])
+def test_a_streak_of_long_batches_is_not_a_slow_node(seed: int) -> None:
+    # Uneven sequence lengths (skew 0.5) make a replica's steps 20-40% longer several steps in a
+    # row now and then; judged by the ratio alone (min_z=0) that streak is a slow node.
+    spec = Spec(pp=2, dp=8, tp=2, microbatches=8, steps=60, seed=seed, scenario="moving")
+    spec = Spec(**{**_fields(spec), "skew": 0.5})
+    features = features_from_table(generate(spec))
+    assert _loud(node.detect(features, node.NodeConfig(min_z=0)))
+    assert not _loud(node.detect(features))
+    assert judge(spec, run_all(features)).cause
 
 
 def test_live_process_groups_make_a_heavy_stage_structural(tmp_path: Path) -> None:
