@@ -258,15 +258,15 @@ def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) ->
     entries of the sorted row (the same values, and the same arithmetic, as ``np.median`` of the
     row without that rank)."""
     if classes is not None:
-        out_frame = pd.DataFrame(np.nan, index=wide.index, columns=wide.columns, dtype=float)
-        members: dict[int, list[object]] = {}
-        for col in wide.columns:
+        grouped = np.full(wide.shape, np.nan)
+        members: dict[int, list[int]] = {}
+        for j, col in enumerate(wide.columns):
             if int(col) in classes:
-                members.setdefault(classes[int(col)], []).append(col)
+                members.setdefault(classes[int(col)], []).append(j)
         for cols in members.values():
             if len(cols) >= 2:
-                out_frame[cols] = peer_median(wide[cols])
-        return out_frame
+                grouped[:, cols] = peer_median(wide.iloc[:, cols]).to_numpy()
+        return pd.DataFrame(grouped, index=wide.index, columns=wide.columns)
     values = wide.to_numpy(dtype=float)
     out = np.full_like(values, np.nan)
     num_rows, n = values.shape
@@ -292,16 +292,18 @@ def class_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) -
     """For each step and rank, the median of its work class's values at that step, itself
     included (``classes``: rank -> class; None or a rank missing from it: every rank)."""
     if classes is None:
-        med = wide.median(axis=1)
-        return pd.DataFrame({c: med for c in wide.columns}, index=wide.index)
-    out = pd.DataFrame(np.nan, index=wide.index, columns=wide.columns, dtype=float)
-    members: dict[int, list[object]] = {}
-    for col in wide.columns:
-        members.setdefault(classes.get(int(col), -1), []).append(col)
+        med = np.median(wide.to_numpy(dtype=float), axis=1, keepdims=True)
+        return pd.DataFrame(
+            np.broadcast_to(med, wide.shape).copy(), index=wide.index, columns=wide.columns
+        )
+    values = wide.to_numpy(dtype=float)
+    out = np.full(values.shape, np.nan)
+    members: dict[int, list[int]] = {}
+    for j, col in enumerate(wide.columns):
+        members.setdefault(classes.get(int(col), -1), []).append(j)
     for cols in members.values():
-        med = wide[cols].median(axis=1).to_numpy()
-        out[cols] = np.repeat(med[:, None], len(cols), axis=1)
-    return out
+        out[:, cols] = np.median(values[:, cols], axis=1, keepdims=True)
+    return pd.DataFrame(out, index=wide.index, columns=wide.columns)
 
 
 def persistent_columns(flags: np.ndarray, window: int, min_frac: float) -> np.ndarray:

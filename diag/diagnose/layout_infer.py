@@ -13,9 +13,11 @@ same profile up to noise; a pipeline stage that does more (or other) work does n
 caller keeps one class holding every rank (today's comparison with all ranks).
 
 1. Distinct ranks: a rank is distinct when some phase differs from the median rank's by more
-   than ``DISTINCT`` (10%, on a log scale). Fewer than two distinct ranks: one class (a single
-   odd rank is a suspect, never a class of its own). Distinct ranks all on one host (of
-   several): one class (a host that differs is a node question, not a layout).
+   than ``DISTINCT`` (10%, on a log scale) and by more than ``NOISE_SE`` (4) standard errors
+   of the rank's own median of it (a profile's ``<phase>_se`` columns, :func:`summarize`).
+   Fewer than two distinct ranks: one class (a single odd rank is a suspect, never a class of
+   its own). Distinct ranks all on one host (of several): one class (a host that differs is a
+   node question, not a layout).
 2. Clusters: agglomerative (Ward) clustering (scikit-learn; ``k`` = 2 to ``MAX_CLASSES``) of
    the log profiles, standardized per phase, on at most 1,024 ranks (a seeded sample; the others
    join the nearest class centre); the partition with the best silhouette is kept only when
@@ -36,6 +38,7 @@ import pandas as pd
 from diag.diagnose.layout import Layout, from_process_groups, unknown
 
 DISTINCT = 0.10
+NOISE_SE = 4.0
 MAX_CLASSES = 8
 MIN_SILHOUETTE = 0.6
 _SEED = 0
@@ -79,28 +82,48 @@ def early_steps(steps: pd.Series, warmup_steps: int, min_steps: int = 10) -> pd.
 
 
 def profiles_from_steps(step_events: pd.DataFrame, warmup_steps: int = 5) -> pd.DataFrame:
-    """Per rank, the median of each of :data:`STEP_PHASES` (ms) over its early steps."""
+    """Per rank, over its early steps, each of :data:`STEP_PHASES` (ms): see
+    :func:`summarize`."""
     cols = [c for c in STEP_PHASES if c in step_events.columns]
     if step_events.empty or not cols or not {"rank", "step"} <= set(step_events.columns):
         return pd.DataFrame()
     rows = step_events[step_events["rank"] >= 0]
     rows = rows[early_steps(rows["step"], warmup_steps)]
-    return rows.groupby("rank")[cols].median().astype(float) / 1e6
+    per_step = rows.set_index(["rank", "step"])[cols].astype(float) / 1e6
+    return summarize(per_step)
+
+
+def summarize(per_step: pd.DataFrame) -> pd.DataFrame:
+    """A profile from per (rank, step) phase times (ms; index rank, step): per rank and phase
+    the median over steps, and ``<phase>_se``, the standard error of that median (``1.2533 x
+    1.4826 x MAD / sqrt(steps)``): how far two ranks doing the same work may differ by noise."""
+    by_rank = per_step.groupby(level="rank")
+    med = by_rank.median()
+    mad = (per_step - med.reindex(per_step.index.get_level_values("rank")).to_numpy()).abs()
+    spread = mad.groupby(level="rank").median() * 1.4826
+    se = 1.2533 * spread / np.sqrt(by_rank.size().to_numpy()[:, None])
+    return pd.concat([med, se.add_suffix("_se")], axis=1).astype(float)
 
 
 def from_profiles(profiles: pd.DataFrame, hosts: Mapping[int, str]) -> Layout | None:
     """Work classes of the ranks (``profiles``: index rank, one column per phase, ms) or None
     when the profiles do not clearly say them (see the module docstring)."""
     profiles = profiles.dropna()
+    phases = [c for c in profiles.columns if not str(c).endswith("_se")]
     n = len(profiles)
-    if n < 4 or profiles.shape[1] == 0:
+    if n < 4 or not phases:
         return None
-    values = profiles.to_numpy(dtype=float).clip(min=0.0)
+    values = profiles[phases].to_numpy(dtype=float).clip(min=0.0)
+    se_cols = [f"{p}_se" for p in phases]
+    se = profiles.reindex(columns=se_cols).fillna(0.0).to_numpy(dtype=float)
     scale = np.median(values, axis=0)
     eps = 0.01 * np.maximum(scale, 0.0) + 0.01  # phases near 0 ms do not make ranks distinct
     x = np.log(values + eps)
     dev = np.abs(x - np.median(x, axis=0))
-    distinct = (dev > np.log1p(DISTINCT)).any(axis=1)
+    # Distinct: more than DISTINCT apart, and more than NOISE_SE standard errors of the rank's
+    # own median (many ranks make some stray 10% from the median by noise alone).
+    beyond_noise = np.abs(values - scale) > NOISE_SE * se
+    distinct = ((dev > np.log1p(DISTINCT)) & beyond_noise).any(axis=1)
     ranks = [int(r) for r in profiles.index]
     odd = [r for r, d in zip(ranks, distinct, strict=True) if d]
     many_hosts = len({hosts.get(r, "") for r in ranks}) > 1

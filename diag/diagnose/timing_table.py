@@ -39,7 +39,7 @@ from diag.diagnose.features import (
     STEP_COLUMNS,
     Features,
 )
-from diag.diagnose.layout_infer import early_steps, infer
+from diag.diagnose.layout_infer import early_steps, infer, summarize
 from diag.errors import InputError
 
 _NS_PER_MS = 1e6
@@ -120,8 +120,9 @@ def table_layout(table: pd.DataFrame, steps: pd.DataFrame) -> layouts.Layout:
 
 
 def profiles(table: pd.DataFrame, warmup_steps: int = 5) -> pd.DataFrame:
-    """Per rank, over its early steps: the median per step of each phase's summed spans (ms)
-    and ``begin_ms``, how long after the step's first span its first compute span begins."""
+    """Per rank, over its early steps: each phase's summed spans per step (ms) and ``begin``,
+    how long after the step's first span its first compute span begins, as
+    :func:`~diag.diagnose.layout_infer.summarize` makes them (median and its standard error)."""
     rows = table[early_steps(table["step"], warmup_steps)]
     keys = ["rank", "step"]
     sums = rows.pivot_table(index=keys, columns="phase", values="duration_ns", aggfunc="sum")
@@ -129,7 +130,7 @@ def profiles(table: pd.DataFrame, warmup_steps: int = 5) -> pd.DataFrame:
     first = rows.groupby(keys)["start_ns"].min()
     compute = rows[rows["phase"].isin(COMPUTE_PHASES)]
     sums["begin"] = (compute.groupby(keys)["start_ns"].min() - first).reindex(sums.index)
-    return sums.groupby(level="rank").median().astype(float) / _NS_PER_MS
+    return summarize(sums.astype(float) / _NS_PER_MS)
 
 
 def run_info(path: Path, table: pd.DataFrame) -> dict[str, Any]:

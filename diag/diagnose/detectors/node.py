@@ -168,19 +168,24 @@ def _spread(ratio: pd.DataFrame, classes: Mapping[Any, Any] | None) -> pd.DataFr
     peers' medians shifts the lower half without spreading it), then the median over the run's
     steps (one number per class: a few ranks make a noisy estimate per step); NaN for classes
     under ``_MIN_SPREAD_CLASS`` columns."""
-    out = pd.DataFrame(np.nan, index=ratio.index, columns=ratio.columns, dtype=float)
-    members: dict[Any, list[Any]] = {}
-    for col in ratio.columns:
-        members.setdefault(classes.get(col) if classes is not None else 0, []).append(col)
+    values = ratio.to_numpy(dtype=float)
+    out = np.full(values.shape[1], np.nan)
+    members: dict[Any, list[int]] = {}
+    for j, col in enumerate(ratio.columns):
+        members.setdefault(classes.get(col) if classes is not None else 0, []).append(j)
     for cols in members.values():
         if len(cols) < _MIN_SPREAD_CLASS:
             continue
-        values = ratio[cols].to_numpy(dtype=float)
-        med = np.nanmedian(values, axis=1, keepdims=True)
-        low = np.where(values <= med, values, np.nan)
-        mad = np.nanmedian(np.abs(low - np.nanmedian(low, axis=1, keepdims=True)), axis=1)
-        out[cols] = float(np.nanmedian(_LOW_MAD_SIGMA * mad))
-    return out
+        v = values[:, cols]
+        v = v[~np.isnan(v).any(axis=1)]
+        if not len(v):
+            continue
+        low = np.sort(v, axis=1)[:, : (len(cols) + 1) // 2]  # each step's lower half
+        mad = np.median(np.abs(low - np.median(low, axis=1, keepdims=True)), axis=1)
+        out[cols] = float(np.median(_LOW_MAD_SIGMA * mad))
+    return pd.DataFrame(
+        np.broadcast_to(out, values.shape).copy(), index=ratio.index, columns=ratio.columns
+    )
 
 
 def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
