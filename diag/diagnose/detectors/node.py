@@ -32,8 +32,9 @@ confidence times ``UNKNOWN_LAYOUT_FROM_START`` (0.8) and a summary that says so.
 One culprit set, one finding (:mod:`~diag.diagnose.detectors.node_groups`): slow ranks that
 fill a whole host, replica or TP group are one finding naming the group and all its ranks
 (largest first). When only some of its ranks (two or more) were found on their own (noise hid
-the others), the set is judged as one: per step the median over its ranks of each one's ratio to
-its peers, with the same flags, persistence and wait check; if it holds, the set is named.
+the others), the set is judged as one: per step the lower quartile over its ranks of each one's
+ratio to its peers (three quarters of them at least that slow), with the same flags,
+persistence and wait check; if it holds, the set is named.
 
 The layout's own imbalance: the pipeline stages are compared with each other (per step, the median
 over each stage's ranks against the median of the other stages'), as are the TP positions of a
@@ -86,6 +87,9 @@ from diag.diagnose.features import (
 )
 from diag.diagnose.layout import Layout
 from diag.findings import Evidence, Finding
+
+#: A set of ranks is slow as a whole when this quantile of its ranks' ratios is (see _set_slow).
+SET_QUANTILE = 0.25
 
 #: Classes (or partitions of groups) smaller than this have no spread to judge by.
 _MIN_SPREAD_CLASS = 4
@@ -256,11 +260,12 @@ def _group_frames(frames: _Frames, partition: node_groups.Partition) -> _Frames:
 
 
 def _set_slow(frames: _Frames, ranks: tuple[int, ...], cfg: NodeConfig) -> _Slow | None:
-    """A set of ranks judged as one: per step, the median over its ranks of each one's ratio to
-    its peers (a median, so one very slow rank does not make its set slow), against the median
-    of their peers' compute; flags, persistence, onset and the wait check as for a rank."""
+    """A set of ranks judged as one: per step, the lower quartile over its ranks of each one's
+    ratio to its peers (three quarters of its ranks at least that slow: a few very slow ranks,
+    or half of them, do not make the set slow), against the median of their peers' compute;
+    flags, persistence, onset and the wait check as for a rank."""
     cols = [c for c in frames.compute.columns if int(c) in set(ranks)]
-    ratio = (frames.compute[cols] / frames.peers[cols]).median(axis=1)
+    ratio = (frames.compute[cols] / frames.peers[cols]).quantile(SET_QUANTILE, axis=1)
     peers = frames.peers[cols].median(axis=1)
 
     def one(series: pd.Series) -> pd.DataFrame:
@@ -439,8 +444,8 @@ def _rank_finding(
     evidence = [_compute_ev(f"rank {s.rank}", s) for s in group]
     if whole is not None:
         note = (
-            f"median over its {len(ranks)} ranks ({len(group)} slow on their own) of each one's "
-            "compute against its peers', in the anomaly"
+            f"lower quartile over its {len(ranks)} ranks ({len(group)} slow on their own) of "
+            "each one's compute against its peers', in the anomaly"
         )
         evidence.append(_compute_ev(culprits.who.split(" (")[0], whole, note=note))
     evidence.append(_wait_ev(culprits.who, lead))

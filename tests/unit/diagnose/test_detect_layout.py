@@ -80,16 +80,26 @@ def test_one_culprit_set_is_one_finding(scenario: str, tp: int, per_host: int, k
 
 
 def test_a_set_whose_ranks_noise_partly_hid_is_judged_as_one() -> None:
-    # A TP group 10% slower: near the threshold, only two of its four ranks are found on their
-    # own; the group's median ratio to its peers holds, so the finding names all four.
-    spec = Spec(pp=4, dp=8, tp=4, microbatches=4, steps=40, onset=20, seed=2, extra=0.1)
+    # A TP group of 8 ranks 10% slower: near the threshold, one of its ranks is not found on
+    # its own; three quarters of the group are that slow together, so the finding names all 8.
+    spec = Spec(pp=2, dp=8, tp=8, microbatches=4, steps=40, onset=20, seed=2, extra=0.1)
     spec = Spec(**{**_fields(spec), "scenario": "tp_group", "ranks_per_host": 16})
     findings = [f for f in _triage(spec) if f.cause == "node"]
     (found,) = findings
     assert found.ranks == culprits(spec), _show(findings)
-    assert found.summary.startswith("TP group of stage 2, replica 1")
+    assert found.summary.startswith("TP group of stage 1, replica 5")
     (whole,) = [e for e in found.evidence if "slow on their own" in e.note]
-    assert "(2 slow on their own)" in whole.note
+    assert "(7 slow on their own)" in whole.note
+
+
+def test_half_of_a_set_slow_is_not_the_set() -> None:
+    # Replica order, 4 ranks a host: a slow host is one stage of one replica (4 TP ranks), half
+    # of that replica's 8 ranks. The finding names the host, not the replica.
+    spec = Spec(pp=2, dp=8, tp=4, order="replica", ranks_per_host=4, seed=200, scenario="host")
+    findings = _triage(spec)
+    (found,) = _loud(findings)
+    assert (found.cause, found.ranks) == ("node", culprits(spec)), _show(findings)
+    assert len(found.ranks) == 4 and found.summary.startswith("host")
 
 
 def test_a_slow_host_that_is_a_whole_stage_is_named_both_ways() -> None:
