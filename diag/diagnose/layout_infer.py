@@ -13,8 +13,10 @@ same profile up to noise; a pipeline stage that does more (or other) work does n
 caller keeps one class holding every rank (today's comparison with all ranks).
 
 1. Distinct ranks: a rank is distinct when some phase differs from the median rank's by more
-   than ``DISTINCT`` (10%, on a log scale) and by more than ``NOISE_SE`` (4) standard errors
-   of the rank's own median of it (a profile's ``<phase>_se`` columns, :func:`summarize`).
+   than ``DISTINCT`` (10%, on a log scale) and by more than ``z`` standard errors of the rank's
+   median of it (a profile's ``<phase>_se`` columns, :func:`summarize`; at least the ranks'
+   median standard error), ``z`` at least ``NOISE_SE`` (4) and large enough that all ranks and
+   phases together stray that far by chance with probability under 1% (Bonferroni).
    Fewer than two distinct ranks: one class (a single odd rank is a suspect, never a class of
    its own). Distinct ranks all on one host (of several): one class (a host that differs is a
    node question, not a layout).
@@ -31,6 +33,7 @@ scikit-learn is imported only when step 2 runs (it costs about a second to impor
 from __future__ import annotations
 
 from collections.abc import Mapping
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -120,9 +123,13 @@ def from_profiles(profiles: pd.DataFrame, hosts: Mapping[int, str]) -> Layout | 
     eps = 0.01 * np.maximum(scale, 0.0) + 0.01  # phases near 0 ms do not make ranks distinct
     x = np.log(values + eps)
     dev = np.abs(x - np.median(x, axis=0))
-    # Distinct: more than DISTINCT apart, and more than NOISE_SE standard errors of the rank's
-    # own median (many ranks make some stray 10% from the median by noise alone).
-    beyond_noise = np.abs(values - scale) > NOISE_SE * se
+    # Distinct: more than DISTINCT apart, and beyond noise: more than z standard errors of the
+    # rank's median (its own, or the ranks' typical one if larger: a few steps can make one
+    # rank's look tiny), z such that all ranks and phases together stray that far by chance
+    # with probability under 1% (many ranks make some stray 10% from the median by noise).
+    se = np.maximum(se, np.median(se, axis=0))
+    z = max(NOISE_SE, NormalDist().inv_cdf(1.0 - 0.01 / (2 * values.size)))
+    beyond_noise = np.abs(values - scale) > z * se
     distinct = ((dev > np.log1p(DISTINCT)) & beyond_noise).any(axis=1)
     ranks = [int(r) for r in profiles.index]
     odd = [r for r, d in zip(ranks, distinct, strict=True) if d]

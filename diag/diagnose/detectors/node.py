@@ -129,16 +129,18 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
             if whole is None:
                 continue
         named |= set(cand.ranks)
-        out.append(_rank_finding([slow[r] for r in members], cand, features, layout, cfg, whole))
+        out.append(
+            _rank_finding([slow[r] for r in members], cand, features, hosts, layout, cfg, whole)
+        )
     for rank in sorted(set(slow) - named):
         cand = node_groups.single(rank, hosts, layout)
-        out.append(_rank_finding([slow[rank]], cand, features, layout, cfg))
+        out.append(_rank_finding([slow[rank]], cand, features, hosts, layout, cfg))
     # A layout group's own imbalance is the one its other ranks share: ranks already found
     # slow against the ranks doing the same work are left out of their group's median.
     rest = [int(r) for r in compute.columns if int(r) not in slow]
     for partition in node_groups.partitions(layout, rest):
         for found in find_slow(group_frames(frames, partition), cfg):
-            out.append(_layout_finding(found, partition, features, layout, cfg))
+            out.append(_layout_finding(found, partition, features, hosts, layout, cfg))
     return out
 
 
@@ -146,6 +148,7 @@ def _rank_finding(
     group: list[Slow],
     culprits: node_groups.Culprits,
     features: Features,
+    hosts: dict[int, str],
     layout: Layout,
     cfg: NodeConfig,
     whole: Slow | None = None,
@@ -155,7 +158,6 @@ def _rank_finding(
     (``onset_step`` None) from the start. ``whole``: the set judged as one, when not every one
     of its ranks was found slow on its own (``group`` holds those that were)."""
     ranks = culprits.ranks
-    hosts = features.hosts_of()
     lead = whole or max(group, key=lambda s: s.slowdown)
     onsets = [s.onset for s in group]
     onset = None if any(o is None for o in onsets) else min(o for o in onsets if o is not None)
@@ -165,7 +167,7 @@ def _rank_finding(
     conf = float(np.mean([confidence(s.run.consistency, s.gap, cfg.confident_gap) for s in scored]))
     if onset is None and not layout.known:
         conf *= UNKNOWN_LAYOUT_FROM_START  # it may do other work by design: node or structural
-    peers = _peers(ranks, layout, features)
+    peers = _peers(ranks, layout, hosts)
     if layout.known:
         like = f"its {len(peers)} peers doing the same work"
     else:
@@ -224,6 +226,7 @@ def _layout_finding(
     found: Slow,
     partition: node_groups.Partition,
     features: Features,
+    hosts: dict[int, str],
     layout: Layout,
     cfg: NodeConfig,
 ) -> Finding:
@@ -239,7 +242,6 @@ def _layout_finding(
         else (f"from step {found.onset}")
     )
     kinds = "stages" if partition.kind == "stage" else f"{partition.kind}s"
-    hosts = features.hosts_of()
     on = sorted({h for r in ranks if (h := hosts.get(r, ""))})
     if len(on) == 1 and sorted(r for r, h in hosts.items() if h == on[0]) == list(ranks):
         label = f"{label} = host {on[0]}"  # the group is a whole host: either may be at fault
@@ -288,9 +290,9 @@ def _layout_finding(
     return _corroborated(finding, [found], on[0] if len(on) == 1 else "", features, others)
 
 
-def _peers(ranks: tuple[int, ...], layout: Layout, features: Features) -> list[int]:
+def _peers(ranks: tuple[int, ...], layout: Layout, hosts: dict[int, str]) -> list[int]:
     """The ranks the culprits were compared with: their work classes' other ranks."""
-    everyone = sorted(features.hosts_of())
+    everyone = sorted(hosts)
     if not layout.known:
         return [r for r in everyone if r not in ranks]
     classes = {layout.work_class.get(r) for r in ranks}
