@@ -6,15 +6,22 @@ no other module turns events into frames. Times are milliseconds (``*_ms``) unle
 
 Also here: the small per-step helpers the detectors share (a step x rank table, each rank's value
 against its peers' median, and "persistent" = true in most of a sliding window of steps).
+
+A rank's *peers* are the ranks doing the same work: its work class in the run's
+:class:`~diag.diagnose.layout.Layout` (``Features.layout``: same pipeline stage and TP position,
+other replicas), every other rank when the layout is unknown.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from diag.diagnose.layout import Layout
+from diag.diagnose.layout_infer import infer, profiles_from_steps
 from diag.store.run_store import RunStore
 
 _NS_PER_MS = 1e6
@@ -111,18 +118,24 @@ class Features:
     #: Processes on the job's hosts that are not its ranks, with their CPU (HostProcess, schema
     #: 1.6), as stored: who competes with the ranks for CPU.
     host_processes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Which ranks do the same work (:mod:`~diag.diagnose.layout`); None: not inferred yet
+    #: (:meth:`work_layout` infers it from the frames above).
+    layout: Layout | None = None
 
     @classmethod
     def from_store(cls, store: RunStore) -> Features:
         """Features of a run store; :class:`~diag.errors.InputError` if a part is unreadable."""
         step_events = store.frame("step")
+        steps = _steps(step_events)
+        groups = store.frame("process_group")
+        collectives = store.frame("collective")
         return cls(
-            steps=_steps(step_events),
+            steps=steps,
             ckpt=_ckpt(store.frame("checkpoint")),
             host=_pick(store.frame("host"), HOST_COLUMNS),
             proc=_pick(store.frame("proc"), PROC_COLUMNS),
             step_events=step_events,
-            collectives=store.frame("collective"),
+            collectives=collectives,
             kernels=store.frame("kernel"),
             windows=store.frame("profile_window"),
             gpu=store.frame("gpu"),
@@ -137,9 +150,17 @@ class Features:
             nonfinite=store.frame("nonfinite"),
             fingerprints=store.frame("fingerprint"),
             batch_stats=store.frame("batch_stats"),
-            process_groups=store.frame("process_group"),
+            process_groups=groups,
             host_processes=store.frame("host_process"),
+            layout=_layout(steps, step_events, groups, collectives),
         )
+
+    def work_layout(self) -> Layout:
+        """The run's layout: ``layout`` when set, else inferred from the process groups,
+        the collectives and the step events' time profiles."""
+        if self.layout is not None:
+            return self.layout
+        return _layout(self.steps, self.step_events, self.process_groups, self.collectives)
 
     def wide(self, column: str, warmup_steps: int = 0) -> pd.DataFrame:
         """``steps[column]`` as a step x rank table (float), steps after the first
@@ -155,6 +176,20 @@ class Features:
         """rank -> host (the latest step of each rank)."""
         last = self.steps.groupby("rank")["host"].last()
         return {int(r): str(h) for r, h in last.items()}
+
+
+def _layout(
+    steps: pd.DataFrame, step_events: pd.DataFrame, groups: pd.DataFrame, coll: pd.DataFrame
+) -> Layout:
+    ranks = sorted(int(r) for r in steps["rank"].unique()) if not steps.empty else []
+    hosts = steps.groupby("rank")["host"].last() if not steps.empty else pd.Series()
+    return infer(
+        ranks,
+        {int(r): str(h) for r, h in hosts.items()},
+        groups=groups,
+        collectives=coll,
+        profiles=profiles_from_steps(step_events),
+    )
 
 
 def _steps(df: pd.DataFrame) -> pd.DataFrame:
@@ -212,14 +247,26 @@ def _pick(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
 # -- helpers shared by the detectors -----------------------------------------------------------
 
 
-def peer_median(wide: pd.DataFrame) -> pd.DataFrame:
+def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) -> pd.DataFrame:
     """For each step and rank, the median of the *other* ranks' values at that step (the rank's
     peers); NaN with a single rank (and, as ``np.median``, NaN when a peer's value is NaN).
+    With ``classes`` (rank -> work class) a rank's peers are the other ranks of its class
+    (NaN for a rank alone in its class, or missing from ``classes``).
 
     Vectorized: each row is sorted once; leaving out the value at sorted position ``p`` shifts
     the middle positions at or after ``p`` by one, so each rank's peer median is one or two
     entries of the sorted row (the same values, and the same arithmetic, as ``np.median`` of the
     row without that rank)."""
+    if classes is not None:
+        grouped = np.full(wide.shape, np.nan)
+        members: dict[int, list[int]] = {}
+        for j, col in enumerate(wide.columns):
+            if int(col) in classes:
+                members.setdefault(classes[int(col)], []).append(j)
+        for cols in members.values():
+            if len(cols) >= 2:
+                grouped[:, cols] = peer_median(wide.iloc[:, cols]).to_numpy()
+        return pd.DataFrame(grouped, index=wide.index, columns=wide.columns)
     values = wide.to_numpy(dtype=float)
     out = np.full_like(values, np.nan)
     num_rows, n = values.shape
@@ -238,6 +285,24 @@ def peer_median(wide: pd.DataFrame) -> pd.DataFrame:
         num_nan = isnan.sum(axis=1)
         if num_nan.any():  # a NaN among a rank's peers makes its peer median NaN
             out[(num_nan[:, None] - isnan) > 0] = np.nan
+    return pd.DataFrame(out, index=wide.index, columns=wide.columns)
+
+
+def class_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) -> pd.DataFrame:
+    """For each step and rank, the median of its work class's values at that step, itself
+    included (``classes``: rank -> class; None or a rank missing from it: every rank)."""
+    if classes is None:
+        med = np.median(wide.to_numpy(dtype=float), axis=1, keepdims=True)
+        return pd.DataFrame(
+            np.broadcast_to(med, wide.shape).copy(), index=wide.index, columns=wide.columns
+        )
+    values = wide.to_numpy(dtype=float)
+    out = np.full(values.shape, np.nan)
+    members: dict[int, list[int]] = {}
+    for j, col in enumerate(wide.columns):
+        members.setdefault(classes.get(int(col), -1), []).append(j)
+    for cols in members.values():
+        out[:, cols] = np.median(values[:, cols], axis=1, keepdims=True)
     return pd.DataFrame(out, index=wide.index, columns=wide.columns)
 
 

@@ -3,14 +3,23 @@
 A timing table has one row per timed span (a forward pass, an all-reduce, a data-loader wait...):
 
 - required: ``rank``, ``step``, ``phase``, ``op``, ``start_ns``, ``duration_ns``;
-- optional: ``host``, ``dp_rank``, ``pp_rank``, ``tp_rank``, ``microbatch`` (read, not needed);
+- optional: ``host``, ``dp_rank``, ``pp_rank``, ``tp_rank`` (the parallel layout: the ranks
+  with the same ``pp_rank`` and ``tp_rank`` do the same work, see :mod:`~diag.diagnose.layout`),
+  ``microbatch`` (read, not needed);
 - ``phase`` is one of :data:`PHASES`; ``start_ns`` is wall-clock (or any common clock) nanoseconds.
 
 Per (rank, step) the ``steps`` frame gets ``duration_ms`` = last span end - first span start,
-``data_ms`` / ``wait_ms`` / ``ckpt_ms`` = summed ``data`` / ``collective`` / ``checkpoint``
-spans and ``compute_ms`` = the rest (clamped at 0). ``checkpoint`` spans also make the ``ckpt``
+``data_ms`` / ``ckpt_ms`` = summed ``data`` / ``checkpoint`` spans, ``compute_ms`` = summed
+compute spans (``forward``, ``backward``, ``optimizer``, ``other``; at most the step less data and
+checkpoint) and ``wait_ms`` = the rest: ``collective`` spans and time no span covers (a pipeline
+stage idle between its microbatches waits for its neighbours too, whether or not the tool wrote
+the p2p wait as a span; a collective that overlaps compute costs only what it does not overlap).
+A table with no compute span at all keeps the older split: ``wait_ms`` = summed ``collective``
+spans, ``compute_ms`` = the rest (clamped at 0). ``checkpoint`` spans also make the ``ckpt``
 frame (``path`` = the span's ``op``, ``num_bytes`` 0). There are no host, process, collective or
 kernel events in a table: those frames are empty, so the link and kernel detectors find nothing.
+The layout comes from the ``*_rank`` columns, else from the ranks' time profiles
+(:func:`profiles`: per-phase medians and where in the step compute begins).
 Any problem with the file is one :class:`~diag.errors.InputError` line that names it.
 """
 
@@ -22,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from diag.diagnose import layout as layouts
 from diag.diagnose.features import (
     CKPT_COLUMNS,
     HOST_COLUMNS,
@@ -29,6 +39,7 @@ from diag.diagnose.features import (
     STEP_COLUMNS,
     Features,
 )
+from diag.diagnose.layout_infer import early_steps, infer, summarize
 from diag.errors import InputError
 
 _NS_PER_MS = 1e6
@@ -39,6 +50,8 @@ REQUIRED_COLUMNS = ("rank", "step", "phase", "op", "start_ns", "duration_ns")
 OPTIONAL_COLUMNS = ("host", "dp_rank", "pp_rank", "tp_rank", "microbatch")
 #: The allowed ``phase`` values.
 PHASES = ("data", "forward", "backward", "optimizer", "collective", "checkpoint", "other")
+#: The phases that are a rank's own compute.
+COMPUTE_PHASES = ("forward", "backward", "optimizer", "other")
 #: File suffixes read as timing tables (case-insensitive).
 SUFFIXES = (".parquet", ".csv")
 
@@ -86,12 +99,38 @@ def read_timing_table(path: Path) -> pd.DataFrame:
 
 def features_from_table(table: pd.DataFrame) -> Features:
     """The detectors' :class:`Features` of a checked table (:func:`read_timing_table`)."""
+    steps = _steps(table)
     return Features(
-        steps=_steps(table),
+        steps=steps,
         ckpt=_ckpt(table[table["phase"] == "checkpoint"]),
         host=pd.DataFrame(columns=list(HOST_COLUMNS)),
         proc=pd.DataFrame(columns=list(PROC_COLUMNS)),
+        layout=table_layout(table, steps),
     )
+
+
+def table_layout(table: pd.DataFrame, steps: pd.DataFrame) -> layouts.Layout:
+    """The table's layout: from its ``*_rank`` columns, else from its ranks' time profiles."""
+    found = layouts.from_columns(table)
+    if found is not None:
+        return found
+    ranks = sorted(int(r) for r in steps["rank"].unique())
+    hosts = {int(r): str(h) for r, h in steps.groupby("rank")["host"].last().items()}
+    return infer(ranks, hosts, profiles=profiles(table))
+
+
+def profiles(table: pd.DataFrame, warmup_steps: int = 5) -> pd.DataFrame:
+    """Per rank, over its early steps: each phase's summed spans per step (ms) and ``begin``,
+    how long after the step's first span its first compute span begins, as
+    :func:`~diag.diagnose.layout_infer.summarize` makes them (median and its standard error)."""
+    rows = table[early_steps(table["step"], warmup_steps)]
+    keys = ["rank", "step"]
+    sums = rows.pivot_table(index=keys, columns="phase", values="duration_ns", aggfunc="sum")
+    sums = sums.reindex(columns=[p for p in PHASES if p != "checkpoint"]).fillna(0.0)
+    first = rows.groupby(keys)["start_ns"].min()
+    compute = rows[rows["phase"].isin(COMPUTE_PHASES)]
+    sums["begin"] = (compute.groupby(keys)["start_ns"].min() - first).reindex(sums.index)
+    return summarize(sums.astype(float) / _NS_PER_MS)
 
 
 def run_info(path: Path, table: pd.DataFrame) -> dict[str, Any]:
@@ -152,12 +191,19 @@ def _steps(table: pd.DataFrame) -> pd.DataFrame:
         / _NS_PER_MS
     )
     duration = (span["end_ns"] - span["start_ns"]).astype(float) / _NS_PER_MS
-    wait, data, ckpt = sums["collective"], sums["data"], sums["checkpoint"]
+    data, ckpt = sums["data"], sums["checkpoint"]
+    if table["phase"].isin(COMPUTE_PHASES).any():
+        own = (duration - data - ckpt).clip(lower=0.0)
+        compute = np.minimum(sums[list(COMPUTE_PHASES)].sum(axis=1), own)
+        wait = own - compute
+    else:  # no compute span: what is not waiting is compute
+        wait = sums["collective"]
+        compute = (duration - wait - data - ckpt).clip(lower=0.0)
     out = pd.DataFrame(
         {
             "host": span["host"].astype(str),
             "duration_ms": duration,
-            "compute_ms": (duration - wait - data - ckpt).clip(lower=0.0),
+            "compute_ms": compute,
             "cpu_wait_ms": 0.0,  # a timing table does not know run-queue delays
             "wait_ms": wait,
             "data_ms": data,

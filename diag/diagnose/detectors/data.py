@@ -2,6 +2,10 @@
 
 Three signatures, each a finding with cause ``data``:
 
+A rank's peers are the ranks doing the same work (its work class in the run's layout,
+:mod:`~diag.diagnose.layout`; every other rank when the layout is unknown): a pipeline's first
+stage may load data that the others do not, and a heavier stage computes longer by design.
+
 1. *One rank's loader* (``data-rank<r>``): the rank's ``data_ms`` exceeds its peers' median by
    more than ``max(min_excess_ms, min_excess_frac x job step)`` in ``>= min_frac`` of a sliding
    ``window``. ``slowdown`` as in the node detector: job step after vs before onset (or, from the
@@ -11,11 +15,16 @@ Three signatures, each a finding with cause ``data``:
    median share of the first ``window`` analysed steps) by ``min_share_growth``, persistently.
    ``slowdown`` = job step after vs before onset.
 3. *Imbalance that moves* (``data-moving``; only ``info`` when a host's CPUs are saturated, since
-   ranks descheduled in turn look the same): the per-step ratio ``max / median`` of compute over
-   ranks is ``>= min_ratio`` in ``>= min_imbalanced_frac`` of steps, yet no rank is the slowest in
-   more than ``max_top_share`` of those steps: the work itself is uneven (sequence lengths, sample
-   sizes), not a node. ``ranks`` are the ``num_named`` most frequent slowest ranks; ``slowdown`` is
-   the median over imbalanced steps of ``(max - median compute) / job step``.
+   ranks descheduled in turn look the same): per step, each rank's compute over its work class's
+   median (itself included); the step is imbalanced when the largest such ratio is
+   ``>= min_ratio``, in ``>= min_imbalanced_frac`` of steps, yet no rank is the slowest in more
+   than ``max_top_share`` of those steps, nor does a host or a data-parallel replica (all ranks of
+   one replica read the same batch) hold the slowest rank more than that share above chance
+   (``(share - its ranks / all ranks) / (1 - its ranks / all ranks)``): the work itself is
+   uneven (sequence lengths, sample sizes), not a node. ``ranks`` are the ``num_named`` most
+   frequent slowest ranks; ``slowdown`` is the median over imbalanced steps of ``(the slowest
+   rank's compute - its class's median) / job step``. Its evidence says how the work classes
+   were found (``peers``).
 
 Confidence: (1, 2) as in the node detector, ``consistency x (0.5 + 0.5 x min(1, gap /
 confident_gap))`` with ``gap`` the excess as a fraction of the job step; (3) ``0.9 x imbalanced
@@ -25,13 +34,20 @@ fraction x (1 - top share)``: a rotating culprit is inferred, not observed, henc
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from diag.diagnose.detectors.node import confidence, severity
-from diag.diagnose.features import Features, peer_median, persistence, persistent_columns
+from diag.diagnose.features import (
+    Features,
+    class_median,
+    peer_median,
+    persistence,
+    persistent_columns,
+)
 from diag.findings import Evidence, Finding
 
 
@@ -64,15 +80,37 @@ def detect(features: Features, cfg: DataConfig | None = None) -> list[Finding]:
         return []
     duration = features.wide("duration_ms", cfg.warmup_steps).reindex_like(data)
     job_step = duration.median(axis=1)
+    layout = features.work_layout()
+    classes = layout.work_class if layout.known else None
     out = []
     if data.shape[1] >= 2:
-        out.extend(_one_rank(data, job_step, cfg))
+        out.extend(_one_rank(data, job_step, cfg, classes))
     if not out:
         out.extend(_all_ranks(data, duration, job_step, cfg))
     compute = features.wide("compute_ms", cfg.warmup_steps)
     if compute.shape[1] >= 3:
-        out.extend(_moving(compute, job_step.reindex(compute.index), cfg, _cpu_busy(features)))
+        busy = _cpu_busy(features)
+        units: dict[str, Mapping[int, object]] = {
+            "host": features.hosts_of(),
+            "replica": dict(layout.replica),
+        }
+        moving = _moving(compute, job_step.reindex(compute.index), cfg, busy, classes, units)
+        out.extend(
+            replace(f, evidence=(*f.evidence, _layout_ev(layout.describe(), classes)))
+            for f in moving
+        )
     return out
+
+
+def _layout_ev(describe: str, classes: Mapping[int, int] | None) -> Evidence:
+    num = len(set(classes.values())) if classes else 1
+    return Evidence(
+        metric="peers",
+        subject="all ranks",
+        value=float(num),
+        unit="work classes",
+        note=f"{describe}; each rank against its work class's median",
+    )
 
 
 def _cpu_busy(features: Features) -> float | None:
@@ -90,8 +128,13 @@ def _before_after(job_step: pd.Series, onset: int, end: int) -> float:
     return max(0.0, (after - before) / after) if after > 0 else 0.0
 
 
-def _one_rank(data: pd.DataFrame, job_step: pd.Series, cfg: DataConfig) -> list[Finding]:
-    excess = data - peer_median(data)
+def _one_rank(
+    data: pd.DataFrame,
+    job_step: pd.Series,
+    cfg: DataConfig,
+    classes: Mapping[int, int] | None = None,
+) -> list[Finding]:
+    excess = data - peer_median(data, classes)
     floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * job_step.to_numpy())
     out = []
     # Only ranks with a persistent run of flagged steps can be named: find them all at once.
@@ -181,22 +224,46 @@ def _all_ranks(
     ]
 
 
+def _unit_share(counts: Counter[int], unit: Mapping[int, object], ranks: pd.Index) -> float:
+    """The largest share of imbalanced steps whose slowest rank is in one unit (a host, a
+    replica), above the share chance gives it (its ranks / all ranks): ``(share - chance) / (1 -
+    chance)``, 0 when the units say nothing (one unit, none known)."""
+    size = Counter(unit[int(r)] for r in ranks if int(r) in unit)
+    total = sum(counts.values())
+    if len(size) < 2 or not total:
+        return 0.0
+    held = Counter(unit[r] for r in counts.elements() if r in unit)
+    best = 0.0
+    for u, n in held.items():
+        chance = size[u] / len(ranks)
+        best = max(best, (n / total - chance) / (1.0 - chance))
+    return best
+
+
 def _moving(
-    compute: pd.DataFrame, job_step: pd.Series, cfg: DataConfig, cpu_busy: float | None = None
+    compute: pd.DataFrame,
+    job_step: pd.Series,
+    cfg: DataConfig,
+    cpu_busy: float | None = None,
+    classes: Mapping[int, int] | None = None,
+    units: Mapping[str, Mapping[int, object]] | None = None,
 ) -> list[Finding]:
-    median = compute.median(axis=1)
-    ratio = compute.max(axis=1) / median
+    median = class_median(compute, classes)
+    rel = compute / median
+    ratio = rel.max(axis=1)
     imbalanced = ratio >= cfg.min_ratio
     frac = float(imbalanced.mean())
     if frac < cfg.min_imbalanced_frac:
         return []
-    slowest = compute[imbalanced].idxmax(axis=1)
+    slowest = rel[imbalanced].idxmax(axis=1)
     counts = Counter(int(r) for r in slowest)
     top_share = max(counts.values()) / len(slowest)
+    for unit in (units or {}).values():  # a host or a replica that is always the slowest
+        top_share = max(top_share, _unit_share(counts, unit, compute.columns))
     if top_share > cfg.max_top_share:
         return []
     named = sorted(counts, key=lambda r: (-counts[r], r))[: cfg.num_named]
-    lost = ((compute.max(axis=1) - median) / job_step)[imbalanced]
+    lost = ((compute - median).max(axis=1) / job_step)[imbalanced]
     slowdown = float(lost.median())
     gap = float(ratio[imbalanced].median()) - 1.0
     # On a host whose CPUs are saturated, ranks descheduled in turn look exactly like uneven

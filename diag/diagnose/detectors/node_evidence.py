@@ -6,9 +6,10 @@ to its last, all ranks) and returns them as :class:`Evidence` plus the *sources*
 Only what corroborates becomes evidence; missing telemetry, an unmapped GPU or a quiet host add
 nothing and never raise.
 
-- ``gpu`` (GPU slowdown), the culprit's GPU(s) against its peers' (the GPUs of the job's other
-  ranks), each GPU's median over the anomaly, then the median over GPUs: SM clock at least
-  ``CLOCK_DROP`` (5%) lower; share of samples with a slowdown throttle reason set at least
+- ``gpu`` (GPU slowdown), the culprit's GPU(s) against its peers' (the GPUs of the ranks doing
+  the same work, as the node detector compared them; else of the job's other ranks), each
+  GPU's median over the anomaly, then the median over GPUs: SM clock at least ``CLOCK_DROP``
+  (5%) lower; share of samples with a slowdown throttle reason set at least
   ``THROTTLE_SHARE`` (0.25) above the peers' share; temperature at least ``TEMP_EXCESS_C``
   (10 C) higher; power at least ``POWER_DIFF`` (15%) off the peers' median, either way.
 - ``gpu_errors``: XID events on the culprit's GPU from the first analysed step to the anomaly's
@@ -67,9 +68,12 @@ def corroborate(
     host: str,
     anomaly: tuple[int, int],
     before: tuple[int, int] | None,
+    peers: tuple[int, ...] | None = None,
 ) -> Corroboration:
     """Corroboration of ``ranks`` (on ``host``) being slow over the steps ``anomaly`` (first,
-    last), with the steps ``before`` onset (first, last; ``None`` for a structural finding)."""
+    last), with the steps ``before`` onset (first, last; ``None`` for a finding from the
+    start). ``peers``: the ranks whose GPUs are the reference (the ranks doing the same work;
+    None: every other rank)."""
     span = _span(features.steps, anomaly)
     if span is None:
         return Corroboration()
@@ -80,12 +84,13 @@ def corroborate(
     has_gpu_data = not (features.gpu.empty and features.xid.empty)
     gpus = gpu_of_ranks(features) if has_gpu_data else {}
     mine = sorted({gpus[r] for r in ranks if r in gpus})
-    peers = sorted({g for r, g in gpus.items() if r not in ranks} - set(mine))
+    peers_gpus = {g for r, g in gpus.items() if r not in ranks and (peers is None or r in peers)}
+    others = sorted(peers_gpus - set(mine))
     if mine:
         who = _gpu_name(mine, gpus)
         for source, found in (
-            ("gpu", _gpu_slowdown(features.gpu, mine, peers, span, who)),
-            ("gpu_errors", _gpu_errors(features, mine, peers, (since_ns, span[1]), who)),
+            ("gpu", _gpu_slowdown(features.gpu, mine, others, span, who)),
+            ("gpu_errors", _gpu_errors(features, mine, others, (since_ns, span[1]), who)),
         ):
             if found:
                 evidence.extend(found)

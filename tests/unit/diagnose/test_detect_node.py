@@ -38,11 +38,16 @@ def test_slow_host_names_the_host(tmp_path: Path) -> None:
     assert found.severity == "critical" and found.slowdown == pytest.approx(0.35, abs=0.03)
 
 
-def test_structural_imbalance_has_no_onset(tmp_path: Path) -> None:
+def test_slow_from_the_start_is_a_node_without_onset(tmp_path: Path) -> None:
+    # No layout is known (no process groups, ranks alike): every rank is presumed to do the same
+    # work, so one rank slow from the first step is a slow node, and the finding says why.
     f = _features(Scenario(slow_ranks=(3,), onset_step=0, severity=0.2), tmp_path)
     (found,) = node.detect(f)
-    assert (found.cause, found.ranks, found.onset_step) == ("structural", (3,), None)
+    assert (found.cause, found.ranks, found.onset_step) == ("node", (3,), None)
     assert found.slowdown == pytest.approx(0.2, abs=0.03)
+    assert "from the start" in found.summary and "layout unknown" in found.summary
+    (peers,) = [e for e in found.evidence if e.metric == "peers"]
+    assert peers.value == 3 and peers.note.startswith("layout unknown")
 
 
 def test_two_ranks_small_slowdown_is_info(tmp_path: Path) -> None:

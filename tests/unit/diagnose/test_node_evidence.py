@@ -77,7 +77,7 @@ def _metrics(found: Finding) -> list[str]:
 
 def test_own_history_and_nothing_else_without_telemetry(tmp_path: Path) -> None:
     found = _detect(_store(tmp_path, SLOW, []))
-    assert _metrics(found) == ["compute_ms", "peers_wait_ms", "own_compute_ms"]
+    assert _metrics(found) == ["compute_ms", "peers_wait_ms", "own_compute_ms", "peers"]
     own = found.evidence[2]
     assert own.subject == "rank 2" and own.reference == pytest.approx(100, rel=0.05)
     assert own.value == pytest.approx(100 + SLOW.extra_ms, rel=0.05)
@@ -211,15 +211,15 @@ def test_rank_info_device_maps_the_gpu(tmp_path: Path) -> None:
     assert [(e.subject, e.value) for e in clock] == [("node1 GPU 0 (rank 2)", 1000)]
 
 
-def test_structural_finding_gets_gpu_evidence_but_no_history(tmp_path: Path) -> None:
+def test_slow_from_the_start_gets_gpu_evidence_but_no_history(tmp_path: Path) -> None:
     sc = Scenario(slow_ranks=(3,), onset_step=0, severity=0.2)
 
     def slow_clock(host: str, index: int, t: int) -> dict[str, Any]:
         return {"sm_clock_mhz": 1400 if (host, index) == ("node1", 3) else 1980}
 
     found = _detect(_store(tmp_path, sc, _gpus(sc, slow_clock)))
-    assert found.cause == "structural"
-    assert _metrics(found) == ["compute_ms", "peers_wait_ms", "gpu_sm_clock_mhz"]
+    assert (found.cause, found.onset_step) == ("node", None)
+    assert _metrics(found) == ["compute_ms", "peers_wait_ms", "peers", "gpu_sm_clock_mhz"]
 
 
 def test_slow_host_compares_its_gpus_with_the_other_hosts(tmp_path: Path) -> None:
@@ -232,7 +232,7 @@ def test_slow_host_compares_its_gpus_with_the_other_hosts(tmp_path: Path) -> Non
     found = _detect(_store(tmp_path, sc, _gpus(sc, hot)))
     assert found.id == "node-node1"
     assert [m for m in _metrics(found) if m != "gpu_temp_c"] == [
-        "compute_ms", "compute_ms", "peers_wait_ms", "own_compute_ms", "own_compute_ms"
+        "compute_ms", "compute_ms", "peers_wait_ms", "own_compute_ms", "own_compute_ms", "peers"
     ]  # fmt: skip
     (temp,) = [e for e in found.evidence if e.metric == "gpu_temp_c"]
     assert temp.subject == "node1 GPUs 2, 3 (ranks 2, 3)" and temp.value == 90
