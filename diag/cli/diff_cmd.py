@@ -3,7 +3,9 @@
 
 Prints the verdict and tables (loss and gradient-norm comparison, step time by phase, kernel
 changes), or with ``--json`` one object ``{"a", "b", "alignment", "verdict", "loss",
-"grad_norm", "params", "phases", "kernels", "notes"}``. ``--html FILE`` also writes a
+"grad_norm", "params", "phases", "kernels", "notes", "coverage"}`` (the verdict's ``kind`` is
+"equivalent", "diverged", "slower" or "incomplete": steps left out of the comparison, see
+:mod:`diag.compare.coverage`). ``--html FILE`` also writes a
 self-contained page with both runs' curves. Exit status 0 whatever the verdict; 2 (one line on
 stderr) for a path that is not a run directory, a run without steps, or runs without a common
 step.

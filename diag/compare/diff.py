@@ -13,7 +13,11 @@ run it resumed from by the checkpoint they share), then:
 
 **Verdict.** ``diverged`` at the earliest divergent step of the loss or the gradient norm (the
 loss on a tie); else ``slower`` when B's median step is at least ``min_slower_pct`` longer and
-outside the runs' own spread; else ``equivalent``. Divergence wins over slowness.
+outside the runs' own spread; else ``incomplete`` when the comparison did not cover every step
+both jobs made (:mod:`diag.compare.coverage`: one run's recorded steps stop short of the other's,
+or of its own job); else ``equivalent``. Divergence wins over slowness, both over an incomplete
+comparison (they are found in the steps compared); equivalence is never claimed on part of the
+runs. The coverage is in ``--json`` (``coverage``) and, when incomplete, in the notes.
 
 **Default tolerances** (:class:`DiffConfig`): loss ``rtol`` 1e-3, ``atol`` 1e-6; gradient norm
 ``rtol`` 1e-2, ``atol`` 1e-6; 3 of 5 steps outside the band to diverge. On CPU (gloo, a fixed
@@ -34,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from diag.compare import perf as diff_perf
+from diag.compare.coverage import Coverage, JobProgress, coverage
 from diag.compare.curves import Band, CurveDiff, compare
 from diag.compare.perf import KernelDelta, PhaseDelta, Slowdown
 from diag.compare.series import Alignment, RunSide, align, load_run, shifted
@@ -76,7 +81,8 @@ class ParamsDiff:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
     """``kind``: "equivalent", "diverged" (at ``step``, in ``metric``, first on ``rank`` when
-    compared per rank) or "slower" (``by`` % of A's median step, most in ``phase``)."""
+    compared per rank), "slower" (``by`` % of A's median step, most in ``phase``) or
+    "incomplete" (the comparison left steps out: ``summary`` says which and why)."""
 
     kind: str
     step: int | None = None
@@ -114,6 +120,7 @@ class RunDiff:
     slowdown: Slowdown
     kernels: tuple[KernelDelta, ...]
     notes: tuple[str, ...] = field(default=())
+    coverage: Coverage | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -127,6 +134,7 @@ class RunDiff:
             "phases": [p.to_json() for p in self.phases],
             "kernels": [k.to_json() for k in self.kernels],
             "notes": list(self.notes),
+            "coverage": self.coverage.to_json() if self.coverage else None,
         }
 
 
@@ -164,6 +172,8 @@ def diff_runs(a_path: str | Path, b_path: str | Path, cfg: DiffConfig | None = N
             if not missing
             else f"no gradient norms in run {' or '.join(missing)} (hook numerics off or older)"
         )
+    cover = coverage(_progress(a), _progress(b), alignment.offset)
+    notes.extend(f"incomplete: {r}" for r in cover.reasons)
     if (a.kernels is None) != (b.kernels is None):
         notes.append(
             f"no complete profiler window in run {'A' if a.kernels is None else 'B'}: "
@@ -174,7 +184,7 @@ def diff_runs(a_path: str | Path, b_path: str | Path, cfg: DiffConfig | None = N
         b=b,
         alignment=alignment,
         num_common_steps=len(common),
-        verdict=decide(loss, grad, slow),
+        verdict=decide(loss, grad, slow, cover, len(common)),
         loss=loss,
         grad_norm=grad,
         params=params,
@@ -184,11 +194,25 @@ def diff_runs(a_path: str | Path, b_path: str | Path, cfg: DiffConfig | None = N
             a.kernels, a.window_steps, b.kernels, b.window_steps, top=cfg.top_kernels
         ),
         notes=tuple(notes),
+        coverage=cover,
     )
 
 
-def decide(loss: CurveDiff | None, grad: CurveDiff | None, slow: Slowdown) -> Verdict:
-    """The verdict from the curve comparisons and the slowdown (module doc)."""
+def _progress(side: RunSide) -> JobProgress:
+    if side.progress is not None:
+        return side.progress
+    last = int(side.steps["step"].max())
+    return JobProgress(last_step=last, job_last_step=last)
+
+
+def decide(
+    loss: CurveDiff | None,
+    grad: CurveDiff | None,
+    slow: Slowdown,
+    cover: Coverage | None = None,
+    num_common: int = 0,
+) -> Verdict:
+    """The verdict from the curve comparisons, the slowdown and the coverage (module doc)."""
     diverged = [c for c in (loss, grad) if c is not None and c.divergent_step is not None]
     if diverged:
         first = min(diverged, key=lambda c: c.divergent_step or 0)  # stable: loss wins a tie
@@ -215,13 +239,16 @@ def decide(loss: CurveDiff | None, grad: CurveDiff | None, slow: Slowdown) -> Ve
             ),
         )
     compared = [c for c in (loss, grad) if c is not None]
-    if not compared:
-        return Verdict(kind="equivalent", summary="no divergence seen: no loss or gradient norm")
     what = "; ".join(
         f"{c.metric} within the band at {c.num_compared - c.num_outside} of {c.num_compared} "
         f"points, max relative deviation {c.max_rel_dev:.3g}"
         for c in compared
     )
+    if cover is not None and not cover.complete:
+        seen = f"no divergence in the {num_common} steps compared" + (f" ({what})" if what else "")
+        return Verdict(kind="incomplete", summary=f"incomplete: {cover.reasons[0]}; {seen}")
+    if not compared:
+        return Verdict(kind="equivalent", summary="no divergence seen: no loss or gradient norm")
     return Verdict(kind="equivalent", summary=f"equivalent: {what}")
 
 

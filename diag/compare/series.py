@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from diag.compare import numerics as diff_numerics
+from diag.compare.coverage import JobProgress, job_progress
 from diag.errors import InputError
 from diag.store.run_store import RunStore
 from diag.store.summary import summarize
@@ -60,7 +61,8 @@ class RunSide:
     ``value`` (the parameter checksum after the step; empty without). ``ckpt``: the run's
     checkpoint events (``rank``, ``step``, ``op``, ``path``). ``kernels``: the cross-rank kernel
     table (``None`` without profiler windows) and ``window_steps`` the median number of steps
-    per profiler window. ``first_nonfinite``: see :meth:`to_json`.
+    per profiler window. ``first_nonfinite``: see :meth:`to_json`. ``progress``: how far the job
+    went against what was recorded (:func:`~diag.compare.coverage.job_progress`).
     """
 
     path: str
@@ -75,13 +77,17 @@ class RunSide:
     kernels: kernels.KernelTable | None
     window_steps: float = 1.0
     first_nonfinite: dict[str, Any] | None = None
+    progress: JobProgress | None = None
 
     def to_json(self) -> dict[str, Any]:
         """``{"path", "id", "world_size", "ranks", "steps", "first_step", "last_step",
-        "exit_code", "has_grad_norm", "has_fingerprints", "has_kernels", "first_nonfinite"}``
-        (``steps``: distinct step numbers; ``first_nonfinite``: the run's earliest NaN/Inf event,
-        ``{"step", "rank", "where", "module"}`` on its own step numbers, or ``None``)."""
+        "exit_code", "has_grad_norm", "has_fingerprints", "has_kernels", "first_nonfinite",
+        "job_last_step", "lost_steps"}`` (``steps``: distinct step numbers; ``first_nonfinite``:
+        the run's earliest NaN/Inf event, ``{"step", "rank", "where", "module"}`` on its own step
+        numbers, or ``None``; ``job_last_step``: the last step the job reached as far as the run
+        shows, ``lost_steps``: why that is beyond what was recorded, one line each)."""
         numbers = self.steps["step"]
+        progress = self.progress.to_json() if self.progress else {}
         return {
             "path": self.path,
             "id": self.id,
@@ -95,6 +101,8 @@ class RunSide:
             "has_fingerprints": bool(len(self.fingerprints)),
             "has_kernels": self.kernels is not None,
             "first_nonfinite": self.first_nonfinite,
+            "job_last_step": progress.get("job_last_step", int(numbers.max())),
+            "lost_steps": progress.get("lost_steps", []),
         }
 
 
@@ -134,6 +142,11 @@ def load_run(path: str | Path) -> RunSide:
     steps = steps.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
     run = summarize(store).run
     table, window_steps = _kernels(store, kinds)
+    colls = store.frame("collective") if "collective" in kinds else None
+    progress = job_progress(
+        raw[["rank", "step", "end_ns", "duration_ns", "num_collectives"]],
+        None if colls is None else colls[["rank", "step", "enqueue_ns", "end_ns"]],
+    )
     ckpt = store.frame("checkpoint") if "checkpoint" in kinds else pd.DataFrame()
     if len(ckpt):
         ckpt = ckpt[ckpt["ok"] & (ckpt["rank"] >= 0)][["rank", "step", "op", "path"]]
@@ -150,6 +163,7 @@ def load_run(path: str | Path) -> RunSide:
         kernels=table,
         window_steps=window_steps,
         first_nonfinite=diff_numerics.first_nonfinite(store, kinds),
+        progress=progress,
     )
 
 

@@ -7,10 +7,13 @@ appends small tuples to a bounded deque: it never blocks, never raises, and drop
 the deque is full. The hook thread builds the schema events, harvests the Flight Recorder and writes
 framed batches to the node daemon's Unix socket.
 
-Numbers (see :class:`diag.schema.StepEvent`): steps end when the first optimizer that ever stepped
-finishes ``step()``; the phases partition the step (:mod:`diag.hook.phases`). The key split is
-``collective_wait_ns`` (gradient-sync wait after local gradients were done, plus blocking
-Python-level collectives) against ``compute_ns``. On CUDA the "local gradients done" point is when
+Numbers (see :class:`diag.schema.StepEvent`): a step is one training iteration; it ends when the
+iteration's last optimizer finishes ``step()``, learned from the order optimizers step in, across
+re-created optimizers and with several per iteration (:mod:`diag.hook.optimizers`); the phases
+partition the step (:mod:`diag.hook.phases`). The key split is ``collective_wait_ns``
+(gradient-sync wait after local gradients were done, blocking Python-level collectives, and
+``Work.wait()`` on asynchronous ones: a pipeline stage waiting in an ``irecv`` is waiting, not
+computing) against ``compute_ns``. On CUDA the "local gradients done" point is when
 the CPU finished issuing backward, so GPU work still running then counts as wait.
 
 Profiler windows (:mod:`diag.hook.profiler`): the training thread switches the torch
@@ -42,6 +45,7 @@ from diag.hook.events import EventFactory
 from diag.hook.groups import ProcessGroups
 from diag.hook.numerics import Numerics
 from diag.hook.numerics_events import NumericsEvents
+from diag.hook.optimizers import StepCycle
 from diag.hook.phases import BACKWARD, OPTIMIZER, StepTracker
 from diag.hook.profiler import ProfilerWindows
 from diag.hook.sched import runqueue_clock
@@ -52,10 +56,14 @@ if TYPE_CHECKING:
     from diag.hook.thread import HookThread
 
 EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
-# Flight Recorder entries kept, unless the job set its own size. A dump costs ~10 us per entry in
-# the buffer while holding the GIL, so the buffer is small and the hook thread polls as often as
-# the collective rate needs (see HookThread._adapt_poll) instead of keeping a large buffer.
-FR_BUFFER_DEFAULT = "128"
+# Flight Recorder entries kept, unless the job set its own size (decided here, at install: torch
+# reads it when the first process group is created). A full dump holds the GIL ~7-10 us per entry
+# (measured: 512 entries 3.3 ms, 2000 entries 14 ms), so this is the largest ring whose dump
+# stays within one interpreter switch interval (5 ms): no harvest stalls the training thread
+# longer than any other Python thread may. The hook thread paces harvests to the job's measured
+# collectives (diag.hook.fr_pacing: half the ring new, so the cost per collective stays
+# ~15-20 us); half a ring of 512 is 8 steps of a 32-microbatch pipeline stage's ~65 entries.
+FR_BUFFER_DEFAULT = "512"
 
 _HOOK: Hook | None = None
 _LOCK = threading.Lock()
@@ -94,7 +102,7 @@ class Hook:
             on_begin=self.profiler.step_begins,
             runqueue=runqueue_clock() if on_main else None,
         )
-        self.primary_optimizer: int | None = None
+        self.cycle = StepCycle()
         self._bw_depth = 0
         rank = int(os.environ.get("RANK", "0"))
         self.events = EventFactory(
@@ -220,10 +228,13 @@ class Hook:
                 if self.tracker.started:
                     return
                 self.train_tid = tid  # training runs on another thread: follow it
-            if self.primary_optimizer is None:
-                self.primary_optimizer = id(optimizer)
+            if self.cycle.before(optimizer) and self.tracker.started:
+                # the iteration that just finished was not closed (a new optimizer): end it here
+                if self.numerics is not None:
+                    self.numerics_call(self.numerics.post_step, self.tracker.step)
+                self._end_step(self.clock())
             self.tracker.enter(OPTIMIZER, self.clock())
-            if self.numerics is not None and id(optimizer) == self.primary_optimizer:
+            if self.numerics is not None and self.cycle.is_closer(optimizer):
                 self.numerics_call(self.numerics.pre_step, optimizer, self.tracker.step)
         except Exception as exc:
             self.error(exc)
@@ -232,18 +243,28 @@ class Hook:
         try:
             if not self.active or not self.on_train_thread():
                 return
-            if self.numerics is not None and id(optimizer) == self.primary_optimizer:
+            closes = self.cycle.after(optimizer)
+            if self.numerics is not None and closes:
                 # before the step's end: its cost counts in the optimizer phase
                 self.numerics_call(self.numerics.post_step, self.tracker.step)
             now = self.clock()
             self.tracker.exit(OPTIMIZER, now)
-            if id(optimizer) == self.primary_optimizer:
-                if self.profiler.active is not None:  # a window's disable counts in its step
-                    self.profiler.step_ends(self.tracker.step)
-                    now = self.clock()
-                self.tracker.end_step(now)
+            if closes:
+                self._end_step(now)
         except Exception as exc:
             self.error(exc)
+
+    def _end_step(self, now: int) -> None:
+        if self.profiler.active is not None:  # a window's disable counts in its step
+            self.profiler.step_ends(self.tracker.step)
+            now = self.clock()
+        self.tracker.end_step(now)
+
+    def on_wait(self, t0: int, t1: int) -> None:
+        """The training thread waited in ``Work.wait()`` outside any wrapped collective (an
+        ``irecv``/``isend`` or ``async_op=True`` collective waited on): collective wait."""
+        if self.tracker.started:
+            self.tracker.add_wait(t1 - t0)
 
     def before_backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Open the backward region, note the loss, arm the "local gradients done" callback."""

@@ -4,7 +4,7 @@ DDP broadcasts rank 0's parameters at construction and every rank then applies t
 all-reduced gradients, so the replicas stay bitwise equal; a replica that differs was corrupted
 (silent data corruption, a bad device, a rank that loaded something else). The hook learns the
 DDP modules from ``DistributedDataParallel.__init__`` (wrapped) and checksums their parameters
-after the primary optimizer's ``step()`` every ``fingerprint_every`` steps:
+after the closing optimizer's ``step()`` every ``fingerprint_every`` steps:
 
 - each parameter's bits are read as integers of the same size (``Tensor.view(int32)`` for
   float32: no copy, no rounding) and summed in int64 (integer addition wraps and is exact and

@@ -6,7 +6,9 @@ Pure bookkeeping, no torch: the hook thread hands it each parsed dump. It
 * emits an entry at the first harvest after the one that first saw it done (so the record of the
   Python call that made it has arrived), and holds entries still in flight (not retired or
   completed) until they finish, the final harvest, or ``hold_s`` (a collective stuck that long is
-  worth reporting as it is),
+  worth reporting as it is); a held entry the ring buffer overwrites meanwhile is emitted as last
+  seen, so an entry one harvest saw is never lost (the pacing needs each entry seen once, not
+  twice: :mod:`diag.hook.fr_pacing`),
 * attributes each entry to the step whose ``[start, end)`` wall-clock window holds its
   ``time_created_ns`` (:class:`StepWindows`),
 * matches Python-level calls the hook timed (:class:`PyCall`) to their FR entry (same thread,
@@ -105,6 +107,7 @@ class FrState:
         self.hold_s = hold_s
         self._emitted: set[int] = set()
         self._held_since: dict[int, float] = {}
+        self._held: dict[int, Mapping[str, Any]] = {}  # record_id -> the entry as last seen
         self._calls: list[PyCall] = []
         self.counts: dict[int, int] = {}  # step -> collective events attributed to it
 
@@ -140,6 +143,10 @@ class FrState:
         entries = [e for e in dump.get("entries") or () if isinstance(e, Mapping)]
         entries.sort(key=lambda e: int(e.get("record_id", -1)))
         out: list[tuple[int, dict[str, Any]]] = []
+        present = {int(e.get("record_id", -1)) for e in entries}
+        # Held entries the ring overwrote since: emitted as last seen, oldest first.
+        for rid in sorted(r for r in self._held if r not in present):
+            out.append(self._emit(rid, self._held.pop(rid), sizes))
         for entry in entries:
             rid = int(entry.get("record_id", -1))
             if rid in self._emitted:
@@ -150,25 +157,30 @@ class FrState:
             done = bool(entry.get("retired")) or entry.get("state") == "completed"
             due = (done and first < now_s) or now_s - first >= self.hold_s
             if not (due or final):
+                self._held[rid] = entry
                 continue
-            self._held_since.pop(rid, None)
-            payload = entry_to_collective(entry, sizes)
-            step = self.windows.step_at(payload["enqueue_ns"])
-            tid = str(entry.get("thread_id", ""))
-            call = self._match(payload["op"], payload["enqueue_ns"], tid, payload["num_bytes"])
-            if call is not None and payload["start_ns"] is None:
-                payload["start_ns"] = call.start_ns
-                payload["end_ns"] = call.end_ns
-                payload["duration_ns"] = call.end_ns - call.start_ns
-            self._emitted.add(rid)
-            self.counts[step] = self.counts.get(step, 0) + 1
-            out.append((step, payload))
+            self._held.pop(rid, None)
+            out.append(self._emit(rid, entry, sizes))
         if entries:  # forget ids that left the ring buffer
             low = int(entries[0].get("record_id", 0))
             self._emitted = {r for r in self._emitted if r >= low}
-            for rid in [r for r in self._held_since if r < low]:
-                del self._held_since[rid]
         return out
+
+    def _emit(
+        self, rid: int, entry: Mapping[str, Any], sizes: Mapping[str, int]
+    ) -> tuple[int, dict[str, Any]]:
+        self._held_since.pop(rid, None)
+        payload = entry_to_collective(entry, sizes)
+        step = self.windows.step_at(payload["enqueue_ns"])
+        tid = str(entry.get("thread_id", ""))
+        call = self._match(payload["op"], payload["enqueue_ns"], tid, payload["num_bytes"])
+        if call is not None and payload["start_ns"] is None:
+            payload["start_ns"] = call.start_ns
+            payload["end_ns"] = call.end_ns
+            payload["duration_ns"] = call.end_ns - call.start_ns
+        self._emitted.add(rid)
+        self.counts[step] = self.counts.get(step, 0) + 1
+        return step, payload
 
     def unmatched_calls(self, dump_wall_ns: int, *, final: bool = False) -> list[PyCall]:
         """Calls that ended before this dump and no entry matched through two dumps (or at exit)."""

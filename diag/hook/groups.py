@@ -1,21 +1,41 @@
-"""This rank's process groups as the hook names them: the Flight Recorder's ``pg_name``, the size.
+"""This rank's process groups as the hook names them: the Flight Recorder's ``pg_name``, the size,
+and the layout (members, description, backend) the hook reports once per group.
 
 Read from ``torch.distributed``'s registry of groups (``_world.pg_names``: the names the Flight
-Recorder writes, "0" for the default group). Used by the hook thread (a Python-level collective's
-group, and every group's size at each harvest: gloo's FR ``pg_config`` is empty) and by the
-numerics tier (a DDP replica's group).
+Recorder writes, "0" for the default group; ``_world.pg_group_ranks``: global rank -> group rank).
+Used by the hook thread (a Python-level collective's group, every group's size at each harvest:
+gloo's FR ``pg_config`` is empty, and the groups not yet reported: :meth:`ProcessGroups.unseen`)
+and by the numerics tier (a DDP replica's group).
+
+The registry belongs to the training thread (``new_group`` writes it); the hook thread only copies
+its dicts (``list(d.items())``, one C-level copy under the GIL, never an iteration that a
+concurrent insert could break) and reads each group's attributes.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
+@dataclass(frozen=True, slots=True)
+class GroupLayout:
+    """One process group as :class:`~diag.schema.ProcessGroupInfo` carries it: ``ranks`` are the
+    global ranks in group-rank order."""
+
+    pg_name: str
+    pg_desc: str
+    ranks: tuple[int, ...]
+    backend: str
+
+
 class ProcessGroups:
-    """Names and sizes of the process groups of ``torch.distributed`` (``dist``)."""
+    """Names, sizes and layout of the process groups of ``torch.distributed`` (``dist``)."""
 
     def __init__(self, dist: Any) -> None:
         self.dist = dist
+        self._seen: set[GroupLayout] = set()
+        self._num_names = -1  # len(pg_names) at the last look (-1: never looked)
 
     def info(self, group: Any) -> tuple[str, int]:
         """(name, size) of a process group (None = the default group); ("", 0) if unknown."""
@@ -33,3 +53,43 @@ class ProcessGroups:
             return {}
         names = list(dist.distributed_c10d._world.pg_names.items())
         return {str(name): int(pg.size()) for pg, name in names}
+
+    def unseen(self) -> list[GroupLayout]:
+        """The groups this rank belongs to that no earlier call returned (in name order); cheap
+        when the registry did not change (one ``len``). A group destroyed and another created
+        under the same name with other members or description is new."""
+        dist = self.dist
+        if not (dist.is_available() and dist.is_initialized()):
+            return []
+        world = dist.distributed_c10d._world
+        names = list(world.pg_names.items())
+        if len(names) == self._num_names:
+            return []
+        complete = True
+        group_ranks = dict(world.pg_group_ranks)
+        backend_of = getattr(dist.distributed_c10d, "get_backend", None)
+        out: list[GroupLayout] = []
+        for pg, name in sorted(names, key=lambda item: _name_key(str(item[1]))):
+            ranks = group_ranks.get(pg)
+            if not ranks:  # registered by new_group but not filled in yet: look again
+                complete = False
+                continue
+            try:
+                backend = str(backend_of(pg)) if backend_of is not None else ""
+            except Exception:  # a group being destroyed meanwhile
+                backend = ""
+            layout = GroupLayout(
+                pg_name=str(name),
+                pg_desc=str(getattr(pg, "group_desc", "") or ""),
+                ranks=tuple(int(g) for g, _ in sorted(ranks.items(), key=lambda kv: kv[1])),
+                backend=backend,
+            )
+            if layout not in self._seen:
+                self._seen.add(layout)
+                out.append(layout)
+        self._num_names = len(names) if complete else -1
+        return out
+
+
+def _name_key(name: str) -> tuple[int, int | str]:
+    return (0, int(name)) if name.isdigit() else (1, name)

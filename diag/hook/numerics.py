@@ -13,7 +13,7 @@ What runs when (``HookConfig``; ``numerics`` turns it all off):
   ``numerics_every``-th step goes to the hook thread for :class:`~diag.schema.BatchStats`.
 - every forward of a DDP-wrapped module in training (grad enabled): its arguments are kept until
   the step ends, for the replay (a forward pre-hook, ~2 us).
-- every ``numerics_every``-th step, before the primary optimizer's ``step()``: per-tensor
+- every ``numerics_every``-th step, before the step's closing optimizer ``step()``: per-tensor
   gradient norms with one ``torch._foreach_norm`` (one stacked tensor; the hook thread reads it,
   so a GPU job does not wait for it here).
 - every ``fingerprint_every``-th step, after it: the replicas' parameter sums
@@ -63,7 +63,7 @@ class Numerics:
         self.num_episodes = 0
         self.num_suppressed = 0  # episodes beyond nonfinite_max_events
         self.last_scale: float | None = None
-        self.stepped = False  # the primary optimizer stepped since the last backward
+        self.stepped = False  # the closing optimizer stepped since the last backward
         # Module checks armed by the hook thread (a device loss it read late): the step whose
         # loss was first non-finite, and the check while it runs on a forward.
         self.window_for: tuple[int, float] | None = None
@@ -105,7 +105,7 @@ class Numerics:
             self._nonfinite(step, loss)
 
     def pre_step(self, optimizer: Any, step: int) -> None:
-        """Before the primary optimizer's ``step()``: gradient norms on sampled steps."""
+        """Before the closing optimizer's ``step()``: gradient norms on sampled steps."""
         if not self.sampled(step):
             return
         params = [
@@ -124,7 +124,7 @@ class Numerics:
         self.emit(("gnorm", step, stacked, tuple(params)))
 
     def post_step(self, step: int) -> None:
-        """After the primary optimizer's ``step()``: fingerprints; the step's refs released."""
+        """After the closing optimizer's ``step()``: fingerprints; the step's refs released."""
         self.batch = None
         self.inputs = None
         self.stepped = True

@@ -7,6 +7,11 @@ whose hook was uninstalled is a plain pass-through, so a reference someone kept 
 
 The wrappers know the hook only as :class:`HookCallbacks` (implemented by
 :class:`diag.hook.core.Hook`): what they read on their fast path and the callbacks they make.
+
+``Work.wait()`` is wrapped on the class (``torch.distributed.Work``): a wait on the training thread
+outside any wrapped collective (``irecv(...).wait()``, an ``async_op=True`` all-reduce waited on
+later) is time blocked on communication, which the step's compute/wait split must count as wait.
+The waits torch's own blocking collectives make inside a wrapped call are already timed by it.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class HookCallbacks(Protocol):
     def on_collective(
         self, op: str, t0: int, t1: int, nbytes: int, dtype: Any, group: Any, sync: bool, ok: bool
     ) -> None: ...
+    def on_wait(self, t0: int, t1: int) -> None: ...
     def on_checkpoint(self, op: str, api: str, path: str, t0: int, t1: int, ok: bool) -> None: ...
     def add_replica(self, ddp: Any) -> None: ...
     def numerics_call(self, fn: Any, *args: Any) -> None: ...
@@ -78,6 +84,8 @@ COLLECTIVES: dict[str, tuple[int, str]] = {
     "batch_isend_irecv": (-1, ""),
 }
 _ALWAYS_ASYNC = frozenset({"isend", "irecv", "batch_isend_irecv"})
+#: ``depth``: wrapped collective calls in progress on this thread (their waits are theirs).
+_IN_COLLECTIVE = threading.local()
 
 #: Checkpoint functions: (module path, attribute, op).
 CHECKPOINT_APIS: tuple[tuple[str, str, str], ...] = (
@@ -157,6 +165,7 @@ def wrap_collective(hook: HookCallbacks, op: str, original: Any) -> Any:
             return original(*args, **kwargs)
         t0 = clock()
         local.depth = True
+        _IN_COLLECTIVE.depth = int(getattr(_IN_COLLECTIVE, "depth", 0)) + 1
         ok = False
         try:
             result = original(*args, **kwargs)
@@ -165,6 +174,7 @@ def wrap_collective(hook: HookCallbacks, op: str, original: Any) -> Any:
         finally:
             t1 = clock()
             local.depth = False
+            _IN_COLLECTIVE.depth -= 1
             try:
                 sync = op not in _ALWAYS_ASYNC and not kwargs.get("async_op", False)
                 nbytes, dtype = _payload(op, args, kwargs)
@@ -175,6 +185,28 @@ def wrap_collective(hook: HookCallbacks, op: str, original: Any) -> Any:
                 hook.error(exc)
 
     return wrapper
+
+
+def wrap_wait(hook: HookCallbacks, original: Any) -> Any:
+    """``Work.wait`` (see the module docstring): timed on the training thread outside wrapped
+    collectives, a pass-through elsewhere."""
+    clock = hook.clock
+
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        depth: int = getattr(_IN_COLLECTIVE, "depth", 0)
+        if depth or not hook.active or not hook.on_train_thread():
+            return original(self, *args, **kwargs)
+        t0 = clock()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            try:
+                hook.on_wait(t0, clock())
+            except Exception as exc:
+                hook.error(exc)
+
+    wait.__doc__ = getattr(original, "__doc__", None)
+    return wait
 
 
 def wrap_region(
@@ -346,6 +378,9 @@ def apply(hook: HookCallbacks, patcher: Patcher) -> None:
             if getattr(torch.distributed, op, None) is original:
                 patcher._saved.append((torch.distributed, op, original))
                 setattr(torch.distributed, op, wrapper)
+        work = getattr(c10d, "Work", None)
+        if work is not None and hasattr(work, "wait"):
+            patcher.replace(work, "wait", functools.partial(wrap_wait, hook))
 
 
 def patch_dcp(hook: HookCallbacks, patcher: Patcher) -> bool:

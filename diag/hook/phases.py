@@ -1,7 +1,8 @@
 """Per-step phase accounting on the training thread: cheap, allocation-light, never raises.
 
 A step runs from the end of the previous step (or the first observed activity: a DataLoader fetch,
-a backward, an optimizer step) to the end of the primary optimizer's ``step()``. Timed regions
+a backward, an optimizer step) to the end of the iteration's closing optimizer ``step()``
+(:mod:`diag.hook.optimizers`). Timed regions
 (data wait, backward, optimizer, checkpoint) may nest; each phase gets its *exclusive* time (an
 inner region's time is taken out of the outer one), so the phases partition the step:
 
@@ -11,12 +12,15 @@ inner region's time is taken out of the outer one), so the phases partition the 
 fetch before the step's first backward (or the step start) and that backward's start. Everything
 else outside regions is ``other_ns``.
 
-``collective_wait_ns`` adds two kinds of blocking: (a) gradient synchronization inside backward,
-measured as the time from "local gradients done" (an autograd engine callback queued first) to the
-return of ``backward()`` (DDP/FSDP finalize and wait for their all-reduces there), minus any
-Python-level collective time already counted inside that tail; (b) time inside synchronous
-Python-level ``torch.distributed`` collectives. It overlaps the phases; ``compute_ns`` is
-``duration_ns - collective_wait_ns - data_wait_ns - checkpoint_ns``.
+``collective_wait_ns`` adds three kinds of blocking: (a) gradient synchronization inside
+backward, measured as the time from "local gradients done" (an autograd engine callback queued
+first) to the return of ``backward()`` (DDP/FSDP finalize and wait for their all-reduces there),
+minus any Python-level collective time already counted inside that tail; (b) time inside
+synchronous Python-level ``torch.distributed`` collectives; (c) time in ``Work.wait()`` on
+asynchronous ones (``isend``/``irecv``, ``async_op=True``) outside any wrapped collective: a
+pipeline stage blocked on its neighbour's activations or gradients is waiting, not computing. It
+overlaps the phases; ``compute_ns`` is ``duration_ns - collective_wait_ns - data_wait_ns -
+checkpoint_ns``.
 
 The tracker emits plain tuples (see :data:`STEP_FIELDS`); the hook thread builds the events.
 ``on_begin(step)`` (optional) is called where a step begins: at the first activity for step 0, and
@@ -72,7 +76,6 @@ class StepTracker:
         self.on_begin = on_begin
         self.step = 0  # index of the step in progress
         self.started = False
-        self.primary_optimizer: int | None = None
         self._start = 0
         self._stack: list[list[int]] = []  # [phase, t0, child_ns]
         self._reset(0)
@@ -84,7 +87,7 @@ class StepTracker:
         self._fwd_gap = 0
         self._forward_ns = 0
         self._seen_backward = False
-        self.py_coll_ns = 0  # time in synchronous Python-level collectives this step
+        self.py_coll_ns = 0  # time blocked in Python-level collectives and waits this step
         self._grad_sync_ns = 0
         self.runq_in_wait = 0  # run-queue delay inside collective waits (woken, awaiting a CPU)
         self._loss: Any = None
@@ -150,8 +153,12 @@ class StepTracker:
         if sync:
             self.py_coll_ns += duration_ns
 
+    def add_wait(self, duration_ns: int) -> None:
+        """Record a ``Work.wait()`` on an asynchronous collective or p2p op (collective wait)."""
+        self.py_coll_ns += duration_ns
+
     def end_step(self, now: int) -> None:
-        """The primary optimizer finished ``step()``: emit the step and start the next one."""
+        """The step ended (its closing optimizer finished ``step()``): emit it, start the next."""
         if not self.started:
             self._begin(now)
         while self._stack:

@@ -11,7 +11,7 @@ on-demand one, marked ``late``) or skipped (a periodic one), so windows never ov
 
 The training thread (:class:`ProfilerWindows`) only switches the profiler: ``_prepare_profiler`` +
 ``_enable_profiler`` where step ``S`` begins, ``_disable_profiler`` at the end of step
-``S + num_steps - 1`` (the primary optimizer's post-hook). ``_disable_profiler`` returns the Kineto
+``S + num_steps - 1`` (the closing optimizer's post-hook). ``_disable_profiler`` returns the Kineto
 result unprocessed; it is handed to the hook thread (:attr:`ProfilerWindows.done`), which builds the
 summaries and writes the raw trace (:mod:`diag.hook.kernels`). Activities: CPU always, CUDA
 when CUDA is available and already initialized in this process (the window then ends with one
@@ -84,7 +84,7 @@ class ProfilerWindows:
     """The training thread's half: start/stop the profiler at step boundaries; never raises.
 
     :meth:`step_begins` is called where a step begins (:class:`~diag.hook.phases.StepTracker`'s
-    ``on_begin``), :meth:`step_ends` before the primary optimizer's step is closed. The hook thread
+    ``on_begin``), :meth:`step_ends` before the closing optimizer's step is closed. The hook thread
     adds on-demand plans to :attr:`inbox` and takes results from :attr:`done` (deques: appends and
     pops are atomic, so no lock is needed).
 

@@ -1,12 +1,15 @@
 """The hook's daemon thread: turns the training thread's records into events and sends them.
 
-Every ``flush_interval_s`` it drains the record queue, every ``fr_poll_interval_s`` it harvests the
-Flight Recorder (``_dump_fr_trace`` without stack traces, parsed by the restricted unpickler), every
-``health_interval_s`` it emits a :class:`~diag.schema.HookHealth`, and it writes what it built to
-the daemon socket. On stop it does a final drain, harvest and health event and one last flush,
-then closes the daemon connection. The last health event says ``final`` (the process is exiting
-normally) unless the stop is a detach (:meth:`HookThread.stop` with ``exiting=False``: the hook
-leaves a job that runs on).
+Every ``flush_interval_s`` it drains the record queue, reports the process groups it has not
+reported yet (:class:`~diag.schema.ProcessGroupInfo`: the job's layout, groups created after
+install included), every ``health_interval_s`` it emits a :class:`~diag.schema.HookHealth`, and
+it writes what it built to the daemon socket. It harvests the Flight Recorder (``_dump_fr_trace``
+without stack traces, parsed by the restricted unpickler) when about half its ring buffer is new
+or ``fr_poll_interval_s`` passed (:mod:`diag.hook.fr_pacing`: it looks as often as the job's
+measured collectives need, between its cycles too). On stop it does a final drain, harvest and
+health event and one last flush, then closes the daemon connection. The last health event says
+``final`` (the process is exiting normally) unless the stop is a detach (:meth:`HookThread.stop`
+with ``exiting=False``: the hook leaves a job that runs on).
 
 Each cycle it also reads the control frames the daemon wrote back (on-demand profile requests,
 scheduled through the :class:`~diag.hook.profiler.ProfilerWindows` inbox; a malformed one is
@@ -25,6 +28,7 @@ profiler windows' inbox/done deques; it reads the step tracker's counters (:clas
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import shlex
@@ -40,6 +44,7 @@ from diag.config import HookConfig
 from diag.flight_recorder import load_fr_dump
 from diag.hook import kernels as hook_kernels
 from diag.hook.events import EventFactory, fr_dtype_name
+from diag.hook.fr_pacing import FrPacer, probe_total
 from diag.hook.fr_state import FrState, PyCall, StepWindows
 from diag.hook.groups import ProcessGroups
 from diag.hook.numerics import TAGS as NUMERICS_TAGS
@@ -51,9 +56,6 @@ from diag.hook.watchdog import HangWatchdog, StallWatch, completed_total
 from diag.proto import diag_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-
-MIN_FR_INTERVAL_S = 0.05
 
 
 def fr_buffer_size() -> int:
@@ -134,15 +136,17 @@ class HookThread(threading.Thread):
         self._stop_evt = threading.Event()
         self._exiting = True  # the last cycle's health says final (set by stop() before _stop_evt)
         self._pending_steps: deque[tuple[Any, ...]] = deque()
-        self._next_fr = 0.0
+        self._probe: int | None = None  # the latest FR probe total (FrPacer)
         self._next_health = time.monotonic() + self.cfg.health_interval_s
         self._full_rank_info = False
         self._announced = False
         self._prev_dump_wall_ns = 0
         self._pg_sizes: dict[str, int] = {}
-        self._fr_top = -1  # highest FR record_id seen
-        self._fr_capacity = fr_buffer_size()
-        self.fr_interval_s = min(0.25, self.cfg.fr_poll_interval_s)
+        self.pacer = FrPacer(
+            fr_buffer_size(),
+            longest_s=self.cfg.fr_poll_interval_s,
+            flush_s=self.cfg.flush_interval_s,
+        )
         self.requests = RequestFilter(self.cfg.profile_num_steps)
         self._fr_completed = 0  # sum of the groups' last completed collective, latest harvest
         self.watchdog = HangWatchdog(
@@ -176,8 +180,24 @@ class HookThread(threading.Thread):
                 self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
         except Exception as exc:
             self._error(exc)
-        while not self._stop_evt.wait(self.cfg.flush_interval_s):
-            self._cycle(final=False)
+        flush_s = self.cfg.flush_interval_s
+        next_cycle = time.monotonic() + flush_s
+        while True:
+            now = time.monotonic()
+            timeout = next_cycle - now
+            if self.fr_ok:  # between cycles, look at the Flight Recorder as its pace needs
+                timeout = min(timeout, self.pacer.wait_s(now, self._probe))
+            if self._stop_evt.wait(max(0.0, timeout)):
+                break
+            if time.monotonic() >= next_cycle:
+                self._cycle(final=False)
+                next_cycle = time.monotonic() + flush_s
+            elif self.fr_ok:
+                try:
+                    if self._fr_due():
+                        self._harvest(final=False)
+                except Exception as exc:
+                    self._error(exc)
         self._cycle(final=True)
         self.sender.close()  # the daemon sees the end now, not when the process exits
 
@@ -197,9 +217,8 @@ class HookThread(threading.Thread):
     def _cycle(self, *, final: bool) -> None:
         try:
             now = time.monotonic()
-            if self.fr_ok and (final or now >= self._next_fr):
+            if self.fr_ok and (final or self._fr_due()):
                 self._harvest(final=final)
-                self._next_fr = time.monotonic() + self.fr_interval_s
             else:
                 self._drain()
                 if not self.fr_ok:
@@ -208,6 +227,8 @@ class HookThread(threading.Thread):
                 self.sender.add(self.watchdog.check())  # sent by this cycle's flush
             if not self._full_rank_info:
                 self._rank_info()
+            if self._full_rank_info:
+                self._layout()
             self._control()
             self._profile_windows()
             if self.cfg.capture_checkpoints:
@@ -353,6 +374,16 @@ class HookThread(threading.Thread):
             self._emit(self.ev.step_event(rec, off, num_coll))
 
     # --------------------------------------------------------- flight recorder
+    def _fr_due(self) -> bool:
+        """Probe the Flight Recorder's counters (a dump without entries, ~3 us) and ask the
+        pacer whether a harvest is due; a failed probe leaves the decision to the clock."""
+        try:
+            raw = self._dump_fn(includeCollectives=False, includeStackTraces=False)  # type: ignore[misc]
+            self._probe = probe_total(load_fr_dump(raw, validate=False).get("pg_status"))
+        except Exception:
+            self._probe = None
+        return self.pacer.due(time.monotonic(), self._probe)
+
     def _harvest(self, *, final: bool) -> None:
         # A dump unpickles ~40 objects per entry (80k for a full 2000-entry buffer); they die by
         # refcount once processed, but would first trigger cyclic-GC passes over the whole heap,
@@ -374,7 +405,7 @@ class HookThread(threading.Thread):
             return
         self._drain()  # records of everything that finished before the dump started
         self._fr_completed = completed_total(dump)
-        self._adapt_poll(dump.get("entries") or ())
+        self._paced(dump)
         status = dump.get("pg_status") or {}
         if not dump.get("entries") and any(
             int(s.get("last_enqueued_collective", -1)) > 0 for s in status.values()
@@ -382,6 +413,8 @@ class HookThread(threading.Thread):
             self._fr_off("Flight Recorder is off (TORCH_FR_BUFFER_SIZE=0?)")
             return
         self._pg_sizes.update(self.groups.sizes())  # kept: the job may destroy its groups first
+        if self._full_rank_info:
+            self._layout()  # before a group the job may destroy soon is gone
         sizes = self._pg_sizes
         for step, payload in self.fr.process(
             dump, time.monotonic(), final=final, extra_sizes=sizes
@@ -394,32 +427,18 @@ class HookThread(threading.Thread):
         self._release_steps(None if final else self._prev_dump_wall_ns)
         self._prev_dump_wall_ns = dump_wall_ns
 
-    def _adapt_poll(self, entries: Any) -> None:
-        """Pace the harvests so that about half the ring buffer fills between two dumps.
-
-        A dump costs ~10 us per buffered entry while holding the GIL, so the cost per second is
-        about (buffer / interval) x 10 us: polling when half the buffer is new spends ~20 us per
-        collective, whatever the buffer size, and a small buffer keeps each pause short. The
-        interval stays within [MIN_FR_INTERVAL_S, fr_poll_interval_s]; it halves at once when
-        more than half the buffer was new (a burst), and entries overwritten before any dump saw
-        them are counted as dropped.
-        """
-        ids = [int(e.get("record_id", -1)) for e in entries if isinstance(e, dict)]
-        half = max(self._fr_capacity // 2, 1)
-        longest = self.cfg.fr_poll_interval_s
-        if not ids:
-            self.fr_interval_s = min(self.fr_interval_s * 1.5, longest)
-            return
-        low, top = min(ids), max(ids)
-        if self._fr_top >= 0 and low > self._fr_top + 1:
-            self.state.num_fr_dropped += low - self._fr_top - 1
-        new = top - self._fr_top if self._fr_top >= 0 else len(ids)
-        self._fr_top = max(self._fr_top, top)
-        if new > half:
-            self.fr_interval_s = max(self.fr_interval_s / 2, MIN_FR_INTERVAL_S)
-        else:
-            factor = min(1.5, half / max(new, 1))
-            self.fr_interval_s = min(max(self.fr_interval_s * factor, MIN_FR_INTERVAL_S), longest)
+    def _paced(self, dump: dict[str, Any]) -> None:
+        """Tell the pacer what this harvest saw; count (and explain once) lost entries."""
+        ids = [
+            int(e.get("record_id", -1)) for e in dump.get("entries") or () if isinstance(e, dict)
+        ]
+        self._probe = probe_total(dump.get("pg_status"))
+        steps = self.steps.step if self.steps.started else 0
+        lost = self.pacer.harvested(time.monotonic(), ids, self._probe, steps)
+        if lost:
+            if self.state.num_fr_dropped == 0:
+                log.info("diag hook: %s", self.pacer.advice)
+            self.state.num_fr_dropped += lost
 
     def _fr_off(self, reason: str) -> None:
         """Fall back to Python-level collectives only: emit what was held for matching."""
@@ -430,7 +449,21 @@ class HookThread(threading.Thread):
             self._emit(self.ev.make(schema.CollectiveEvent, step=call.step, **call.payload()))
         self._release_steps(None)
 
-    # ------------------------------------------------------------ rank, health
+    # ------------------------------------------------------------ rank, layout, health
+    def _layout(self) -> None:
+        """One :class:`~diag.schema.ProcessGroupInfo` per group this rank has not reported."""
+        for g in self.groups.unseen():
+            self._emit(
+                self.ev.make(
+                    schema.ProcessGroupInfo,
+                    pg_name=g.pg_name,
+                    pg_desc=g.pg_desc,
+                    ranks_json=json.dumps(list(g.ranks), separators=(",", ":")),
+                    size=len(g.ranks),
+                    backend=g.backend,
+                )
+            )
+
     def _rank_info(self) -> None:
         torch = self.torch
         dist = torch.distributed

@@ -9,7 +9,12 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-_STYLE = {"equivalent": "bold green", "diverged": "bold red", "slower": "bold yellow"}
+_STYLE = {
+    "equivalent": "bold green",
+    "diverged": "bold red",
+    "slower": "bold yellow",
+    "incomplete": "bold magenta",
+}
 
 
 def _num(value: Any, fmt: str = ".4g") -> str:
