@@ -28,8 +28,12 @@ pass adds calls of the forward operators; ``aten::linear`` wraps ``aten::addmm``
 Faults, sized by ``extra = case.extra_ms(job.base_step_ms)`` ms per step, from
 ``case.onset_step`` (from step 0 for ``structural``):
 
-- ``node`` / ``structural``: the culprit's compute +extra, spread over all its operators (a slow
-  GPU slows every kernel);
+- ``node``: the culprit's compute +extra, spread over all its operators (a slow GPU slows every
+  kernel);
+- ``structural``: the job is laid out as 2 pipeline stages x ``n / 2`` data-parallel replicas
+  (rank ``r`` is stage ``r // (n / 2)``, replica ``r % (n / 2)``: each rank announces its "pp"
+  and "dp" process groups, :class:`~diag.schema.ProcessGroupInfo`) and every replica of the
+  culprit's stage computes +extra from the first step (a stage with more layers);
 - ``data``: the culprit's data wait +extra;
 - ``kernel``: one operator (``case.kernel``) +extra on the culprit, in its profiles and so in its
   steps' compute;
@@ -47,6 +51,7 @@ hosts): judge findings against the prepared case.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -147,6 +152,10 @@ def prepare(case: Case, *, ranks_per_host: int = 2) -> Case:
     Idempotent; judge the findings against the prepared case."""
     if case.world_size % ranks_per_host or case.world_size < 2:
         raise ValueError(f"{case.world_size} ranks do not fill hosts of {ranks_per_host}")
+    if case.cause == "structural":
+        dp = case.world_size // 2
+        stage = (case.ranks[0] if case.ranks else 0) // dp
+        return replace(case, ranks=tuple(range(stage * dp, (stage + 1) * dp)))
     if case.cause == "kernel" and case.kernel is None:
         return replace(case, kernel=SLOW_KERNELS[case.seed % len(SLOW_KERNELS)])
     if case.cause == "link":
@@ -251,6 +260,8 @@ def simulate(case: Case, *, ranks_per_host: int = 2, job: Job = JOB) -> list[sch
     slow = slow_group(case, ranks_per_host) if case.cause == "link" else None
     bias = 1.0 + job.rank_spread * rng.standard_normal(n)
     out: list[schema.Event] = [_rank_info(src, r, n, ranks_per_host) for r in range(n)]
+    if case.cause == "structural":
+        out += [ev for r in range(n) for ev in _pipeline_groups(src, r, n)]
     every = job.fault_ckpt_every if case.cause == "checkpoint" else job.ckpt_every
     t = T0
     for step in range(case.steps):
@@ -334,6 +345,21 @@ def _all_reduces(
     world = job.world_bytes
     colls += [_Coll(r, "world", n, step, leave[r], end - leave[r], world) for r in range(n)]
     return end, colls
+
+
+def _pipeline_groups(src: _Sources, rank: int, n: int) -> list[schema.ProcessGroupInfo]:
+    """Rank ``rank``'s "pp" group (its replica's stages) and "dp" group (its stage's replicas)
+    in a 2-stage layout, as its hook would announce them."""
+    dp = n // 2
+    stage, replica = divmod(rank, dp)
+    pp_ranks = [replica, dp + replica]
+    dp_ranks = list(range(stage * dp, (stage + 1) * dp))
+    return [
+        schema.ProcessGroupInfo(**src.env(rank, T0), pg_name=name, pg_desc=desc,
+                                ranks_json=json.dumps(ranks), size=len(ranks), backend="nccl")
+        for name, desc, ranks in ((f"{1 + replica}", "pp", pp_ranks),
+                                  (f"{1 + dp + stage}", "dp", dp_ranks))
+    ]  # fmt: skip
 
 
 def _rank_info(src: _Sources, rank: int, n: int, rph: int) -> schema.RankInfo:

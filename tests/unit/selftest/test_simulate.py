@@ -32,14 +32,21 @@ def test_each_cause_at_20_percent_is_diagnosed(tmp_path: Path, cause: str) -> No
         assert abs(findings[0].onset_step - case.onset_step) <= 3, findings[0]
 
 
-def test_one_rank_slow_from_the_start_among_its_dp_peers_is_a_node(tmp_path: Path) -> None:
-    # The suite's "structural" case slows one rank of a data-parallel job from the first step:
-    # its peers do the same work, so it is a slow node without an onset (issue 13, class 2);
-    # structural is an imbalance that follows the layout (a whole pipeline stage).
-    case = _case("structural")
+def test_a_heavier_pipeline_stage_is_one_structural_finding(tmp_path: Path) -> None:
+    # Structural follows the layout: every replica of one stage (issue 13, class 2); a lone rank
+    # slow from the start among its data-parallel peers is a node (next test).
+    case = prepare(_case("structural"))
+    assert case.ranks == (0, 1)  # stage 0 of 2 stages x 2 replicas
     findings = run_simulated(case, tmp_path / "run")
     loud = [f for f in findings if f.severity != "info"]
-    assert [(f.cause, f.ranks, f.onset_step) for f in loud] == [("node", case.ranks, None)]
+    assert [(f.cause, f.ranks, f.onset_step) for f in loud] == [("structural", (0, 1), None)]
+
+
+def test_one_rank_slow_from_the_start_among_its_dp_peers_is_a_node(tmp_path: Path) -> None:
+    case = Case(cause="node", severity=0.2, ranks=(1,), onset_step=0, seed=1)
+    findings = run_simulated(case, tmp_path / "run")
+    loud = [f for f in findings if f.severity != "info"]
+    assert [(f.cause, f.ranks, f.onset_step) for f in loud] == [("node", (1,), None)]
 
 
 def test_clean_run_has_no_warning(tmp_path: Path) -> None:
@@ -75,8 +82,8 @@ def test_structural_imbalance_is_there_from_the_first_step() -> None:
         for e in simulate(replace(case, severity=0.0))
         if isinstance(e, schema.StepEvent) and e.step == 0
     ]
-    (culprit,) = case.ranks
-    assert steps[culprit].compute_ns > healthy[culprit].compute_ns
+    for culprit in prepare(case).ranks:
+        assert steps[culprit].compute_ns > healthy[culprit].compute_ns
 
 
 def test_prepare_names_the_kernel_and_the_link_hosts() -> None:
