@@ -7,8 +7,9 @@ rank, an evaluation pass every 25 steps, a checkpoint save every 20 steps (every
 cases) and a profiler window every 10 steps from step 10 (so the kernel detector sees windows
 before and after an onset).
 
-Faults, by cause: ``node`` extra compute on the culprit; ``structural`` the same from step 6
-(sized on steps 1-5, there from the detectors' first analysed steps: no onset to find); ``data``
+Faults, by cause (the tuning mechanisms; :mod:`diag.selftest.mechanisms` has the others):
+``node`` extra compute on the culprit; ``structural`` every replica of one stage of the pipeline
+job (:mod:`diag.selftest.workloads.pipeline_job`) doing more work from the start; ``data``
 the culprit's loader stalls; ``kernel`` the operator ``diagfault::scale_input`` takes longer on
 the culprit; ``checkpoint`` rank 0's saves stall inside ``torch.save``. ``link`` needs hosts
 joined by a rate-limited link: :func:`run_case` hands it to :func:`diag.selftest.link.run_link_case`
@@ -30,12 +31,11 @@ from diag.errors import DiagError
 from diag.findings import Finding
 from diag.selftest.cases import CLEAN, Case, Unsupported
 from diag.selftest.mechanisms import Actor, mechanism_of
-from diag.selftest.workloads import TRAIN_DDP
+from diag.selftest.workloads import PIPELINE_JOB, TRAIN_DDP
 
 KERNEL = "diagfault::scale_input"
 POLL_S = 0.05
 _STEP_LINE = re.compile(rb"rank (\d+) step (\d+) loss")
-STRUCTURAL_FROM = 6
 PROFILE_EVERY = 10
 
 
@@ -43,6 +43,8 @@ def job_args(case: Case, ckpt_dir: Path) -> list[str]:
     """The training script's arguments for ``case``: the common ones, then the fault's (its
     cause's tuning injector unless its mechanism replaces it, and the mechanism's own)."""
     mech = mechanism_of(case)
+    if mech is not None and mech.workload == "pipeline":
+        return mech.job_args(case)  # the pipeline job's own arguments, fault included
     args = _common_args(case, ckpt_dir)
     if case.cause == CLEAN:
         return args
@@ -75,8 +77,6 @@ def _base_args(case: Case) -> list[str]:
     match case.cause:
         case "node":
             args += ["--slow-rank", rank, "--slow-from-step", onset]
-        case "structural":
-            args += ["--slow-rank", rank, "--slow-from-step", str(STRUCTURAL_FROM)]
         case "data":
             args += ["--data-stall-rank", rank, "--data-stall-from-step", onset]
         case "kernel":
@@ -93,12 +93,6 @@ def prepare(case: Case) -> Case:
     makes); :class:`Unsupported` for a cause a single-node job cannot have (a link)."""
     if case.cause == "link":
         raise Unsupported("a link fault needs two hosts: see diag.selftest.link")
-    if case.cause == "structural":
-        raise Unsupported(
-            "a structural imbalance follows a parallel layout (a pipeline stage, a TP position): "
-            "a data-parallel job has none (one rank slow from the start: --mechanism "
-            "node.from_start)"
-        )
     mech = mechanism_of(case)
     if case.cause == "kernel" and (mech is None or not mech.replaces_base):
         case = replace(case, kernel=KERNEL)
@@ -119,7 +113,7 @@ def run_local_case(
     out = workdir / "run"
     job = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc_per_node", str(case.world_size), str(TRAIN_DDP),
+        "--nproc_per_node", str(case.world_size), str(_script(case)),
         *job_args(case, workdir / "ckpt"),
     ]  # fmt: skip
     env = dict(os.environ)
@@ -145,6 +139,11 @@ def run_local_case(
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         raise DiagError(f"{case.name}: the job exited {code}: {tail[0]}")
     return case, list(triage(RunStore.open(out)).findings)
+
+
+def _script(case: Case) -> Path:
+    mech = mechanism_of(case)
+    return PIPELINE_JOB if mech is not None and mech.workload == "pipeline" else TRAIN_DDP
 
 
 def _follow(

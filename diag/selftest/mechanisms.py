@@ -58,10 +58,38 @@ class Mechanism:
     prepare: Callable[[Case], Case] = lambda case: case
     #: the causes' own job arguments (the tuning injectors) are replaced, not added to
     replaces_base: bool = False
+    #: the job it runs: "train_ddp" (data parallel) or "pipeline" (PP x DP: its arguments are
+    #: all the mechanism's own)
+    workload: str = "train_ddp"
+
+
+#: the pipeline job's step on these machines, roughly (its faults are sized on it: it has no
+#: --severity of its own)
+PIPELINE_STEP_MS = 25.0
+
+
+def _pipeline_args(case: Case, *fault: str) -> list[str]:
+    return ["--steps", str(case.steps), "--seed", str(case.seed), "--pp", "2",
+            "--microbatches", "8", "--print-every", "1", *fault]  # fmt: skip
+
+
+def _pipeline_ms(case: Case) -> str:
+    return f"{case.extra_ms(PIPELINE_STEP_MS):.1f}"
+
+
+def _stage_ranks(case: Case) -> Case:
+    """The culprit's stage, every replica of it (2 stages: rank r is stage r // (n / 2))."""
+    dp = case.world_size // 2
+    stage = (case.ranks[0] if case.ranks else 0) // dp
+    return replace(case, ranks=tuple(range(stage * dp, (stage + 1) * dp)), onset_step=None)
 
 
 def _rank(case: Case) -> str:
     return str(case.ranks[0]) if case.ranks else "1"
+
+
+def _stage_of(case: Case) -> int:
+    return (case.ranks[0] if case.ranks else 0) // (case.world_size // 2)
 
 
 def _onset(case: Case) -> str:
@@ -182,7 +210,24 @@ MECHANISMS: dict[str, Mechanism] = {
                   nature="one data-parallel rank slow from the first steps (no onset)",
                   job_args=lambda c: ["--slow-rank", _rank(c), "--slow-from-step", "2"],
                   prepare=lambda c: replace(c, onset_step=None), replaces_base=True),
+        Mechanism(name="node.pipeline_rank", cause="node", split=HELDOUT,
+                  nature="one rank of a 2-stage pipeline job does extra compute from the onset",
+                  job_args=lambda c: _pipeline_args(c, "--slow-rank", _rank(c), "--slow-ms",
+                                                    _pipeline_ms(c), "--slow-from-step", _onset(c)),
+                  replaces_base=True, workload="pipeline"),
+        # structural
+        Mechanism(name="structural.pipeline_stage", cause="structural", split=HELDOUT,
+                  nature="every replica of one pipeline stage does more work from the start",
+                  job_args=lambda c: _pipeline_args(c, "--slow-stage", str(_stage_of(c)),
+                                                    "--slow-stage-ms", _pipeline_ms(c)),
+                  prepare=_stage_ranks, replaces_base=True, workload="pipeline"),
         # data
+        Mechanism(name="data.pipeline_microbatches", cause="data", split=HELDOUT,
+                  nature="each step one microbatch of one replica is long (pipeline, moving)",
+                  job_args=lambda c: _pipeline_args(c, "--imbalance-ms", _pipeline_ms(c),
+                                                    "--imbalance-from-step", _onset(c)),
+                  prepare=lambda c: replace(c, ranks=()), replaces_base=True,
+                  workload="pipeline"),
         Mechanism(name="data.cpu_loader", cause="data", split=TUNE,
                   nature="the culprit's dataset does real CPU work per batch"),
         Mechanism(name="data.sleep_loader", cause="data", split=HELDOUT,
@@ -230,6 +275,7 @@ DEFAULT_MECHANISM: dict[str, str] = {
     "kernel": "kernel.custom_op",
     "checkpoint": "checkpoint.slow_pickle",
     "link": "link.tbf_one_node",
+    "structural": "structural.pipeline_stage",
 }
 
 

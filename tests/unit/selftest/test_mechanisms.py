@@ -18,15 +18,21 @@ from diag.selftest.mechanisms import (
     mechanism_of,
     split_of,
 )
+from diag.selftest.workloads.pipeline_job import parse_args as pipeline_args
 from diag.selftest.workloads.train_ddp import parse_args
 
 
 def test_every_cause_has_tuning_and_held_out_mechanisms_of_several_natures() -> None:
     per_cause = Counter(m.cause for m in MECHANISMS.values())
     assert all(per_cause[c] >= 3 for c in ("node", "data", "kernel", "checkpoint")), per_cause
+    assert per_cause["structural"] >= 1
     assert per_cause["link"] >= 2
     for cause, name in DEFAULT_MECHANISM.items():
-        assert MECHANISMS[name].split == TUNE and MECHANISMS[name].cause == cause
+        assert MECHANISMS[name].cause == cause
+        # a cause's default is its tuning mechanism, where it has one (structural's live
+        # pipeline case is held out: the layout was tuned on generated op tables)
+        tuned = [m for m in MECHANISMS.values() if m.cause == cause and m.split == TUNE]
+        assert MECHANISMS[name].split == TUNE or not tuned
     assert {m.split for m in MECHANISMS.values()} == {TUNE, HELDOUT}
     assert len({m.nature for m in MECHANISMS.values()}) == len(MECHANISMS)
 
@@ -35,6 +41,10 @@ def test_every_cause_has_tuning_and_held_out_mechanisms_of_several_natures() -> 
 def test_each_local_mechanism_gives_the_job_arguments_it_accepts(name: str) -> None:
     mech = MECHANISMS[name]
     case = Case(cause=mech.cause, severity=0.2, ranks=(2,), onset_step=30, mechanism=name)
+    if mech.workload == "pipeline":
+        args = pipeline_args(job_args(case, Path("/tmp/ckpt")))
+        assert args.pp == 2 and args.steps == case.steps
+        return
     args = parse_args(job_args(case, Path("/tmp/ckpt")))
     assert args.severity == 0.2
     full, base = job_args(case, Path("/tmp/ckpt")), _base_args(case)
@@ -65,5 +75,5 @@ def test_prepare_sets_what_the_mechanism_makes_the_answer() -> None:
     other = prepare(Case(cause="kernel", severity=0.2, ranks=(1,), onset_step=30,
                          mechanism="kernel.float64"))  # fmt: skip
     assert custom.kernel == "diagfault::scale_input" and other.kernel is None
-    with pytest.raises(Unsupported, match="follows a parallel layout"):
-        prepare(Case(cause="structural", severity=0.2, ranks=(1,)))
+    stage = prepare(Case(cause="structural", severity=0.2, ranks=(3,), onset_step=None))
+    assert stage.ranks == (2, 3) and stage.onset_step is None  # every replica of stage 1
