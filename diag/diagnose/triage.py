@@ -2,9 +2,10 @@
 
 The ``diag triage --json`` object is :meth:`TriageResult.to_json`: ``{"run": {...}, "findings":
 [...]}`` where ``run`` is the run section of ``diag report --json`` (id, world_size, steps, hosts,
-...) and ``findings`` are :meth:`Finding.to_json`, sorted by confidence, highest first. For a
-timing table (:mod:`diag.diagnose.timing_table`) ``run`` is ``{"id": the file's stem, "source":
-"timing table", "world_size": ranks, "steps": ...}``.
+...) and ``findings`` are :meth:`Finding.to_json`, in :func:`~diag.findings.ranked` order
+(severity, then share of the job lost x confidence). For a timing table
+(:mod:`diag.diagnose.timing_table`) ``run`` is ``{"id": the file's stem, "source": "timing
+table", "world_size": ranks, "steps": ...}``.
 
 Remains of a failed run (:mod:`diag.postmortem`: Flight Recorder dumps, torchelastic error files,
 worker logs) add two keys, ``"problems"`` (``"<file>: <why>"`` for each file that could not be

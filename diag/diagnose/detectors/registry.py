@@ -51,7 +51,7 @@ def run_all(features: Features, cfg: Mapping[str, object] | None = None) -> list
     """Every registered detector on ``features`` (``cfg``: name -> config, defaults otherwise),
     reconciled across detectors (:func:`~diag.diagnose.reconcile.reconcile`: a slow kernel that
     explains a slow rank is one kernel finding; a kernel the steps do not show is only info) and
-    ranked by confidence then slowdown (:func:`~diag.findings.ranked`)."""
+    ranked by severity, then share of the job lost x confidence (:func:`~diag.findings.ranked`)."""
     cfg = cfg or {}
     unknown = sorted(set(cfg) - set(DETECTORS))
     if unknown:
