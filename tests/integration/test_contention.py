@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from diag.store.run_store import RunStore
 from tests.fakes import cpu_hog
 from tests.fakes.diagproc import diag, env, torchrun
 from tests.fakes.paths import REPO
@@ -55,18 +56,30 @@ def _triage(run_dir: Path) -> list[dict]:
     return json.loads(res.stdout)["findings"]
 
 
-def _check(findings: list[dict], hog_pid: int) -> None:
+def _hog_step(run_dir: Path, started_ns: int) -> int:
+    """The first step rank 2 finished after the hog started."""
+    steps = RunStore.open(run_dir).frame("step")
+    after = steps[(steps["rank"] == 2) & (steps["end_ns"] > started_ns)]
+    return int(after["step"].min())
+
+
+def _check(run_dir: Path, hog_pid: int, started_ns: int) -> None:
+    findings = _triage(run_dir)
     shown = "\n".join(
         f"{f['cause']} {f['severity']} {f['ranks']}: {f['summary']}" for f in findings
     )
     top = findings[0]
     assert (top["cause"], top["ranks"]) == ("node", [2]), shown
-    assert top["onset_step"] is not None, shown
+    # The onset is where rank 2's delay stood out: on this 2-core VM the scheduler keeps moving
+    # the other sessions' work about for a while, so it can trail the hog by a few seconds.
+    at = _hog_step(run_dir, started_ns)
+    assert top["onset_step"] is not None and at - 3 <= top["onset_step"] <= at + 30, (at, shown)
     named = [e for e in top["evidence"] if e["metric"] == "host_process_cpu_pct"]
     hog = [e for e in named if e["subject"].startswith(f"pid {hog_pid} ")]
     assert hog and "CPU 1" in hog[0]["note"], json.dumps(top["evidence"], indent=1)
     assert f"pid {hog_pid}" in top["summary"], top["summary"]
-    others = [f for f in findings[1:] if f["severity"] != "info"]
+    # no other slowdown diagnosis at warning or above (a drift finding is another question)
+    others = [f for f in findings[1:] if f["severity"] != "info" and f["symptom"] == "slowdown"]
     assert not others, shown
 
 
@@ -79,7 +92,7 @@ def test_a_hog_on_one_rank_cpu_under_diag_run(tmp_path: Path) -> None:
     hog = None
     try:
         _wait_for(log, "rank 0 step 40 ")
-        hog = cpu_hog.start_hog(cpu=1)
+        hog, started_ns = cpu_hog.start_hog(cpu=1), time.time_ns()
         assert job.wait(timeout=300) == 0, log.read_text()[-2000:]
     finally:
         if hog is not None:
@@ -87,7 +100,7 @@ def test_a_hog_on_one_rank_cpu_under_diag_run(tmp_path: Path) -> None:
             hog.wait()
         if job.poll() is None:
             job.kill()
-    _check(_triage(run_dir), hog.pid)
+    _check(run_dir, hog.pid, started_ns)
 
 
 def test_a_hog_on_one_rank_cpu_under_diag_attach(tmp_path: Path) -> None:
@@ -105,7 +118,7 @@ def test_a_hog_on_one_rank_cpu_under_diag_attach(tmp_path: Path) -> None:
             env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         time.sleep(6.0)  # steps before the hog, for the onset
-        hog = cpu_hog.start_hog(cpu=1)
+        hog, started_ns = cpu_hog.start_hog(cpu=1), time.time_ns()
         _, err = attach.communicate(timeout=120)
         assert attach.returncode == 0, err
     finally:
@@ -114,4 +127,4 @@ def test_a_hog_on_one_rank_cpu_under_diag_attach(tmp_path: Path) -> None:
             hog.wait()
         job.terminate()
         job.wait(timeout=60)
-    _check(_triage(out), hog.pid)
+    _check(out, hog.pid, started_ns)

@@ -15,11 +15,12 @@ against the median of its peers' means (the other ranks over the same steps); th
 rank is a candidate when flagged in ``>= min_frac`` of a ``window``-step sliding window (warm-up
 steps skipped). Its anomaly starts at the change point of its per-step excess over the peers'
 median, from the first analysed step to the end of its last flagged window (the split with the
-least summed squared deviation from each side's mean, a higher mean after: one step change
-stands out of bursty noise over the whole span, where a window's worth of it does not), or at
-the first analysed step when it was flagged from the first full window on ("from the start",
-``onset_step`` None; also when the excess before the change point is already half the excess
-after), and ends at its last step above the floor. It is contended when, over the anomaly:
+least summed absolute deviation from each side's median, a higher median after: one step change
+stands out of bursty noise over the whole span, where a window's worth of it does not); it is
+contention "from the start" (``onset_step`` None, the anomaly from the first analysed step) when
+that split is within the first ``window`` steps or the mean excess before it is already half the
+mean excess after. The anomaly ends at its last step above the floor. It is contended when, over
+the anomaly:
 
 - the excess stands above the steps' noise: mean excess minus twice its standard error is still
   at least the floor (a few bursty steps do not make a rank contended);
@@ -160,9 +161,7 @@ def _contended(
     if run is None:
         return None
     x = excess[rank].to_numpy()
-    first = cfg.window - 1  # the first step with a full window behind it
-    from_start = run.onset_pos <= first and flags[first : first + cfg.window].mean() >= cfg.min_frac
-    onset_pos = 0 if from_start else _change_point(x, run.end_pos + 1)
+    onset_pos = _change_point(x, run.end_pos + 1)
     # the rolling mean stays up for a window after the contention ends: end at its last step
     own = above[rank].to_numpy()[onset_pos : run.end_pos + 1]
     end_pos = onset_pos + int(np.flatnonzero(own)[-1]) if own.any() else run.end_pos
@@ -173,6 +172,9 @@ def _contended(
     gap_ms = float(np.nanmean(x[anomaly]))
     before_ms = float(np.nanmean(x[:onset_pos])) if onset_pos else 0.0
     start = onset_pos < cfg.window or (gap_ms > 0 and before_ms >= 0.5 * gap_ms)
+    if start:  # the whole span is the anomaly
+        onset_pos, anomaly = 0, slice(0, end_pos + 1)
+        gap_ms = float(np.nanmean(x[anomaly]))
     after_step = float(step.iloc[anomaly].median())
     wait_after = float(peers_wait.iloc[anomaly].median())
     if start:
@@ -209,21 +211,23 @@ def _contended(
     )
 
 
-def _change_point(x: np.ndarray, stop: int) -> int:
-    """The step in ``x[:stop]`` that best splits it into a lower mean before and a higher one
-    after (least summed squared deviation from each side's mean; prefix sums, linear time);
-    0 when no split has a higher mean after."""
+def _change_point(x: np.ndarray, stop: int, max_candidates: int = 1000) -> int:
+    """The step in ``x[:stop]`` that best splits it into a lower median before and a higher one
+    after (least summed absolute deviation from each side's median: robust to the spikes and
+    dips of run-queue delay); 0 when no split has a higher median after. Every step is a
+    candidate, or every k-th on long runs (at most ``max_candidates``)."""
     x = np.nan_to_num(x[:stop])
     n = len(x)
-    if n < 2:
-        return 0
-    c1, c2 = np.cumsum(x), np.cumsum(x * x)
-    t = np.arange(1, n)
-    left_n, right_n = t, n - t
-    left_s, right_s = c1[t - 1], c1[-1] - c1[t - 1]
-    sse = (c2[t - 1] - left_s**2 / left_n) + ((c2[-1] - c2[t - 1]) - right_s**2 / right_n)
-    sse[right_s / right_n <= left_s / left_n] = np.inf
-    return int(t[np.argmin(sse)]) if np.isfinite(sse).any() else 0
+    best, best_cost = 0, np.inf
+    for t in range(1, n, max(1, n // max_candidates)):
+        before, after = x[:t], x[t:]
+        mb, ma = float(np.median(before)), float(np.median(after))
+        if ma <= mb:
+            continue
+        cost = float(np.abs(before - mb).sum() + np.abs(after - ma).sum())
+        if cost < best_cost:
+            best, best_cost = t, cost
+    return best
 
 
 def _span(steps: pd.DataFrame, first_last: tuple[int, int]) -> tuple[int, int] | None:
