@@ -68,6 +68,7 @@ def _check(run_dir: Path, hog_pid: int, started_ns: int) -> None:
     shown = "\n".join(
         f"{f['cause']} {f['severity']} {f['ranks']}: {f['summary']}" for f in findings
     )
+    assert findings, "no finding"
     top = findings[0]
     assert (top["cause"], top["ranks"]) == ("node", [2]), shown
     # The onset is where rank 2's delay stood out: on this 2-core VM the scheduler keeps moving
