@@ -45,10 +45,11 @@ processes that compete for them.
   peers), + 0.1 when a named process ran on a culprit's CPU, + 0.05 when only on its host; at
   most 0.95.
 - severity: ``critical`` at ``critical`` (0.3) slowdown, ``warning`` at ``warning`` (0.1),
-  else ``info``. Contention from the start without a named process on a culprit's CPU is
-  ``info`` at most: with no change to date it, an uneven share of the host's CPUs is as likely
-  the job's own placement (which ranks share a core, which one hosts a store or a writer) as a
-  foreign process.
+  else ``info``. Contention from the start is ``info`` at most, with its evidence: with no change
+  to date it, a rank's larger share of its host's contention is as likely its placement (which
+  ranks share a core, which one hosts a store or a writer, where the host's other jobs happen to
+  run) as a fault; on a shared 2-core VM other users' jobs single out one rank or another from
+  the first step.
 """
 
 from __future__ import annotations
@@ -330,9 +331,7 @@ def _finding(
     )
     conf = float(np.mean([_confidence(r, cfg) for r in group]))
     conf += 0.1 if any(p.on_culprit_cpu for p in named) else 0.05 if named else 0.0
-    severity = _severity(lead.slowdown, cfg)
-    if onset is None and not any(p.on_culprit_cpu for p in named):
-        severity = "info"
+    severity = "info" if onset is None else _severity(lead.slowdown, cfg)
     return Finding(
         id=ident,
         symptom="slowdown",

@@ -53,11 +53,10 @@ def test_a_contended_host_is_one_finding(tmp_path: Path) -> None:
     assert "host b (ranks 2, 3)" in f.summary
 
 
-def test_from_the_start_without_the_hog_on_its_cpu_is_only_info(tmp_path: Path) -> None:
-    (named,) = _findings(replace(HOG, onset=0), tmp_path / "a")
-    assert named.onset_step is None and named.severity == "warning"
-    (elsewhere,) = _findings(replace(HOG, onset=0, hog_cpu=0), tmp_path / "b")
-    assert elsewhere.onset_step is None and elsewhere.severity == "info"
+def test_contention_from_the_start_is_only_info(tmp_path: Path) -> None:
+    (f,) = _findings(replace(HOG, onset=0), tmp_path)
+    assert f.onset_step is None and f.severity == "info" and f.cause == "node"
+    assert any(e.subject.startswith(f"pid {HOG_PID} ") for e in f.evidence)
 
 
 def test_no_run_queue_delay_no_finding(tmp_path: Path) -> None:
