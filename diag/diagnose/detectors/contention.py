@@ -199,7 +199,7 @@ def _contended(
     return _Rank(
         rank=rank,
         onset=None if start else int(steps[onset_pos]),
-        detected=int(steps[run.detected_pos]),
+        detected=int(steps[_detected(flags, onset_pos, end_pos, cfg)]),
         anomaly=(int(steps[onset_pos]), int(steps[end_pos])),
         before=None if start else (int(steps[0]), int(steps[onset_pos - 1])),
         waits_ms=float(cpu[rank].iloc[anomaly].mean()),
@@ -210,6 +210,13 @@ def _contended(
         gap=gap_ms / after_step if after_step > 0 else 0.0,
         consistency=consistency,
     )
+
+
+def _detected(flags: np.ndarray, onset_pos: int, end_pos: int, cfg: ContentionConfig) -> int:
+    """The first step, from the onset on, that completes a persistent window of flags (the
+    first one the detector could have said it at); the anomaly's end when none does."""
+    run = persistence(flags[onset_pos : end_pos + 1], cfg.window, cfg.min_frac)
+    return onset_pos + run.detected_pos if run is not None else end_pos
 
 
 def _change_point(x: np.ndarray, stop: int, max_candidates: int = 1000) -> int:
