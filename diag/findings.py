@@ -1,6 +1,7 @@
 """Findings: what the detectors conclude, with evidence and a confidence. The ``diag triage``
-contract (``{"run": {...}, "findings": [...]}``) is :meth:`Finding.to_json` of each, sorted by
-confidence, highest first.
+contract (``{"run": {...}, "findings": [...]}``) is :meth:`Finding.to_json` of each, in
+:func:`ranked` order: by severity (critical first), then by :func:`impact` (the share of the job
+lost x confidence), then confidence.
 
 ``slowdown`` is the fraction of the job's step time lost to this cause: 0.2 means the job's steps
 would be 20% shorter without it. ``confidence`` is in [0, 1]: how sure the detector is that the
@@ -180,9 +181,33 @@ def findings_from_json(items: Sequence[Any]) -> tuple[Finding, ...]:
     return tuple(Finding.from_json(item) for item in items)
 
 
+#: Symptoms that stop the job: the share of it they lose is all of it.
+_STOPS_THE_JOB = ("hang", "crash")
+
+
+def lost(f: Finding) -> float:
+    """The share of the job a finding loses: its ``slowdown``; all of it (1) for a hang or a
+    crash; 0 when it says none (a drift finding, a slowdown it could not size)."""
+    if f.slowdown is not None and math.isfinite(f.slowdown):
+        return min(1.0, max(0.0, f.slowdown))
+    return 1.0 if f.symptom in _STOPS_THE_JOB else 0.0
+
+
+def impact(f: Finding) -> float:
+    """What a finding is worth acting on: the share of the job it loses x how sure it is
+    (:func:`lost` x ``confidence``): a sure 5% loses less than a likely 40%."""
+    return lost(f) * f.confidence
+
+
 def ranked(findings: Sequence[Finding]) -> list[Finding]:
-    """Findings sorted as ``diag triage`` prints them: confidence, then slowdown, highest first."""
-    return sorted(findings, key=lambda f: (-f.confidence, -(f.slowdown or 0.0), f.id))
+    """Findings in the order ``diag triage`` prints them: by severity (critical, warning, info),
+    then by :func:`impact` (share of the job lost x confidence), then confidence, highest first
+    (then id, so the order is stable). Confidence alone would put a sure, small symptom above
+    the likely cause of most of the loss."""
+    return sorted(
+        findings,
+        key=lambda f: (-SEVERITIES.index(f.severity), -impact(f), -f.confidence, f.id),
+    )
 
 
 def _num(value: float | None) -> float | None:

@@ -11,7 +11,8 @@ checkpoint is to blame for a slow run, and which rank(s) failed first in a faile
   torchelastic error files, worker logs, see :mod:`diag.postmortem`): nothing is written there.
 
 Prints a table, or with ``--json`` one object ``{"run": {...}, "findings": [...]}`` (findings
-sorted by confidence, highest first; ``"problems"`` and ``"missing"`` too when remains were read).
+ranked by severity, then share of the job lost x confidence; ``"problems"`` and ``"missing"`` too
+when remains were read).
 ``--html FILE`` also writes one self-contained HTML report. ``--config FILE.toml`` sets detector
 thresholds (:mod:`diag.diagnose.detector_config`).
 """

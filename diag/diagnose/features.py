@@ -67,8 +67,9 @@ HOST_COLUMNS = (
     "load_1m",
     "disk_read_bytes_per_s",
 )
-#: ``proc`` columns (ProcSample): per-rank process samples.
-PROC_COLUMNS = ("rank", "host", "ts_ns", "cpu_pct", "rss_bytes", "read_bytes_per_s")
+#: ``proc`` columns (ProcSample): per-rank process samples (``last_cpu``: the CPU it last ran
+#: on, -1 unknown).
+PROC_COLUMNS = ("rank", "host", "ts_ns", "cpu_pct", "rss_bytes", "read_bytes_per_s", "last_cpu")
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,16 @@ excess per step. Otherwise a few slow profiled steps (scheduler spikes that happ
 the windows) made it: it is demoted to ``info``, its confidence scaled by the share the steps
 show (``min(1, seen / expected)``), with the step evidence.
 
-Findings of other causes pass through unchanged. A link fault needs no rule here: it leaves
-compute and data waits balanced, so neither the node nor the data detector fires on it.
+Findings of other causes pass through unchanged by these rules. Two more steps follow them:
+
+- **kernel evidence** (:mod:`~diag.diagnose.coverage`): a node finding that no kernel finding
+  absorbed is *decided* only when a profiler window after its onset covers its ranks and a peer;
+  otherwise it is undecided between node and kernel, with a lower confidence and the window that
+  would decide it as evidence;
+- **explained findings** (:mod:`~diag.diagnose.explain`): a finding another explains (an echo of
+  it on the same ranks, from about the same step, losing no more of the job) is folded into that
+  one as evidence, so one fault is one finding (a slow link's ranks that read as computing
+  longer are the link's, not a second diagnosis).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from diag.diagnose import coverage, explain
 from diag.diagnose.features import Features, peer_median
 from diag.findings import SEVERITIES, Evidence, Finding
 
@@ -108,9 +117,10 @@ def attribute(node: Finding, kern: Finding, window_steps: float = 1.0) -> Attrib
 def reconcile(
     findings: list[Finding], features: Features | None = None, cfg: ReconcileConfig | None = None
 ) -> list[Finding]:
-    """``findings`` with kernel/node pairs resolved and kernel findings checked against the steps
-    (see the module docstring), order kept. Without ``features``: one step per profiler window,
-    no step check."""
+    """``findings`` with kernel/node pairs resolved, kernel findings checked against the steps,
+    node findings checked for kernel evidence and explained findings folded (see the module
+    docstring), order kept. Without ``features``: one step per profiler window, no step check
+    and no kernel-evidence check."""
     cfg = cfg or ReconcileConfig()
     window_steps = 1.0 if features is None else steps_per_window(features.windows)
     nodes = [f for f in findings if f.cause in NODE_CAUSES]
@@ -142,7 +152,10 @@ def reconcile(
             expected = kernel_excess_ms(k, window_steps)
             if seen is not None and expected and seen < cfg.min_seen_in_steps * expected:
                 replaced[k.id] = unseen(k, seen, expected)
-    return [replaced.get(f.id, f) for f in findings if f.id not in dropped]
+    out = [replaced.get(f.id, f) for f in findings if f.id not in dropped]
+    if features is not None:
+        out = coverage.check(out, features.windows)
+    return explain.fold(out)
 
 
 def kernel_excess_ms(kern: Finding, window_steps: float = 1.0) -> float | None:

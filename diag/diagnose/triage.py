@@ -2,9 +2,10 @@
 
 The ``diag triage --json`` object is :meth:`TriageResult.to_json`: ``{"run": {...}, "findings":
 [...]}`` where ``run`` is the run section of ``diag report --json`` (id, world_size, steps, hosts,
-...) and ``findings`` are :meth:`Finding.to_json`, sorted by confidence, highest first. For a
-timing table (:mod:`diag.diagnose.timing_table`) ``run`` is ``{"id": the file's stem, "source":
-"timing table", "world_size": ranks, "steps": ...}``.
+...) and ``findings`` are :meth:`Finding.to_json`, in :func:`~diag.findings.ranked` order
+(severity, then share of the job lost x confidence). For a timing table
+(:mod:`diag.diagnose.timing_table`) ``run`` is ``{"id": the file's stem, "source": "timing
+table", "world_size": ranks, "steps": ...}``.
 
 Remains of a failed run (:mod:`diag.postmortem`: Flight Recorder dumps, torchelastic error files,
 worker logs) add two keys, ``"problems"`` (``"<file>: <why>"`` for each file that could not be
@@ -27,12 +28,13 @@ from diag.diagnose.detectors.registry import run_all
 from diag.diagnose.features import Features
 from diag.diagnose.timing_table import features_from_table, read_timing_table, run_info
 from diag.errors import InputError, SchemaError
-from diag.findings import Finding, ranked
+from diag.findings import Evidence, Finding, ranked
 from diag.fsutil import atomic_open
 from diag.postmortem.analyze import RemainsReport, analyze
 from diag.postmortem.discover import collect
 from diag.postmortem.from_store import dumps_from_collectives
 from diag.postmortem.messages import NO_DUMPS
+from diag.postmortem.progress import steps_stopped
 from diag.store.run_store import RunStore
 from diag.store.summary import summarize
 
@@ -92,19 +94,25 @@ def triage_run_dir(
     """:func:`triage` of a run directory plus the remains inside it, merged (see the module
     docstring). For a run that did not exit cleanly the store's own Flight Recorder entries
     stand in for dumps when the directory has none and the hang detector found nothing; a hang
-    or crash finding of the detectors wins over remains findings about the same ranks."""
+    or crash finding of the detectors wins over remains findings about the same ranks. A job
+    whose exit diag did not record (``diag attach``) counts as failed only when its steps
+    stopped long before the recording ended (:mod:`diag.postmortem.progress`)."""
     store = RunStore.open(run_dir)
     base = triage(store, detectors)
     remains = collect(Path(run_dir))
-    failed = base.run.get("exit_code") != 0
+    exit_code = base.run.get("exit_code")
+    failed = exit_code is not None and exit_code != 0
+    # A job whose end diag did not see (diag attach detached, the launcher was killed) failed
+    # only if its steps stopped: entries in flight are what any running job shows.
+    stopped = _steps_stopped(store) if exit_code is None else None
     live = [f for f in base.findings if f.symptom in _FAILED]
-    if failed and not remains.dumps and not live:
+    if (failed or stopped) and not remains.dumps and not live:
         stored = dumps_from_collectives(store.frame("collective"), f"{run_dir}/store")
         if any(e.pending for d in stored for e in d.entries):
             remains = dataclasses.replace(remains, dumps=stored)
     if remains.empty:
         return base, None
-    report = analyze(remains, expect_failure=failed)
+    report = analyze(remains, expect_failure=failed, stopped=() if stopped is None else (stopped,))
     # The hang detector saw the stall live (stacks, exits): its answer stands; remains findings
     # about the same ranks (or naming no rank) would only repeat it.
     extra = [
@@ -126,6 +134,17 @@ def triage_run_dir(
         missing=missing,
     )
     return result, report
+
+
+def _steps_stopped(store: RunStore) -> Evidence | None:
+    """:func:`~diag.postmortem.progress.steps_stopped` of a store: the recording's end is the
+    newest host sample or hook health report (the daemon and the hooks outlive a hung step)."""
+    ends = [
+        int(frame["ts_ns"].max())
+        for frame in (store.frame("host"), store.frame("hook_health"))
+        if not frame.empty and "ts_ns" in frame
+    ]
+    return steps_stopped(store.frame("step"), max(ends) if ends else None)
 
 
 def read_findings(run_dir: Path) -> tuple[Finding, ...] | None:

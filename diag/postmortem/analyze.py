@@ -14,6 +14,12 @@ Order of reasoning:
    that did *not* time out while others did (they were not in the collective the others wait
    in); else a hang with no culprit, saying so.
 
+A hang needs evidence that progress stopped (:mod:`diag.postmortem.progress`: the job failed,
+its watchdog timed a collective out, its steps stopped, or a rank's own failure): a running
+job's dumps always hold collectives in flight. Without it no hang finding is made from the dumps
+(a mismatch still is: a program error whether or not it hung yet) and a missing-evidence line
+says so; with it, each hang finding carries that evidence (metric ``no_progress``).
+
 Cause of a culprit set: the first culprit's own error when it logged one; else ``program`` for a
 circular wait; ``node`` when every culprit is ``stalled`` or ``not_started`` (the peers completed
 or started collectives the culprit's GPU never finished: a GPU fault pattern); else ``unknown``,
@@ -34,7 +40,8 @@ Confidence (0..1, how sure the named ranks and cause are right):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from diag.findings import Evidence, Finding, ranked
@@ -44,6 +51,7 @@ from diag.postmortem.culprits import Culprits, find_culprits
 from diag.postmortem.fr_groups import mismatches, p2p_waits, stuck_entries, views_from_dumps
 from diag.postmortem.groups import REASONS, GroupView, fmt_ranks
 from diag.postmortem.log_views import silent_ranks, views_from_clues
+from diag.postmortem.progress import in_flight_line, stop_evidence
 from diag.postmortem.records import Clue, Remains, StackFrame
 
 #: Evidence metric of each flag: what ``value`` is (``reference``: the peers' side).
@@ -109,11 +117,17 @@ def _order(failures: dict[int, tuple[Clue, Verdict]], ranks: tuple[int, ...]) ->
     return sorted(have, key=lambda r: (not failures[r][0].root, failures[r][0].ts_s or 1e18, r))
 
 
-def analyze(remains: Remains, *, expect_failure: bool = True) -> RemainsReport:
+def analyze(
+    remains: Remains, *, expect_failure: bool = True, stopped: Sequence[Evidence] = ()
+) -> RemainsReport:
     """Findings on ``remains`` (rules in the module docstring), ranked. ``expect_failure``: the
     run is known to have failed, so missing evidence is worth saying even with no finding (a
-    run that exited cleanly gets missing-evidence lines only alongside a finding)."""
+    run that exited cleanly gets missing-evidence lines only alongside a finding), and its dumps'
+    collectives in flight can be a hang. ``stopped``: the caller's own evidence that progress
+    stopped (:func:`~diag.postmortem.progress.steps_stopped`)."""
     failures = first_failures(remains.clues)
+    stop = stop_evidence(remains, failed=expect_failure, stopped=stopped)
+    halted = bool(stop or failures)
     died = {c.rank for c in remains.clues if c.kind in ("exit", "exception") and c.rank is not None}
     if remains.dumps:
         views = views_from_dumps(remains.dumps)
@@ -126,8 +140,10 @@ def analyze(remains: Remains, *, expect_failure: bool = True) -> RemainsReport:
     findings: list[Finding] = []
     covered: set[int] = set()
     if culprits.ranks:
-        findings.append(_culprit_finding(remains, culprits, failures, died, missing))
-        covered |= set(culprits.ranks)
+        found = _culprit_finding(remains, culprits, failures, died, missing)
+        if found.symptom != "hang" or halted:
+            findings.append(found)
+            covered |= set(culprits.ranks)
     rest = {r: fv for r, fv in failures.items() if r not in covered}
     for cause in sorted({v.cause for _, v in rest.values()}):
         ranks = tuple(sorted(r for r, (_, v) in rest.items() if v.cause == cause))
@@ -137,10 +153,13 @@ def analyze(remains: Remains, *, expect_failure: bool = True) -> RemainsReport:
     odd_ones = mismatches(remains.dumps)
     for odd in sorted({m.odd_ranks for m in odd_ones}):
         findings.append(msg.mismatch_finding(odd, [m for m in odd_ones if m.odd_ranks == odd]))
-    if not findings:
+    if not findings and halted:
         findings.extend(_log_hang(remains, culprits, missing))
+    findings = [_with(f, stop) if f.symptom == "hang" else f for f in findings]
     if not findings and not expect_failure:
         missing = ()
+    if not halted and (pending := _pending_ranks(remains)):
+        missing = (*missing, in_flight_line(pending))
     return RemainsReport(
         run=msg.run_section(remains),
         findings=tuple(ranked(findings)),
@@ -151,6 +170,16 @@ def analyze(remains: Remains, *, expect_failure: bool = True) -> RemainsReport:
         culprits=culprits,
         stacks=stacks,
     )
+
+
+def _with(f: Finding, stop: tuple[Evidence, ...]) -> Finding:
+    """A hang finding with the evidence that progress stopped."""
+    return replace(f, evidence=(*f.evidence, *stop)) if stop else f
+
+
+def _pending_ranks(remains: Remains) -> tuple[int, ...]:
+    """Ranks whose dumps hold collectives in flight."""
+    return tuple(sorted({d.rank for d in remains.dumps if any(e.pending for e in d.entries)}))
 
 
 def _error_confidence(clue: Clue) -> float:

@@ -1,10 +1,13 @@
 """Node and rank-process telemetry from ``/proc``.
 
-:class:`HostCollector` emits one node-level :class:`~diag.schema.HostSample` per cycle and one
+:class:`HostCollector` emits one node-level :class:`~diag.schema.HostSample` per cycle, one
 :class:`~diag.schema.ProcSample` per rank process the daemon told it about (:meth:`track`, from
-``RankInfo`` events). Rates are averaged over the time between two cycles, measured with the
-injected monotonic ``clock``; the first cycle only primes the counters and emits nothing (a rate
-needs two readings). ``proc_root`` points at ``/proc`` or at a checked-in fake tree in tests.
+``RankInfo`` events; ``last_cpu`` is the CPU it last ran on) and one
+:class:`~diag.schema.HostProcess` per busy process that is not the job's
+(:mod:`~diag.daemon.collectors.procs`: who competes with the ranks for the CPUs). Rates are
+averaged over the time between two cycles, measured with the injected monotonic ``clock``; the
+first cycle only primes the counters and emits nothing (a rate needs two readings).
+``proc_root`` points at ``/proc`` or at a checked-in fake tree in tests.
 
 Disk rates count whole physical disks only (partitions, loop, ram, zram, device-mapper and md
 devices would count the same bytes twice); network rates count every interface but ``lo``.
@@ -23,6 +26,7 @@ from typing import ClassVar
 from diag import schema
 from diag.config import DaemonConfig
 from diag.daemon.collectors.base import UNSTAMPED
+from diag.daemon.collectors.procs import ProcessScan, parse_stat
 
 log = logging.getLogger(__name__)
 _SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
@@ -81,6 +85,7 @@ class HostCollector:
         self._prev: _HostCounters | None = None
         self._ranks: dict[int, _Rank] = {}
         self._prev_proc: dict[int, _ProcCounters] = {}
+        self._others = ProcessScan(self.proc_root, self._ticks)
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig) -> HostCollector:
@@ -104,6 +109,7 @@ class HostCollector:
             sample = self._proc_sample(pid, now_ns, t)
             if sample is not None:
                 out.append(sample)
+        out.extend(self._others.scan(now_ns, t, set(self._ranks)))
         return out
 
     def close(self) -> None:
@@ -180,9 +186,8 @@ class HostCollector:
         except (FileNotFoundError, ProcessLookupError):
             self._forget(pid, "exited")
             return None
-        fields = stat[stat.rfind(")") + 2 :].split()  # comm may hold spaces and parentheses
-        start_ticks = int(fields[19])
-        cpu_ticks = int(fields[11]) + int(fields[12])
+        parsed = parse_stat(stat)
+        start_ticks, cpu_ticks = parsed.start_ticks, parsed.cpu_ticks
         info = {}
         for line in status.splitlines():
             key, _, rest = line.partition(":")
@@ -210,6 +215,7 @@ class HostCollector:
             read_bytes_per_s=_rate(read_b, prev.read_bytes, dt_s),
             write_bytes_per_s=_rate(write_b, prev.write_bytes, dt_s),
             num_ctx_switches_involuntary=int(info.get("nonvoluntary_ctxt_switches", "0")),
+            last_cpu=parsed.last_cpu,
             **UNSTAMPED,  # type: ignore[arg-type]
         )
 

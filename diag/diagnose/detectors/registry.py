@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from diag.diagnose.detectors import checkpoint, data, drift, hang, kernel, link, node
+from diag.diagnose.detectors import (
+    checkpoint,
+    contention,
+    data,
+    drift,
+    hang,
+    kernel,
+    link,
+    node,
+)
 from diag.diagnose.features import Features
 from diag.diagnose.reconcile import reconcile
 from diag.findings import Finding, ranked
@@ -27,6 +36,7 @@ def _kernel(features: Features, cfg: kernel.KernelConfig | None) -> list[Finding
 #: detector name -> its function; each takes ``(features, cfg)`` and ``cfg=None`` means defaults.
 DETECTORS: dict[str, Callable[[Features, Any], list[Finding]]] = {
     "node": node.detect,
+    "contention": contention.detect,
     "data": data.detect,
     "checkpoint": checkpoint.detect,
     "link": _link,
@@ -38,6 +48,7 @@ DETECTORS: dict[str, Callable[[Features, Any], list[Finding]]] = {
 #: detector name -> its default config (the typed dataclass its ``detect`` accepts).
 DEFAULT_CONFIGS: dict[str, object] = {
     "node": node.NodeConfig(),
+    "contention": contention.ContentionConfig(),
     "data": data.DataConfig(),
     "checkpoint": checkpoint.CheckpointConfig(),
     "link": link.LinkConfig(),
@@ -51,7 +62,7 @@ def run_all(features: Features, cfg: Mapping[str, object] | None = None) -> list
     """Every registered detector on ``features`` (``cfg``: name -> config, defaults otherwise),
     reconciled across detectors (:func:`~diag.diagnose.reconcile.reconcile`: a slow kernel that
     explains a slow rank is one kernel finding; a kernel the steps do not show is only info) and
-    ranked by confidence then slowdown (:func:`~diag.findings.ranked`)."""
+    ranked by severity, then share of the job lost x confidence (:func:`~diag.findings.ranked`)."""
     cfg = cfg or {}
     unknown = sorted(set(cfg) - set(DETECTORS))
     if unknown:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from diag.findings import findings_from_json, ranked
 from tests.fakes.cli import run_cli
 from tests.fakes.scenarios import Scenario
 
@@ -21,8 +22,8 @@ def test_json_shape_sorting_and_findings_file(tmp_path: Path) -> None:
     assert out["run"]["world_size"] == 4 and out["run"]["steps"] == 120
     ids = [f["id"] for f in out["findings"]]
     assert sorted(ids) == ["checkpoint", "node-rank2"]
-    confs = [f["confidence"] for f in out["findings"]]
-    assert confs == sorted(confs, reverse=True)
+    found = findings_from_json(out["findings"])
+    assert list(found) == ranked(found)  # severity, then share lost x confidence
     lines = (tmp_path / "findings.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == ids
 

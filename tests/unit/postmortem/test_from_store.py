@@ -33,6 +33,9 @@ def test_hung_run_names_the_rank_that_never_issued_the_collective(tmp_path: Path
     events = [ev for s in range(1, 5) for ev in (r0.step(s), r1.step(s))]
     events += [_collective(src, s, "completed") for s in range(1, 5) for src in (r0, r1)]
     events.append(_collective(r0, 5, "scheduled"))  # rank 1 never issued seq 5
+    # the daemon kept sampling the host for a minute after the last step: the job hung there
+    daemon = Source(pid=7)
+    events += [schema.HostSample(**daemon.env(T0 + i * 1000 * MS), num_cpus=2) for i in range(60)]
     store = RunStore.create(tmp_path)
     store.append(events)
     store.flush()

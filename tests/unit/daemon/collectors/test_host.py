@@ -40,8 +40,7 @@ def test_first_cycle_primes_then_rates_over_the_interval(proc: Path) -> None:
     c = HostCollector(proc, clock, clock_ticks_per_s=100)
     assert list(c.collect(111)) == []
     _advance(proc, clock)
-    (host,) = c.collect(222)
-    assert isinstance(host, schema.HostSample)
+    (host,) = [e for e in c.collect(222) if isinstance(e, schema.HostSample)]
     assert host.ts_ns == 222
     assert host.rank == -1 and host.seq == -1 and host.source == ""  # the daemon stamps these
     assert host.interval_ns == 2_000_000_000
@@ -81,7 +80,24 @@ def test_rank_processes_sampled_and_gone_ones_dropped_quietly(proc: Path) -> Non
     assert p.read_bytes_per_s == pytest.approx(1_000_000)
     assert p.write_bytes_per_s == pytest.approx(2_000_000)
     assert p.num_ctx_switches_involuntary == 77
+    assert p.last_cpu == 1
     assert c.tracked_pids == [4242]
+
+
+def test_the_busiest_processes_that_are_not_the_job(proc: Path) -> None:
+    clock = FakeClock()
+    c = HostCollector(proc, clock, clock_ticks_per_s=100)
+    c.track(4242, rank=3, local_rank=1)
+    c.collect(1)
+    _advance(proc, clock)
+    others = [e for e in c.collect(2) if isinstance(e, schema.HostProcess)]
+    # 7070 a hog on CPU 1 (95%), 9090 a kernel thread (15%); not the rank 4242 nor its data
+    # worker 4343 (100%), not sshd 8080 (2%: under 10%), not 5151 (gone) nor 6161 (pid reused)
+    assert [(e.pid, e.last_cpu) for e in others] == [(7070, 1), (9090, 1)]
+    hog, kworker = others
+    assert hog.cpu_pct == pytest.approx(95.0) and hog.interval_ns == 2_000_000_000
+    assert hog.cmd == "python3 -c while True: pass" and hog.rank == -1 and hog.ts_ns == 2
+    assert kworker.cmd == "[kworker/1:1]" and kworker.cpu_pct == pytest.approx(15.0)
 
 
 def test_real_proc_smoke() -> None:

@@ -1,0 +1,131 @@
+"""Kernel evidence for a node finding: was the anomaly profiled, so that "node, not kernel" holds?
+
+The node detector sees that a rank computes longer; that alone cannot tell a slow node (every
+kernel slower) from one slower operator (a kernel): only per-kernel times can
+(:mod:`diag.diagnose.reconcile` weighs them when the kernel detector found something). When it
+found nothing, "node" holds only if there was something to find it in: a profiler window after
+the anomaly's onset, on the culprit ranks and on at least one peer (the kernel detector compares
+ranks, and a window before the onset shows the rank as it was before).
+
+Per node slowdown finding (cause ``node``, with an ``onset_step``; a crash or hang blamed on a node
+is not a question of kernels): the *covering* windows are the
+:class:`~diag.schema.ProfileWindow` ids whose first step is at or after the onset, profiled (``ok``)
+by every culprit rank and by at least one other rank. With one or more the finding is *decided*
+(evidence ``kernel_evidence``: the count). With none it is *undecided between node and kernel*:
+the cause stays ``node`` (the field stays valid), the confidence is multiplied by
+``undecided_factor`` (0.7), the summary says so, and an evidence item ``kernel_evidence`` (value
+0, reference 1 window, subject the ranks and ``after step N``) names what decides it: a profiler
+window after the onset (``diag profile RUN``). That item is what a controller acts on: metric
+:data:`KERNEL_EVIDENCE`, value 0, the finding's ranks and onset.
+
+A finding that carries direct evidence of the node itself needs no kernel evidence: its GPU
+against its peers' (clocks, throttling, temperature, power, XID and ECC errors), or its host's CPU
+taken by other processes (``host_other_cpu_cores``, run-queue delay): a slow device or a
+contended host is what "node" means, whatever the kernels say. Structural findings (no onset) are
+a question of layout, not of a device: left alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from diag.findings import Evidence, Finding
+
+#: Evidence metric saying how many profiler windows cover a node finding's anomaly.
+KERNEL_EVIDENCE = "kernel_evidence"
+#: Evidence metrics that are direct evidence of the node: a finding holding one is decided.
+NODE_EVIDENCE_PREFIXES = ("gpu_", "host_other_cpu", "cpu_wait", "host_process")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoverageConfig:
+    """How much an undecided node finding's confidence is lowered."""
+
+    undecided_factor: float = 0.7
+
+
+def covering_windows(windows: pd.DataFrame, ranks: tuple[int, ...], onset: int) -> list[str]:
+    """Ids of the profiler windows from step ``onset`` on that every rank of ``ranks`` and at
+    least one other rank profiled (``ok``), in step order."""
+    need = {"window_id", "rank", "step"}
+    if windows.empty or not ranks or not need <= set(windows.columns):
+        return []
+    w = windows[(windows["rank"] >= 0) & (windows["step"] >= onset)]
+    if "ok" in w.columns:
+        w = w[w["ok"].astype(bool)]
+    out = []
+    for wid, rows in w.sort_values("step", kind="stable").groupby("window_id", sort=False):
+        profiled = {int(r) for r in rows["rank"]}
+        if set(ranks) <= profiled and profiled - set(ranks):
+            out.append(str(wid))
+    return out
+
+
+def has_node_evidence(f: Finding) -> bool:
+    """Whether ``f`` carries direct evidence of its node (see the module docstring)."""
+    return any(e.metric.startswith(NODE_EVIDENCE_PREFIXES) for e in f.evidence)
+
+
+def check(
+    findings: list[Finding], windows: pd.DataFrame, cfg: CoverageConfig | None = None
+) -> list[Finding]:
+    """``findings`` with each node finding marked decided or undecided (module docstring)."""
+    cfg = cfg or CoverageConfig()
+    out = []
+    for f in findings:
+        onset = f.onset_step
+        if f.symptom != "slowdown" or f.cause != "node" or onset is None or has_node_evidence(f):
+            out.append(f)
+            continue
+        wins = covering_windows(windows, f.ranks, onset)
+        out.append(decided(f, len(wins)) if wins else undecided(f, cfg))
+    return out
+
+
+def _who(f: Finding) -> str:
+    return ", ".join(f"rank {r}" for r in f.ranks)
+
+
+def decided(f: Finding, num_windows: int) -> Finding:
+    """``f`` with the profiler windows that cover its anomaly as evidence."""
+    return replace(
+        f,
+        evidence=(
+            *f.evidence,
+            Evidence(
+                metric=KERNEL_EVIDENCE,
+                subject=f"{_who(f)} and peers, after step {f.onset_step}",
+                value=float(num_windows),
+                reference=1.0,
+                unit="windows",
+                note="profiler windows after the onset on the culprit and its peers; no single "
+                "kernel explains the slowdown in them",
+            ),
+        ),
+    )
+
+
+def undecided(f: Finding, cfg: CoverageConfig) -> Finding:
+    """``f`` as undecided between node and kernel: lower confidence, what would decide it."""
+    return replace(
+        f,
+        confidence=f.confidence * cfg.undecided_factor,
+        summary=(
+            f"{f.summary}; undecided between node and kernel: no profiler window after step "
+            f"{f.onset_step} on {_who(f)} and its peers (diag profile RUN decides)"
+        ),
+        evidence=(
+            *f.evidence,
+            Evidence(
+                metric=KERNEL_EVIDENCE,
+                subject=f"{_who(f)} and peers, after step {f.onset_step}",
+                value=0.0,
+                reference=1.0,
+                unit="windows",
+                note=f"kernel evidence: none after onset step {f.onset_step}; undecided between "
+                "node and kernel; a profiler window after the onset decides (diag profile RUN)",
+            ),
+        ),
+    )

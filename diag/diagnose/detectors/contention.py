@@ -1,0 +1,421 @@
+"""Contention detector: a rank (or the ranks of one host) waiting for a CPU more than its peers.
+
+The node detector takes the training thread's run-queue delay (``cpu_wait_ms``: ready to run,
+no CPU free) out of a rank's compute, so that a host oversubscribed by the job itself (every rank
+waiting alike) is not taken for a slow device. That delay is noise only while the ranks share it;
+when one rank's, or one host's, stands out against its peers' while the others wait for it, it
+is the diagnosis: cause ``node``, the host's CPUs contended, with the competing processes the
+daemon saw (:class:`~diag.schema.HostProcess`) as evidence.
+
+Run-queue delay comes in bursts (a step waits 0 or 8 ms as the scheduler happens to place it),
+so ranks are compared on its mean over the last ``window`` steps: per step and rank, that mean
+against the median of its peers' means (the other ranks over the same steps); the step is
+*flagged* when ``mean >= min_ratio x peers'`` and the excess ``mean - peers'`` is at least the
+*floor*, ``max(min_excess_ms, min_excess_frac x job step)`` (the step's median over ranks); the
+rank is a candidate when flagged in ``>= min_frac`` of a ``window``-step sliding window (warm-up
+steps skipped). Its anomaly starts at the change point of its per-step excess over the peers'
+median, from the first analysed step to the end of its last flagged window (the split with the
+least summed absolute deviation from each side's median, a higher median after: one step change
+stands out of bursty noise over the whole span, where a window's worth of it does not); it is
+contention "from the start" (``onset_step`` None, the anomaly from the first analysed step) when
+that split is within the first ``window`` steps or the mean excess before it is already half the
+mean excess after. The anomaly ends at its last step above the floor. It is contended when, over
+the anomaly:
+
+- the excess stands above the steps' noise: mean excess minus twice its standard error is still
+  at least the floor (a few bursty steps do not make a rank contended);
+- it lasts ``min_duration_s`` (3 s) of the job's time: a scheduler burst of a few hundred
+  milliseconds on a busy host is weather, not a fault;
+- its peers wait for it: their median collective wait grows (onset: after - before; from the
+  start: theirs - its own) by at least ``min_wait_explained`` x the mean excess.
+
+Ranks of one host contended together (onsets at most ``window`` steps apart, or all from the
+start) are one finding (all of a host: the host's; else those ranks): they share its CPUs and the
+processes that compete for them.
+
+- ``slowdown``: onset: ``(median job step after - before) / after``, at most the mean excess
+  over the job step after; from the start: the mean excess over the job step.
+- competing processes: on the culprit's host, over the anomaly's wall-clock span, each other
+  process's mean CPU share per host sample (the daemon reports those above 10% of a core); the
+  ones at ``>= min_process_pct`` are named (at most ``max_processes``), first those that last ran
+  on a CPU a culprit last ran on (``ProcSample.last_cpu``: "the hog ran on rank 2's CPU"), each as
+  an evidence item with its share before the onset as reference.
+- ``confidence = consistency x (0.5 + 0.5 x min(1, excess / job step / confident_gap))`` (as the
+  node detector's; consistency: the share of the anomaly's steps in which it waits more than its
+  peers), + 0.1 when a named process ran on a culprit's CPU, + 0.05 when only on its host; at
+  most 0.95.
+- severity: ``critical`` at ``critical`` (0.3) slowdown, ``warning`` at ``warning`` (0.1),
+  else ``info``. Contention from the start is ``info`` at most, with its evidence: with no change
+  to date it, a rank's larger share of its host's contention is as likely its placement (which
+  ranks share a core, which one hosts a store or a writer, where the host's other jobs happen to
+  run) as a fault; on a shared 2-core VM other users' jobs single out one rank or another from
+  the first step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from diag.diagnose.features import Features, peer_median, persistence, persistent_columns
+from diag.findings import Evidence, Finding
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContentionConfig:
+    """Thresholds of the contention detector (see the module docstring)."""
+
+    warmup_steps: int = 5
+    min_ratio: float = 1.5  # cpu_wait / peers' median
+    min_excess_ms: float = 1.0
+    min_excess_frac: float = 0.05  # of the job step
+    window: int = 10
+    min_frac: float = 0.8
+    min_duration_s: float = 3.0  # wall-clock length of the anomaly
+    min_wait_explained: float = 0.5
+    confident_gap: float = 0.2
+    min_process_pct: float = 10.0
+    max_processes: int = 3
+    warning: float = 0.1
+    critical: float = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class _Rank:
+    rank: int
+    onset: int | None  # step; None: from the start
+    detected: int
+    anomaly: tuple[int, int]  # first and last step
+    before: tuple[int, int] | None
+    waits_ms: float  # its median cpu_wait in the anomaly
+    peers_ms: float  # its peers' median cpu_wait there
+    own_before_ms: float | None
+    peers_wait: tuple[float, float | None]  # peers' collective wait in the anomaly, before
+    slowdown: float
+    gap: float  # excess / job step
+    consistency: float
+
+
+def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Finding]:
+    """Contended ranks, one finding per host (see the module docstring)."""
+    cfg = cfg or ContentionConfig()
+    cpu = features.wide("cpu_wait_ms", cfg.warmup_steps)
+    if cpu.shape[1] < 2 or len(cpu) < cfg.window or not (cpu.to_numpy() > 0).any():
+        return []
+    wait = features.wide("wait_ms", cfg.warmup_steps).reindex_like(cpu)
+    step = features.wide("duration_ms", cfg.warmup_steps).reindex_like(cpu).median(axis=1)
+    mean = cpu.rolling(cfg.window, min_periods=cfg.window).mean()
+    peers = peer_median(mean)
+    step_mean = step.rolling(cfg.window, min_periods=cfg.window).mean().to_numpy()
+    floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step_mean)
+    flagged = ((mean - peers).ge(floor, axis=0) & (mean >= cfg.min_ratio * peers)).to_numpy()
+    excess = cpu - peer_median(cpu)
+    above = excess.ge(np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step), axis=0)
+    found = [
+        r
+        for col in cpu.columns[persistent_columns(flagged, cfg.window, cfg.min_frac)]
+        if (r := _contended(int(col), cpu, excess, above, wait, step, flagged, cfg)) is not None
+    ]
+    hosts = features.hosts_of()
+    by_host: dict[str, list[_Rank]] = {}
+    for r in found:
+        by_host.setdefault(hosts.get(r.rank, ""), []).append(r)
+    return [
+        _finding(group, host, hosts, features, cfg)
+        for host, rs in sorted(by_host.items())
+        for group in _together(rs, cfg.window)
+    ]
+
+
+def _together(ranks: list[_Rank], window: int) -> list[list[_Rank]]:
+    """Ranks of one host contended at the same time (onsets at most ``window`` steps apart, or
+    all from the start), each set led by its largest slowdown: one finding each."""
+    out: list[list[_Rank]] = []
+    for r in sorted(ranks, key=lambda r: (-r.slowdown, r.rank)):
+        for group in out:
+            lead = group[0].onset
+            if (lead is None and r.onset is None) or (
+                lead is not None and r.onset is not None and abs(r.onset - lead) <= window
+            ):
+                group.append(r)
+                break
+        else:
+            out.append([r])
+    return out
+
+
+def _contended(
+    rank: int,
+    cpu: pd.DataFrame,
+    excess: pd.DataFrame,
+    above: pd.DataFrame,
+    wait: pd.DataFrame,
+    step: pd.Series,
+    flagged: np.ndarray,
+    cfg: ContentionConfig,
+) -> _Rank | None:
+    col = list(cpu.columns).index(rank)
+    flags = flagged[:, col]
+    run = persistence(flags, cfg.window, cfg.min_frac)
+    if run is None:
+        return None
+    x = excess[rank].to_numpy()
+    onset_pos = _change_point(x, run.end_pos + 1)
+    # the rolling mean stays up for a window after the contention ends: end at its last step
+    own = above[rank].to_numpy()[onset_pos : run.end_pos + 1]
+    end_pos = onset_pos + int(np.flatnonzero(own)[-1]) if own.any() else run.end_pos
+    anomaly = slice(onset_pos, end_pos + 1)
+    steps = cpu.index.to_numpy()
+    others = [c for c in cpu.columns if c != rank]
+    peers_wait = wait[others].median(axis=1)
+    gap_ms = float(np.nanmean(x[anomaly]))
+    before_ms = float(np.nanmean(x[:onset_pos])) if onset_pos else 0.0
+    start = onset_pos < cfg.window or (gap_ms > 0 and before_ms >= 0.5 * gap_ms)
+    if start:  # the whole span is the anomaly
+        onset_pos, anomaly = 0, slice(0, end_pos + 1)
+        gap_ms = float(np.nanmean(x[anomaly]))
+    after_step = float(step.iloc[anomaly].median())
+    wait_after = float(peers_wait.iloc[anomaly].median())
+    if start:
+        grown = wait_after - float(wait[rank].iloc[anomaly].median())
+        slowdown = gap_ms / after_step if after_step > 0 else 0.0
+        wait_before = None
+    else:
+        wait_before = float(peers_wait.iloc[:onset_pos].median())
+        before_step = float(step.iloc[:onset_pos].median())
+        growth = (after_step - before_step) / after_step if after_step > 0 else 0.0
+        slowdown = min(growth, gap_ms / after_step) if after_step > 0 else 0.0
+        grown = wait_after - wait_before
+    d = x[anomaly][~np.isnan(x[anomaly])]
+    floor = max(cfg.min_excess_ms, cfg.min_excess_frac * float(step.iloc[anomaly].mean()))
+    stderr = float(d.std(ddof=1)) / np.sqrt(len(d)) if len(d) > 1 else np.inf
+    if gap_ms - 2.0 * stderr < floor or grown < cfg.min_wait_explained * gap_ms:
+        return None
+    if float(step.iloc[anomaly].sum()) < 1e3 * cfg.min_duration_s:
+        return None
+    consistency = float((d > 0).mean())
+    return _Rank(
+        rank=rank,
+        onset=None if start else int(steps[onset_pos]),
+        detected=int(steps[_detected(flags, onset_pos, end_pos, cfg)]),
+        anomaly=(int(steps[onset_pos]), int(steps[end_pos])),
+        before=None if start else (int(steps[0]), int(steps[onset_pos - 1])),
+        waits_ms=float(cpu[rank].iloc[anomaly].mean()),
+        peers_ms=float((cpu[rank] - excess[rank]).iloc[anomaly].mean()),
+        own_before_ms=None if start else float(cpu[rank].iloc[:onset_pos].mean()),
+        peers_wait=(wait_after, wait_before),
+        slowdown=max(0.0, slowdown),
+        gap=gap_ms / after_step if after_step > 0 else 0.0,
+        consistency=consistency,
+    )
+
+
+def _detected(flags: np.ndarray, onset_pos: int, end_pos: int, cfg: ContentionConfig) -> int:
+    """The first step, from the onset on, that completes a persistent window of flags (the
+    first one the detector could have said it at); the anomaly's end when none does."""
+    run = persistence(flags[onset_pos : end_pos + 1], cfg.window, cfg.min_frac)
+    return onset_pos + run.detected_pos if run is not None else end_pos
+
+
+def _change_point(x: np.ndarray, stop: int, max_candidates: int = 1000) -> int:
+    """The step in ``x[:stop]`` that best splits it into a lower median before and a higher one
+    after (least summed absolute deviation from each side's median: robust to the spikes and
+    dips of run-queue delay); 0 when no split has a higher median after. Every step is a
+    candidate, or every k-th on long runs (at most ``max_candidates``)."""
+    x = np.nan_to_num(x[:stop])
+    n = len(x)
+    best, best_cost = 0, np.inf
+    for t in range(1, n, max(1, n // max_candidates)):
+        before, after = x[:t], x[t:]
+        mb, ma = float(np.median(before)), float(np.median(after))
+        if ma <= mb:
+            continue
+        cost = float(np.abs(before - mb).sum() + np.abs(after - ma).sum())
+        if cost < best_cost:
+            best, best_cost = t, cost
+    return best
+
+
+def _span(steps: pd.DataFrame, first_last: tuple[int, int]) -> tuple[int, int] | None:
+    rows = steps[(steps["step"] >= first_last[0]) & (steps["step"] <= first_last[1])]
+    return None if rows.empty else (int(rows["start_ns"].min()), int(rows["end_ns"].max()))
+
+
+def _cpus(proc: pd.DataFrame, ranks: list[int], span: tuple[int, int]) -> set[int]:
+    """The CPUs the ranks last ran on over ``span`` (each rank's most frequent one)."""
+    if proc.empty or "last_cpu" not in proc.columns:
+        return set()
+    p = proc[proc["rank"].isin(ranks) & proc["ts_ns"].between(*span) & (proc["last_cpu"] >= 0)]
+    return {int(c.mode().iloc[0]) for _, c in p.groupby("rank")["last_cpu"]}
+
+
+@dataclass(frozen=True, slots=True)
+class _Process:
+    pid: int
+    cmd: str
+    pct: float  # mean CPU share per host sample over the anomaly (100 per core)
+    pct_before: float | None
+    cpu: int  # the CPU it ran on most often; -1 unknown
+    on_culprit_cpu: bool
+
+
+def _processes(
+    features: Features, host: str, ranks: list[int], span: tuple[int, int], before: tuple | None
+) -> list[_Process]:
+    hp = features.host_processes
+    if hp.empty or not host or not {"host", "ts_ns", "pid", "cpu_pct"} <= set(hp.columns):
+        return []
+    hp = hp[hp["host"].astype(str) == host]
+    samples = features.host[features.host["host"].astype(str) == host]["ts_ns"]
+
+    def share(within: tuple[int, int]) -> pd.DataFrame:
+        rows = hp[hp["ts_ns"].between(*within)]
+        cycles = max(int(samples.between(*within).sum()), rows["ts_ns"].nunique(), 1)
+        by = rows.groupby("pid")
+        return pd.DataFrame(
+            {
+                "pct": by["cpu_pct"].sum() / cycles,
+                "cmd": by["cmd"].last() if "cmd" in rows else "",
+                "cpu": by["last_cpu"].agg(lambda c: int(c.mode().iloc[0]))
+                if "last_cpu" in rows
+                else -1,
+            }
+        )
+
+    now = share(span)
+    earlier = share(before) if before is not None else None
+    mine = _cpus(features.proc, ranks, span)
+    out = [
+        _Process(
+            pid=int(pid),
+            cmd=str(row.cmd),
+            pct=float(row.pct),
+            pct_before=None if earlier is None else float(earlier["pct"].get(pid, 0.0)),
+            cpu=int(row.cpu),
+            on_culprit_cpu=int(row.cpu) in mine,
+        )
+        for pid, row in now.iterrows()
+    ]
+    return sorted(out, key=lambda p: (not p.on_culprit_cpu, -p.pct, p.pid))
+
+
+def _finding(
+    group: list[_Rank], host: str, hosts: dict[int, str], features: Features, cfg: ContentionConfig
+) -> Finding:
+    ranks = [r.rank for r in sorted(group, key=lambda r: r.rank)]
+    whole = bool(host) and len(ranks) > 1 and len(ranks) == sum(h == host for h in hosts.values())
+    lead = max(group, key=lambda r: r.slowdown)
+    onsets = [r.onset for r in group]
+    onset = None if any(o is None for o in onsets) else min(o for o in onsets if o is not None)
+    anomaly = (min(r.anomaly[0] for r in group), max(r.anomaly[1] for r in group))
+    befores = [r.before for r in group if r.before is not None]
+    before = (min(b[0] for b in befores), min(b[1] for b in befores)) if onset is not None else None
+    span = _span(features.steps, anomaly)
+    before_span = _span(features.steps, before) if before is not None and befores else None
+    procs = _processes(features, host, ranks, span, before_span) if span else []
+    named = [p for p in procs if p.pct >= cfg.min_process_pct][: cfg.max_processes]
+    if whole:
+        who, ident = f"host {host} (ranks {', '.join(map(str, ranks))})", f"contention-{host}"
+    elif len(ranks) > 1:
+        who = f"ranks {', '.join(map(str, ranks))} on {host}"
+        ident = f"contention-{host}-ranks{'-'.join(map(str, ranks))}"
+    else:
+        who = f"rank {ranks[0]} on {host}" if host else f"rank {ranks[0]}"
+        ident = f"contention-rank{ranks[0]}"
+    when = "from the start" if onset is None else f"from step {onset}"
+    if named:
+        p = named[0]
+        where = f" on CPU {p.cpu}, a culprit's CPU" if p.on_culprit_cpu else f" on {host}"
+        hog = f"pid {p.pid} ({_short(p.cmd)}) uses {p.pct:.0f}% of a core{where}"
+    else:
+        hog = "no other busy process seen (the daemon's host samples show none above 10%)"
+    summary = (
+        f"{who} waits {lead.waits_ms:.1f} ms/step for a CPU against {lead.peers_ms:.1f} ms on "
+        f"its peers {when}: its host's CPUs are contended ({hog}); peers wait "
+        f"{lead.peers_wait[0]:.1f} ms/step in collectives; job steps {lead.slowdown:.0%} slower"
+    )
+    conf = float(np.mean([_confidence(r, cfg) for r in group]))
+    conf += 0.1 if any(p.on_culprit_cpu for p in named) else 0.05 if named else 0.0
+    severity = "info" if onset is None else _severity(lead.slowdown, cfg)
+    return Finding(
+        id=ident,
+        symptom="slowdown",
+        cause="node",
+        severity=severity,
+        ranks=tuple(ranks),
+        hosts=(host,) if host else (),
+        onset_step=onset,
+        detected_step=min(r.detected for r in group),
+        slowdown=lead.slowdown,
+        confidence=min(0.95, conf),
+        summary=summary,
+        evidence=tuple(_evidence(group, who, named, host)),
+    )
+
+
+def _evidence(group: list[_Rank], who: str, named: list[_Process], host: str) -> list[Evidence]:
+    out = [
+        Evidence(
+            metric="cpu_wait_ms",
+            subject=f"rank {r.rank}",
+            value=r.waits_ms,
+            reference=r.peers_ms,
+            unit="ms",
+            note="run-queue delay per step (its training thread ready, no CPU free): mean in "
+            "the anomaly vs its peers' median",
+        )
+        for r in group
+    ]
+    out += [
+        Evidence(
+            metric="own_cpu_wait_ms",
+            subject=f"rank {r.rank}",
+            value=r.waits_ms,
+            reference=r.own_before_ms,
+            unit="ms",
+            note="its mean run-queue delay in the anomaly vs its own before onset",
+        )
+        for r in group
+        if r.own_before_ms is not None
+    ]
+    lead = max(group, key=lambda r: r.slowdown)
+    out.append(
+        Evidence(
+            metric="peers_wait_ms",
+            subject=who,
+            value=lead.peers_wait[0],
+            reference=lead.peers_wait[1],
+            unit="ms",
+            note="peers' median collective wait in the anomaly vs before onset",
+        )
+    )
+    out += [
+        Evidence(
+            metric="host_process_cpu_pct",
+            subject=f"pid {p.pid} on {host}: {p.cmd}",
+            value=p.pct,
+            reference=p.pct_before,
+            unit="%",
+            note=f"CPU share over the anomaly (100 per core; reference: before onset); last ran "
+            f"on CPU {p.cpu}" + (", a CPU the culprit ran on" if p.on_culprit_cpu else ""),
+        )
+        for p in named
+    ]
+    return out
+
+
+def _short(cmd: str, limit: int = 60) -> str:
+    return cmd if len(cmd) <= limit else cmd[: limit - 3] + "..."
+
+
+def _confidence(r: _Rank, cfg: ContentionConfig) -> float:
+    size = min(1.0, max(0.0, r.gap) / cfg.confident_gap)
+    return float(min(0.95, r.consistency * (0.5 + 0.5 * size)))
+
+
+def _severity(slowdown: float, cfg: ContentionConfig) -> str:
+    if slowdown >= cfg.critical:
+        return "critical"
+    return "warning" if slowdown >= cfg.warning else "info"

@@ -1,0 +1,110 @@
+"""One fault, one finding: a finding that another one explains is folded into it as evidence.
+
+A slow link makes the ranks at its ends wait in the collectives; on a busy host part of that wait
+reads as "computes longer", and the node detector flags those ranks with about the link's onset.
+Listed beside the link finding, such echoes bury it. Finding ``A`` *explains* finding ``B`` when
+all of these hold:
+
+1. **a cause that can echo**: ``B``'s cause is one ``A``'s cause produces on its own culprits
+   (:data:`ECHOES`: a link makes its ranks look slow (``node``); a node cause seen twice, by two
+   detectors, is one node), both are slowdowns, and ``A`` is at least as severe as ``B``;
+2. **the same culprits**: ``B``'s ranks are among ``A``'s, or ``B``'s hosts among ``A``'s;
+3. **the same time**: both have an onset and they are at most ``onset_steps`` (10) steps apart
+   (a node detector window: an echo starts with its cause, within the steps it takes to see it);
+4. **its loss accounted for**: ``B``'s slowdown is at most ``A``'s x ``(1 + slack)`` (0.25):
+   what ``B`` says the job loses is what ``A`` already says it loses, up to measurement error
+   (an echo cannot lose more than its cause; a second fault on the same ranks can).
+
+``A`` keeps its culprit, cause, onset, slowdown and confidence, takes the more severe severity,
+and gains one evidence item per folded finding (metric ``explains``: subject the folded id,
+value its slowdown, reference ``A``'s, note its cause, severity and summary); ``B`` is dropped.
+Among several candidate explainers the one ranked first (:func:`~diag.findings.ranked`) takes it.
+Each finding folds at most once, a folded finding explains nothing further, and one that
+absorbed others is not folded itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from diag.findings import SEVERITIES, Evidence, Finding, ranked
+
+#: explainer cause -> the causes of the findings it can explain on its own culprits.
+ECHOES: dict[str, tuple[str, ...]] = {"link": ("node",), "node": ("node",)}
+EXPLAINS = "explains"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExplainConfig:
+    """The "explains" rule's tolerances (see the module docstring)."""
+
+    onset_steps: int = 10  # onsets at most this far apart
+    slack: float = 0.25  # B's slowdown <= A's x (1 + slack)
+
+
+def explains(a: Finding, b: Finding, cfg: ExplainConfig | None = None) -> bool:
+    """Whether finding ``a`` explains finding ``b`` (rules 1-4 of the module docstring)."""
+    cfg = cfg or ExplainConfig()
+    if a.id == b.id or a.symptom != "slowdown" or b.symptom != "slowdown":
+        return False
+    if b.cause not in ECHOES.get(a.cause, ()):
+        return False
+    if SEVERITIES.index(a.severity) < SEVERITIES.index(b.severity):
+        return False
+    same_ranks = bool(b.ranks) and set(b.ranks) <= set(a.ranks)
+    same_hosts = bool(b.hosts) and set(b.hosts) <= set(a.hosts)
+    if not (same_ranks or same_hosts):
+        return False
+    if a.onset_step is None or b.onset_step is None:
+        return False
+    if abs(a.onset_step - b.onset_step) > cfg.onset_steps:
+        return False
+    if a.slowdown is None or b.slowdown is None:
+        return False
+    if not (math.isfinite(a.slowdown) and math.isfinite(b.slowdown)):
+        return False
+    return b.slowdown <= a.slowdown * (1.0 + cfg.slack)
+
+
+def fold(findings: list[Finding], cfg: ExplainConfig | None = None) -> list[Finding]:
+    """``findings`` with every finding another explains folded into it (module docstring);
+    the others keep their order."""
+    cfg = cfg or ExplainConfig()
+    order = ranked(findings)
+    into: dict[str, list[Finding]] = {}
+    folded: set[str] = set()
+    for b in reversed(order):  # the least important first: it is the likeliest echo
+        if b.id in into:
+            continue
+        a = next(
+            (a for a in order if a.id not in folded and a.id != b.id and explains(a, b, cfg)),
+            None,
+        )
+        if a is not None:
+            into.setdefault(a.id, []).append(b)
+            folded.add(b.id)
+    return [absorb(f, into[f.id]) if f.id in into else f for f in findings if f.id not in folded]
+
+
+def absorb(a: Finding, echoes: list[Finding]) -> Finding:
+    """``a`` with ``echoes`` as evidence, at the most severe of their severities."""
+    level = max((a, *echoes), key=lambda f: SEVERITIES.index(f.severity)).severity
+    return replace(
+        a,
+        severity=level,
+        evidence=(
+            *a.evidence,
+            *(
+                Evidence(
+                    metric=EXPLAINS,
+                    subject=b.id,
+                    value=math.nan if b.slowdown is None else b.slowdown,
+                    reference=a.slowdown,
+                    unit="fraction",
+                    note=f"{b.cause} {b.severity}, folded in: {b.summary}",
+                )
+                for b in sorted(echoes, key=lambda f: f.id)
+            ),
+        ),
+    )

@@ -1,0 +1,126 @@
+"""Synthetic runs with CPU contention: run-queue delay in the steps, the daemon's samples.
+
+Synchronous data-parallel steps as in :mod:`tests.fakes.scenarios`: every rank computes
+``compute_ms``, waits for a CPU ``cpu_wait`` ms (bursty: each step a rank waits ``burst_ms`` with
+probability ``burst_p``, else ~0), then meets its peers; each rank's collective wait is the
+slowest rank's busy time minus its own, plus ``comm_ms``. From ``onset`` (to ``until``, the end
+by default) the ``contended`` ranks wait ``extra_ms`` more per step on average (a foreign process
+on their CPU: itself bursty, ``extra_p`` of the steps); ``shared_ms`` adds the same delay to every
+rank (the job oversubscribing its own host). The daemon samples the host every second: a
+``HostSample``, a ``ProcSample`` per rank (``last_cpu`` = ``cpus[rank]``) and, while the hog
+runs, a ``HostProcess`` for it (pid ``HOG_PID``, 95% of a core on ``hog_cpu``), plus a
+background process at 20% on CPU 0 throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from diag import schema
+from diag.store.run_store import RunStore
+from tests.fakes.events import MS, T0, Source
+
+HOG_PID = 4711
+HOG_CMD = "python3 -c while True: pass"
+S = 1_000_000_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContentionRun:
+    """One synthetic run (see the module docstring). Rank ``r`` is on host ``hosts[r]``."""
+
+    hosts: tuple[str, ...] = ("vm", "vm", "vm", "vm")
+    cpus: tuple[int, ...] = (0, 0, 1, 0)
+    steps: int = 120
+    seed: int = 0
+    compute_ms: float = 40.0
+    comm_ms: float = 10.0
+    burst_ms: float = 8.0
+    burst_p: float = 0.3
+    contended: tuple[int, ...] = ()
+    onset: int = 50
+    until: int | None = None
+    extra_ms: float = 12.0
+    extra_p: float = 0.8
+    shared_ms: float = 0.0
+    hog_cpu: int = 1
+    daemon_every_s: float = 1.0
+    extra_events: list[schema.Event] = field(default_factory=list)
+
+    def events(self) -> list[schema.Event]:
+        rng = np.random.default_rng(self.seed)
+        n = len(self.hosts)
+        ranks = [Source(h, r, pid=1000 + r) for r, h in enumerate(self.hosts)]
+        daemons = {h: Source(h, -1, pid=7 + i) for i, h in enumerate(sorted(set(self.hosts)))}
+        out: list[schema.Event] = []
+        t, next_sample = T0, T0
+        until = self.steps if self.until is None else self.until
+        for step in range(self.steps):
+            hog = self.onset <= step < until
+            wait_cpu = np.where(rng.random(n) < self.burst_p, self.burst_ms, 0.1)
+            wait_cpu = wait_cpu * rng.uniform(0.5, 1.5, n) + (self.shared_ms if hog else 0.0)
+            if hog:
+                hit = rng.random(n) < self.extra_p
+                for r in self.contended:
+                    wait_cpu[r] += self.extra_ms / self.extra_p * hit[r]
+            compute = self.compute_ms * (1 + 0.03 * rng.standard_normal(n))
+            busy = compute + wait_cpu
+            wait = busy.max() - busy + self.comm_ms
+            dur_ms = float(busy.max() + self.comm_ms)
+            dur = int(dur_ms * MS)
+            for r, src in enumerate(ranks):
+                out.append(
+                    schema.StepEvent(
+                        **src.env(t + dur, step),
+                        start_ns=t,
+                        end_ns=t + dur,
+                        duration_ns=dur,
+                        forward_ns=int(busy[r] * 0.3 * MS),
+                        backward_ns=int((busy[r] * 0.6 + wait[r]) * MS),
+                        optimizer_ns=int(busy[r] * 0.1 * MS),
+                        compute_ns=int(busy[r] * MS),
+                        collective_wait_ns=int(wait[r] * MS),
+                        cpu_wait_ns=int(wait_cpu[r] * MS),
+                        loss=1.0,
+                        num_collectives=3,
+                    )
+                )
+            t += dur
+            while next_sample <= t:
+                out += self._samples(next_sample, daemons, ranks, hog)
+                next_sample += int(self.daemon_every_s * S)
+        return [*out, *self.extra_events]
+
+    def _samples(self, ts: int, daemons: dict, ranks: list[Source], hog: bool) -> list:
+        out: list[schema.Event] = []
+        for host, d in daemons.items():
+            out.append(schema.HostSample(**d.env(ts), num_cpus=2, cpu_busy_pct=90.0))
+            mine = [r for r, h in enumerate(self.hosts) if h == host]
+            out += [
+                schema.ProcSample(
+                    **ranks[r].env(ts) | {"source": d.name, "seq": next(d._seq)},
+                    pid=1000 + r,
+                    cpu_pct=50.0,
+                    last_cpu=self.cpus[r],
+                )
+                for r in mine
+            ]
+            out.append(
+                schema.HostProcess(**d.env(ts), pid=99, cpu_pct=20.0, cmd="sshd", last_cpu=0)
+            )
+            if hog and any(r in self.contended for r in mine):
+                out.append(
+                    schema.HostProcess(
+                        **d.env(ts), pid=HOG_PID, cpu_pct=95.0, cmd=HOG_CMD, last_cpu=self.hog_cpu
+                    )
+                )
+        return out
+
+    def write(self, run_dir: Path) -> RunStore:
+        store = RunStore.create(run_dir)
+        store.append(self.events())
+        store.flush()
+        return RunStore.open(run_dir)

@@ -1,0 +1,93 @@
+"""Kernel vs node needs kernel evidence: a rank slowed mid-run whose only profiler windows are
+before the onset is undecided between node and kernel (lower confidence, what decides it); a
+window after the onset on the culprit and a peer decides it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from diag.diagnose.coverage import KERNEL_EVIDENCE, check, covering_windows
+from diag.diagnose.detectors.registry import run_all
+from diag.diagnose.features import Features
+from diag.findings import Evidence, Finding
+from tests.fakes.scenarios import Scenario
+from tests.fakes.windows import profile_windows, write
+
+SLOW = Scenario(slow_ranks=(1,), onset_step=60, severity=0.3)
+
+
+def _node(features: Features) -> Finding:
+    (f,) = [f for f in run_all(features) if f.cause == "node"]
+    assert f.ranks == (1,) and f.onset_step is not None and abs(f.onset_step - 60) <= 2
+    return f
+
+
+def _kernel_evidence(f: Finding) -> Evidence:
+    (e,) = [e for e in f.evidence if e.metric == KERNEL_EVIDENCE]
+    return e
+
+
+def test_windows_only_before_the_onset_leave_it_undecided(tmp_path: Path) -> None:
+    before = write(tmp_path / "a", [*SLOW.events(), *profile_windows([10, 30, 50], range(4))])
+    after = write(tmp_path / "b", [*SLOW.events(), *profile_windows([10, 30, 50, 70], range(4))])
+    undecided, decided = _node(Features.from_store(before)), _node(Features.from_store(after))
+    assert undecided.cause == decided.cause == "node"  # the field stays valid
+    assert undecided.confidence == pytest.approx(0.7 * decided.confidence)
+    assert "undecided between node and kernel" in undecided.summary
+    e = _kernel_evidence(undecided)
+    assert (e.value, e.reference) == (0.0, 1.0)
+    assert f"after step {undecided.onset_step}" in e.subject
+    assert "diag profile" in e.note and "undecided" in e.note
+    assert "undecided" not in decided.summary
+    assert _kernel_evidence(decided).value == 1.0
+
+
+def test_no_profiler_at_all_is_undecided_too(tmp_path: Path) -> None:
+    f = _node(Features.from_store(SLOW.write(tmp_path)))
+    assert _kernel_evidence(f).value == 0.0 and "undecided" in f.summary
+
+
+def test_a_window_must_cover_the_culprit_and_a_peer() -> None:
+    rows = [
+        ("p70", 1, 70, True),  # the culprit alone
+        ("p80", 0, 80, True),  # peers alone
+        ("p80", 2, 80, True),
+        ("p90", 1, 90, False),  # failed on the culprit
+        ("p90", 0, 90, True),
+        ("p95", 1, 95, True),  # both: covers
+        ("p95", 3, 95, True),
+        ("p40", 1, 40, True),  # before the onset
+        ("p40", 0, 40, True),
+    ]
+    windows = pd.DataFrame(rows, columns=["window_id", "rank", "step", "ok"])
+    assert covering_windows(windows, (1,), 60) == ["p95"]
+    assert covering_windows(windows, (1,), 96) == []
+    assert covering_windows(pd.DataFrame(), (1,), 0) == []
+
+
+def test_direct_node_evidence_and_other_findings_are_left_alone() -> None:
+    node = Finding(
+        id="node-rank1",
+        symptom="slowdown",
+        cause="node",
+        severity="warning",
+        ranks=(1,),
+        onset_step=30,
+        slowdown=0.2,
+        confidence=0.9,
+        summary="slow",
+    )
+    throttled = replace(
+        node,
+        evidence=(Evidence(metric="gpu_sm_clock_mhz", subject="gpu", value=900, reference=1980),),
+    )
+    structural = replace(node, cause="structural", onset_step=None)
+    crash = replace(node, symptom="crash")
+    empty = pd.DataFrame()
+    assert check([throttled, structural, crash], empty) == [throttled, structural, crash]
+    (out,) = check([node], empty)
+    assert out.confidence == pytest.approx(0.63) and out.cause == "node"

@@ -1,0 +1,64 @@
+"""Contention on one rank is the diagnosis (cause node, the competing process named); run-queue
+delay every rank shares, a short burst, or none at all is not."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from diag.diagnose.detectors import contention
+from diag.diagnose.detectors.registry import run_all
+from diag.diagnose.features import Features
+from diag.findings import Finding
+from tests.fakes.contention_scenarios import HOG_CMD, HOG_PID, ContentionRun
+
+HOG = ContentionRun(contended=(2,), extra_ms=20.0)
+
+
+def _findings(run: ContentionRun, tmp_path: Path) -> list[Finding]:
+    return run_all(Features.from_store(run.write(tmp_path)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_hog_on_one_rank_cpu_is_node_naming_the_hog(tmp_path: Path, seed: int) -> None:
+    (f,) = _findings(replace(HOG, seed=seed), tmp_path)
+    assert (f.id, f.cause, f.ranks, f.hosts) == ("contention-rank2", "node", (2,), ("vm",))
+    assert f.onset_step is not None and abs(f.onset_step - 50) <= 3
+    assert f.severity == "warning" and f.slowdown is not None and 0.1 <= f.slowdown <= 0.35
+    assert f.confidence >= 0.8
+    (hog,) = [e for e in f.evidence if e.metric == "host_process_cpu_pct" and e.value > 50]
+    assert hog.subject == f"pid {HOG_PID} on vm: {HOG_CMD}"
+    assert (hog.reference or 0) < hog.value / 2 and "CPU 1, a CPU the culprit ran on" in hog.note
+    assert f"pid {HOG_PID}" in f.summary and "CPU 1" in f.summary
+    (wait,) = [e for e in f.evidence if e.metric == "cpu_wait_ms"]
+    assert wait.value > 2 * (wait.reference or 0)
+    assert not any(e.metric == "kernel_evidence" for e in f.evidence)  # a CPU, not a kernel
+
+
+def test_delay_every_rank_shares_is_noise(tmp_path: Path) -> None:
+    assert _findings(ContentionRun(shared_ms=20.0), tmp_path / "shared") == []
+    assert _findings(ContentionRun(), tmp_path / "clean") == []
+
+
+def test_a_short_burst_is_not_a_fault(tmp_path: Path) -> None:
+    assert _findings(replace(HOG, until=62), tmp_path) == []
+
+
+def test_a_contended_host_is_one_finding(tmp_path: Path) -> None:
+    run = replace(HOG, hosts=("a", "a", "b", "b"), cpus=(0, 1, 0, 1), contended=(2, 3))
+    (f,) = _findings(run, tmp_path)
+    assert (f.id, f.ranks, f.hosts, f.cause) == ("contention-b", (2, 3), ("b",), "node")
+    assert "host b (ranks 2, 3)" in f.summary
+
+
+def test_contention_from_the_start_is_only_info(tmp_path: Path) -> None:
+    (f,) = _findings(replace(HOG, onset=0), tmp_path)
+    assert f.onset_step is None and f.severity == "info" and f.cause == "node"
+    assert any(e.subject.startswith(f"pid {HOG_PID} ") for e in f.evidence)
+
+
+def test_no_run_queue_delay_no_finding(tmp_path: Path) -> None:
+    features = Features.from_store(replace(HOG, burst_p=0.0, extra_ms=0.0).write(tmp_path))
+    assert contention.detect(features) == []

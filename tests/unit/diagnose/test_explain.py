@@ -1,0 +1,73 @@
+"""Order by what matters, one fault one finding: a critical slow link whose ranks also read as
+computing longer is the one finding, first, with its echoes as evidence."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from diag.diagnose.detectors.registry import DEFAULT_CONFIGS, DETECTORS, run_all
+from diag.diagnose.explain import EXPLAINS, explains, fold
+from diag.diagnose.features import Features
+from diag.findings import Finding, impact, ranked
+from tests.fakes.echo_scenarios import echo_run
+
+
+def _f(id: str, cause: str, severity: str, **kw) -> Finding:
+    base = dict(symptom="slowdown", ranks=(0,), hosts=("node-a",), onset_step=40)
+    base |= dict(slowdown=0.2, confidence=0.9, summary=id)
+    return Finding(id=id, cause=cause, severity=severity, **(base | kw))
+
+
+def test_a_slow_link_with_echoes_is_one_finding_first(tmp_path: Path) -> None:
+    features = Features.from_store(echo_run(tmp_path / "run"))
+    raw = [f for n, d in DETECTORS.items() for f in d(features, DEFAULT_CONFIGS[n])]
+    # what the detectors say: two node warnings, each surer than the critical link
+    node = sorted(f.id for f in raw if f.cause == "node")
+    assert node == ["node-rank0", "node-rank2"]
+    (link,) = [f for f in raw if f.cause == "link"]
+    assert link.severity == "critical"
+    assert all(f.confidence > link.confidence for f in raw if f.cause == "node")
+    (top,) = run_all(features)
+    assert (top.id, top.cause, top.severity) == ("link:dp0", "link", "critical")
+    folded = sorted(e.subject for e in top.evidence if e.metric == EXPLAINS)
+    assert folded == node
+    assert all("node warning" in e.note for e in top.evidence if e.metric == EXPLAINS)
+
+
+def test_what_explains_and_what_does_not() -> None:
+    link = _f("link", "link", "critical", ranks=(0, 2), hosts=("node-a", "node-b"), slowdown=0.21)
+    echo = _f("node-rank0", "node", "warning", slowdown=0.13)
+    assert explains(link, echo)
+    assert not explains(echo, link)  # a node does not make a link slow
+    assert not explains(link, replace(echo, onset_step=60))  # another time
+    assert not explains(link, replace(echo, ranks=(1,), hosts=("node-c",)))  # other culprits
+    assert not explains(link, replace(echo, slowdown=0.4))  # loses more than the link
+    assert not explains(link, replace(echo, cause="data"))  # a cause a link does not echo
+    assert not explains(link, replace(echo, onset_step=None))  # slow from the start
+    assert not explains(replace(link, severity="info"), echo)  # less severe than its echo
+    # by hosts: a rank of a host the link joins
+    assert explains(link, replace(echo, ranks=(1,), hosts=("node-a",)))
+
+
+def test_two_detectors_on_one_node_fold_into_the_weightier() -> None:
+    contention = _f("contention-rank1", "node", "critical", ranks=(1,), slowdown=0.35)
+    compute = _f("node-rank1", "node", "warning", ranks=(1,), slowdown=0.12, onset_step=43)
+    other = _f("node-rank3", "node", "warning", ranks=(3,), hosts=("node-b",), slowdown=0.1)
+    out = fold([compute, other, contention])
+    assert [f.id for f in out] == ["node-rank3", "contention-rank1"]
+    (e,) = [e for e in out[1].evidence if e.metric == EXPLAINS]
+    assert e.subject == "node-rank1"
+
+
+def test_ranked_by_severity_then_share_lost_times_confidence() -> None:
+    sure_small = _f("a", "node", "warning", slowdown=0.05, confidence=0.99)
+    likely_big = _f("b", "data", "warning", slowdown=0.4, confidence=0.7)
+    critical = _f("c", "link", "critical", slowdown=0.21, confidence=0.5)
+    info = _f("d", "kernel", "info", slowdown=0.9, confidence=0.99)
+    hang = _f("e", "unknown", "critical", symptom="hang", slowdown=None, confidence=0.3)
+    drift = _f("f", "data", "warning", symptom="drift", slowdown=None, confidence=0.8)
+    order = ranked([sure_small, likely_big, critical, info, hang, drift])
+    assert [f.id for f in order] == ["e", "c", "b", "a", "f", "d"]
+    assert impact(hang) == 0.3  # a hang loses the whole job: 1 x 0.3 > 0.21 x 0.5
+    assert impact(drift) == 0.0
