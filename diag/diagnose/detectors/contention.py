@@ -22,10 +22,14 @@ that split is within the first ``window`` steps or the mean excess before it is 
 mean excess after. The anomaly ends at its last step above the floor. It is contended when, over
 the anomaly:
 
-- the excess stands above the steps' noise: mean excess minus twice its standard error is still
-  at least the floor (a few bursty steps do not make a rank contended);
-- it lasts ``min_duration_s`` (3 s) of the job's time: a scheduler burst of a few hundred
-  milliseconds on a busy host is weather, not a fault;
+- the excess stands above the steps' noise: mean excess minus ``sigmas`` (2) standard errors is
+  still at least the floor (a few bursty steps do not make a rank contended). Run-queue delay
+  comes in bursts that span several steps, so successive steps are not independent samples: the
+  standard error is the larger of the per-step one and the one of the means of successive
+  ``window``-step blocks (a burst moves one block, not many steps);
+- it lasts ``min_blocks`` (3) such blocks and ``min_duration_s`` (1 s) of the job's time: a
+  scheduler burst of a few hundred milliseconds on a busy host is weather, not a fault (a
+  job of 20 ms steps contended for 50 steps is not);
 - its peers wait for it: their median collective wait grows (onset: after - before; from the
   start: theirs - its own) by at least ``min_wait_explained`` x the mean excess.
 
@@ -73,7 +77,10 @@ class ContentionConfig:
     min_excess_frac: float = 0.05  # of the job step
     window: int = 10
     min_frac: float = 0.8
-    min_duration_s: float = 3.0  # wall-clock length of the anomaly
+    min_duration_s: float = 1.0  # wall-clock length of the anomaly
+    min_blocks: int = 3  # ... and its length in windows (blocks of ``window`` steps)
+    sigmas: float = 2.0  # the mean excess minus this many standard errors must reach the floor
+    sibling_sigmas: float = 1.0  # ... for a rank whose host already holds a contended rank
     min_wait_explained: float = 0.5
     confident_gap: float = 0.2
     min_process_pct: float = 10.0
@@ -113,12 +120,28 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
     flagged = ((mean - peers).ge(floor, axis=0) & (mean >= cfg.min_ratio * peers)).to_numpy()
     excess = cpu - peer_median(cpu)
     above = excess.ge(np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step), axis=0)
-    found = [
-        r
-        for col in cpu.columns[persistent_columns(flagged, cfg.window, cfg.min_frac)]
-        if (r := _contended(int(col), cpu, excess, above, wait, step, flagged, cfg)) is not None
-    ]
+    persistent = persistent_columns(flagged, cfg.window, cfg.min_frac)
+    candidates = [int(c) for c in cpu.columns[persistent]]
+    args = (cpu, excess, above, wait, step, flagged, cfg)
+    found = [r for rank in candidates if (r := _contended(rank, *args)) is not None]
     hosts = features.hosts_of()
+    # Ranks of one host share its CPUs: a candidate left out (its peers' median rose with it:
+    # another candidate among them) is tried again against the ranks that are no candidates,
+    # from the onset of a contended rank of its host, its excess held to one standard error
+    # (``sibling_sigmas``) instead of two: its host's CPUs are already known to be contended.
+    calm = [c for c in cpu.columns if int(c) not in candidates]
+    if calm:
+        excess = cpu.sub(cpu[calm].median(axis=1), axis=0)
+        above = excess.ge(np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step), axis=0)
+        args = (cpu, excess, above, wait, step, flagged, cfg)
+    for rank in candidates:
+        if any(r.rank == rank for r in found) or not calm:
+            continue
+        for other in [r for r in found if hosts.get(r.rank, "") == hosts.get(rank, "")]:
+            pos = int(np.searchsorted(cpu.index.to_numpy(), other.anomaly[0]))
+            if other.onset is not None and (r := _contended(rank, *args, onset_at=pos)):
+                found.append(r)
+                break
     by_host: dict[str, list[_Rank]] = {}
     for r in found:
         by_host.setdefault(hosts.get(r.rank, ""), []).append(r)
@@ -155,14 +178,17 @@ def _contended(
     step: pd.Series,
     flagged: np.ndarray,
     cfg: ContentionConfig,
+    onset_at: int | None = None,
 ) -> _Rank | None:
+    """The contention of ``rank``, or ``None``; ``onset_at``: the anomaly starts at that
+    position (another rank's onset on its host) instead of the rank's own change point."""
     col = list(cpu.columns).index(rank)
     flags = flagged[:, col]
     run = persistence(flags, cfg.window, cfg.min_frac)
     if run is None:
         return None
     x = excess[rank].to_numpy()
-    onset_pos = _change_point(x, run.end_pos + 1)
+    onset_pos = _change_point(x, run.end_pos + 1) if onset_at is None else onset_at
     # the rolling mean stays up for a window after the contention ends: end at its last step
     own = above[rank].to_numpy()[onset_pos : run.end_pos + 1]
     end_pos = onset_pos + int(np.flatnonzero(own)[-1]) if own.any() else run.end_pos
@@ -190,8 +216,10 @@ def _contended(
         grown = wait_after - wait_before
     d = x[anomaly][~np.isnan(x[anomaly])]
     floor = max(cfg.min_excess_ms, cfg.min_excess_frac * float(step.iloc[anomaly].mean()))
-    stderr = float(d.std(ddof=1)) / np.sqrt(len(d)) if len(d) > 1 else np.inf
-    if gap_ms - 2.0 * stderr < floor or grown < cfg.min_wait_explained * gap_ms:
+    if len(d) < cfg.min_blocks * cfg.window:
+        return None
+    sigmas = cfg.sigmas if onset_at is None else cfg.sibling_sigmas
+    if gap_ms - sigmas * _stderr(d, cfg.window) < floor or grown < cfg.min_wait_explained * gap_ms:
         return None
     if float(step.iloc[anomaly].sum()) < 1e3 * cfg.min_duration_s:
         return None
@@ -210,6 +238,17 @@ def _contended(
         gap=gap_ms / after_step if after_step > 0 else 0.0,
         consistency=consistency,
     )
+
+
+def _stderr(d: np.ndarray, block: int) -> float:
+    """The standard error of ``d``'s mean: the larger of the per-sample one and the one of the
+    means of successive ``block``-sample blocks (bursts correlate neighbouring samples)."""
+    per_step = float(d.std(ddof=1)) / np.sqrt(len(d)) if len(d) > 1 else np.inf
+    n = len(d) // block
+    if n < 2:
+        return per_step
+    means = d[: n * block].reshape(n, block).mean(axis=1)
+    return max(per_step, float(means.std(ddof=1)) / np.sqrt(n))
 
 
 def _detected(flags: np.ndarray, onset_pos: int, end_pos: int, cfg: ContentionConfig) -> int:

@@ -62,3 +62,16 @@ def test_contention_from_the_start_is_only_info(tmp_path: Path) -> None:
 def test_no_run_queue_delay_no_finding(tmp_path: Path) -> None:
     features = Features.from_store(replace(HOG, burst_p=0.0, extra_ms=0.0).write(tmp_path))
     assert contention.detect(features) == []
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_two_ranks_sharing_the_hogs_cpu_in_a_short_job(tmp_path: Path, seed: int) -> None:
+    # 25 ms steps, 50 contended steps (1.3 s): half the ranks contended, so each one's peers'
+    # median holds the other one
+    run = ContentionRun(
+        seed=seed, steps=90, onset=40, compute_ms=10.0, comm_ms=10.0, burst_ms=3.0,
+        cpus=(0, 1, 0, 1), contended=(1, 3), extra_ms=6.0,
+    )  # fmt: skip
+    (f,) = _findings(run, tmp_path)
+    assert (f.cause, f.ranks) == ("node", (1, 3))
+    assert f.onset_step is not None and abs(f.onset_step - 40) <= 3
