@@ -18,8 +18,12 @@ summed ``cpu_op`` time).
   from an onset window on, that holds in >= ``consistent_frac`` of the windows (at least
   ``min_windows``), with >= ``min_ranks`` ranks. Windows before the onset do not count against
   it: a kernel that slows down mid-run was fine before. A window in which the rank calls the
-  kernel more than ``max_calls_ratio`` x the median number of calls is never slow: the rank does
-  more work there (an extra loop, a different batch), it does not run a slower kernel.
+  kernel more than ``max_calls_ratio`` x the median number of calls is not slow for that: the rank
+  does more work there (an extra loop, a different batch), it does not run a slower kernel; it is
+  slow only when each call is slower too (time per call ``>= rank_ratio`` x the median over ranks'
+  per call) and that alone, ``time - calls x the median per call``, is ``>= min_excess_frac`` of
+  the window (another algorithm: a layer done as a broadcast multiply, whose ``aten::mul`` calls
+  are more and each far heavier).
 - **Regression** (``kernel:<name>:regression``): per call (``total_ns / num_calls``; a window that
   calls the kernel more often, e.g. with an eval pass, does more work, it does not run a slower
   kernel). A rank's baseline is its median per-call time over the first ``baseline_windows``
@@ -149,9 +153,14 @@ def _cross_rank(
     med_calls = n.median(axis=1)
     dur = dur.reindex(t.index)
     out = []
+    per_call = (t / n.where(n > 0)).median(axis=1)
     for r in t.columns:
         excess = t[r] - med
-        same_work = ~(n[r] > cfg.max_calls_ratio * med_calls)
+        # More calls is more work, unless each call is slower too and that alone matters.
+        slower_calls = (t[r] / n[r].where(n[r] > 0) >= cfg.rank_ratio * per_call) & (
+            t[r] - n[r] * per_call >= cfg.min_excess_frac * dur
+        )
+        same_work = ~(n[r] > cfg.max_calls_ratio * med_calls) | slower_calls
         slow = (
             (t[r] >= cfg.rank_ratio * med)
             & (med > 0)

@@ -96,3 +96,12 @@ def test_autograd_node_wrappers_are_not_kernels(tmp_path):
     wrapper["name"] = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
     wrapper.loc[wrapper["rank"] == 1, "total_ns"] *= 4  # DDP's reducer hooks ran inside it
     assert kernel.detect(pd.concat([k, wrapper], ignore_index=True), w, CFG) == []
+
+
+def test_more_calls_each_far_heavier_is_a_slower_kernel(tmp_path):
+    # another algorithm: a layer as a broadcast multiply, 1.5x the calls of aten::mm, each 4x
+    kernel_run(tmp_path, _with(6.0, "aten::mm", {2}, set(range(5))))
+    k, w = _frames(tmp_path)
+    more = (k["rank"] == 2) & k["name"].isin(["aten::mm", "aten::matmul"])
+    k.loc[more, "num_calls"] = 15
+    assert [(f.kernel, f.ranks) for f in kernel.detect(k, w, CFG)] == [("aten::mm", (2,))]
