@@ -39,8 +39,11 @@ excess per step. Otherwise a few slow profiled steps (scheduler spikes that happ
 the windows) made it: it is demoted to ``info``, its confidence scaled by the share the steps
 show (``min(1, seen / expected)``), with the step evidence.
 
-Findings of other causes pass through unchanged by these rules. Two more steps follow them:
+Findings of other causes pass through unchanged by these rules. Three more steps follow them:
 
+- **moving imbalance** (:mod:`~diag.diagnose.moving`): a node finding on ranks that are slower
+  than their peers in only some of the steps since its onset, beside a ``data-moving`` finding,
+  is an echo of the moving imbalance and is folded into it;
 - **kernel evidence** (:mod:`~diag.diagnose.coverage`): a node finding that no kernel finding
   absorbed is *decided* only when a profiler window after its onset covers its ranks and a peer;
   otherwise it is undecided between node and kernel, with a lower confidence and the window that
@@ -57,7 +60,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from diag.diagnose import coverage, explain
+from diag.diagnose import coverage, explain, moving
 from diag.diagnose.features import Features, peer_median
 from diag.findings import SEVERITIES, Evidence, Finding
 
@@ -154,7 +157,7 @@ def reconcile(
                 replaced[k.id] = unseen(k, seen, expected)
     out = [replaced.get(f.id, f) for f in findings if f.id not in dropped]
     if features is not None:
-        out = coverage.check(out, features.windows)
+        out = coverage.check(moving.fold(out, features), features.windows)
     return explain.fold(out)
 
 

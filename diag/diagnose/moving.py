@@ -1,0 +1,79 @@
+"""A moving imbalance explains the node findings it makes by chance.
+
+When the work is uneven and the slowest rank keeps changing (the data detector's ``data-moving``
+finding: uneven sequence lengths, a long microbatch drawn anew each step), a rank can be the
+unlucky one for a stretch of steps, long enough for the node detector to call it slow: a replica
+drawn in 8 of 10 steps is "persistently" slower than its one data-parallel peer. A slow node is
+slow in nearly every step from its onset on; an echo of a moving imbalance is slow in about the
+share of steps it is drawn and no more. So, when there is a ``data-moving`` finding, a node
+detector's finding (id ``node-...``, with an onset) whose ranks compute above their peers'
+median (``>= min_ratio`` x it and ``>= min_excess_ms`` more; peers: the ranks of the same work
+class) in fewer than ``min_share`` of the steps from its onset to the end of the run is folded
+into the ``data-moving`` finding as evidence (:func:`diag.diagnose.explain.absorb`): one fault,
+one finding, with the cause the steps support.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from diag.diagnose import explain
+from diag.diagnose.features import Features, peer_median
+from diag.findings import Finding
+
+MOVING_ID = "data-moving"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MovingConfig:
+    """The per-step share that tells a slow node from a moving imbalance's echo."""
+
+    min_share: float = 0.75
+    min_ratio: float = 1.08  # as the node detector's per-step flag
+    min_excess_ms: float = 1.0
+    warmup_steps: int = 5
+
+
+def step_share(features: Features, finding: Finding, cfg: MovingConfig) -> float | None:
+    """The share of steps from ``finding``'s onset on in which its ranks compute above their
+    peers' median (mean over its ranks); ``None`` when the steps cannot tell."""
+    compute = features.wide("compute_ms", cfg.warmup_steps)
+    ranks = [r for r in finding.ranks if r in compute.columns]
+    if finding.onset_step is None or not ranks or compute.shape[1] < 2:
+        return None
+    layout = features.work_layout()
+    peers = peer_median(compute, layout.work_class if layout.known else None)
+    after = compute.index >= finding.onset_step
+    c, p = compute.loc[after, ranks], peers.loc[after, ranks]
+    valid = c.notna() & p.notna()
+    if not valid.to_numpy().any():
+        return None
+    slow = (c >= cfg.min_ratio * p) & (c - p >= cfg.min_excess_ms)
+    return float(np.nanmean([slow[r][valid[r]].mean() for r in ranks if valid[r].any()]))
+
+
+def fold(
+    findings: list[Finding], features: Features, cfg: MovingConfig | None = None
+) -> list[Finding]:
+    """``findings`` with the node findings a moving imbalance explains folded into it."""
+    cfg = cfg or MovingConfig()
+    moving = next((f for f in findings if f.id == MOVING_ID), None)
+    if moving is None:
+        return findings
+    echoes = [
+        f
+        for f in findings
+        if f.cause == "node"
+        and f.id.startswith("node-")
+        and f.symptom == "slowdown"
+        and (share := step_share(features, f, cfg)) is not None
+        and share < cfg.min_share
+    ]
+    if not echoes:
+        return findings
+    gone = {f.id for f in echoes}
+    return [
+        explain.absorb(f, echoes) if f.id == MOVING_ID else f for f in findings if f.id not in gone
+    ]

@@ -1,0 +1,40 @@
+"""A moving imbalance explains a node finding that is slow in only some of its steps; a rank slow
+in every step stays a node finding beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diag.diagnose import moving
+from diag.diagnose.features import Features
+from diag.findings import Finding
+from tests.fakes.scenarios import Scenario
+
+
+def _finding(id_: str, cause: str, ranks: tuple[int, ...], onset: int | None) -> Finding:
+    return Finding(id=id_, symptom="slowdown", cause=cause, severity="warning", ranks=ranks,
+                   onset_step=onset, slowdown=0.15, confidence=0.8, summary=id_)  # fmt: skip
+
+
+def test_a_node_finding_on_a_rank_slow_in_some_steps_folds_into_the_moving_imbalance(
+    tmp_path: Path,
+) -> None:
+    run = Scenario(ranks=4, steps=100, moving_imbalance=0.5, seed=3)
+    features = Features.from_store(run.write(tmp_path))
+    data = _finding("data-moving", "data", (0, 1, 3), None)
+    node = _finding("node-rank2", "node", (2,), 40)
+    share = moving.step_share(features, node, moving.MovingConfig())
+    assert share is not None and 0.1 < share < 0.5  # drawn in about a quarter of the steps
+    (out,) = moving.fold([node, data], features)
+    assert out.id == "data-moving" and out.severity == "warning"
+    assert [e.subject for e in out.evidence if e.metric == "explains"] == ["node-rank2"]
+
+
+def test_a_rank_slow_in_every_step_stays_node(tmp_path: Path) -> None:
+    run = Scenario(ranks=4, steps=100, moving_imbalance=0.5, slow_ranks=(2,), onset_step=40,
+                   severity=0.3, seed=3)  # fmt: skip
+    features = Features.from_store(run.write(tmp_path))
+    findings = [_finding("node-rank2", "node", (2,), 40), _finding("data-moving", "data", (), None)]
+    assert moving.fold(findings, features) == findings
+    # without a moving imbalance found, nothing is folded
+    assert moving.fold(findings[:1], features) == findings[:1]
