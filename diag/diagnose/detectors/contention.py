@@ -192,6 +192,8 @@ def _contended(
     # the rolling mean stays up for a window after the contention ends: end at its last step
     own = above[rank].to_numpy()[onset_pos : run.end_pos + 1]
     end_pos = onset_pos + int(np.flatnonzero(own)[-1]) if own.any() else run.end_pos
+    if end_pos < onset_pos or np.isnan(x[onset_pos : end_pos + 1]).all():
+        return None
     anomaly = slice(onset_pos, end_pos + 1)
     steps = cpu.index.to_numpy()
     others = [c for c in cpu.columns if c != rank]

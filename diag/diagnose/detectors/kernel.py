@@ -19,11 +19,14 @@ summed ``cpu_op`` time).
   ``min_windows``), with >= ``min_ranks`` ranks. Windows before the onset do not count against
   it: a kernel that slows down mid-run was fine before. A window in which the rank calls the
   kernel more than ``max_calls_ratio`` x the median number of calls is not slow for that: the rank
-  does more work there (an extra loop, a different batch), it does not run a slower kernel; it is
-  slow only when each call is slower too (time per call ``>= rank_ratio`` x the median over ranks'
-  per call) and that alone, ``time - calls x the median per call``, is ``>= min_excess_frac`` of
-  the window (another algorithm: a layer done as a broadcast multiply, whose ``aten::mul`` calls
-  are more and each far heavier).
+  does more work there (an extra loop, a different batch), it does not run a slower kernel. It
+  does the same work another way when, in that window, it also calls some operator less than ``1 /
+  max_calls_ratio`` x as often as the median rank of its work class (its pipeline stage) (a layer
+  done as a broadcast multiply: fewer ``aten::addmm``, more and far heavier ``aten::mul``); then
+  an operator with more calls is slow when each call is slower too (time per call ``>=
+  rank_ratio`` x the median over ranks' per call) and that alone, ``time - calls x the median per
+  call``, is ``>= min_excess_frac`` of the window. Extra work on top of the peers' (every operator
+  of theirs called as often, more matrix products besides) stays more work.
 - **Regression** (``kernel:<name>:regression``): per call (``total_ns / num_calls``; a window that
   calls the kernel more often, e.g. with an eval pass, does more work, it does not run a slower
   kernel). A rank's baseline is its median per-call time over the first ``baseline_windows``
@@ -45,6 +48,7 @@ Confidence = 0.4 + 0.4 x consistency + 0.15 x min(1, flagged windows / 4), at mo
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,8 +87,14 @@ def detect_from_store(store: RunStore, cfg: KernelConfig | None = None) -> list[
     return detect(store.frame("kernel"), windows, cfg or KernelConfig())
 
 
-def detect(kernels: pd.DataFrame, windows: pd.DataFrame, cfg: KernelConfig) -> list[Finding]:
-    """Kernel findings from a ``kernel`` frame and a ``profile_window`` frame (may be empty)."""
+def detect(
+    kernels: pd.DataFrame,
+    windows: pd.DataFrame,
+    cfg: KernelConfig,
+    classes: Mapping[int, int] | None = None,
+) -> list[Finding]:
+    """Kernel findings from a ``kernel`` frame and a ``profile_window`` frame (may be empty);
+    ``classes``: rank -> work class (the layout's, when known)."""
     k = (
         kernels[
             (kernels["rank"] >= 0)
@@ -105,13 +115,14 @@ def detect(kernels: pd.DataFrame, windows: pd.DataFrame, cfg: KernelConfig) -> l
     order, first_step, dur = _windows(k, windows)
     if len(ranks) < 1 or not order:
         return []
+    replaced = _replaced(calls, order, cfg, classes)
     found: list[dict] = []
     for (name, cat), t in table.groupby(level=["name", "category"]):
         seen = profiled.reindex(index=order, columns=t.columns).fillna(0).astype(bool)
         t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float).where(seen)
         n = calls.loc[(name, cat)].reindex(order).fillna(0).astype(float).where(seen)
         if len(ranks) >= cfg.min_ranks:
-            found += _cross_rank(name, cat, t, n, dur, cfg)
+            found += _cross_rank(name, cat, t, n, dur, cfg, replaced)
         found += _regression(
             name, cat, t, n, dur, cfg, {c["ranks"] for c in found if c["name"] == name}
         )
@@ -146,8 +157,35 @@ def _windows(k: pd.DataFrame, pw: pd.DataFrame) -> tuple[list[str], dict[str, in
     return list(key.index), {w: int(s) for w, s in key["step"].items()}, dur
 
 
+def _replaced(
+    calls: pd.DataFrame, order: list[str], cfg: KernelConfig, classes: Mapping[int, int] | None
+) -> pd.DataFrame:
+    """Per window (rows, in ``order``) and rank: whether the rank calls some operator fewer
+    than ``1 / max_calls_ratio`` x as often as the median rank of its work class does (it does
+    part of its peers' work another way; ``classes``: rank -> work class, None: one class; a
+    pipeline's stages run different operators by design)."""
+    fewer = pd.DataFrame(False, index=calls.index, columns=calls.columns)
+    members: dict[int, list] = {}
+    for col in calls.columns:
+        members.setdefault(-1 if classes is None else classes.get(int(col), -1), []).append(col)
+    for cols in members.values():
+        if len(cols) < 2:
+            continue
+        med = calls[cols].median(axis=1)
+        fewer[cols] = (
+            calls[cols].lt(med / cfg.max_calls_ratio, axis=0) & (med >= 1).to_numpy()[:, None]
+        )
+    return fewer.groupby(level="window_id").any().reindex(order).fillna(False).astype(bool)
+
+
 def _cross_rank(
-    name: str, cat: str, t: pd.DataFrame, n: pd.DataFrame, dur: pd.Series, cfg: KernelConfig
+    name: str,
+    cat: str,
+    t: pd.DataFrame,
+    n: pd.DataFrame,
+    dur: pd.Series,
+    cfg: KernelConfig,
+    replaced: pd.DataFrame | None = None,
 ) -> list[dict]:
     med = t.median(axis=1)
     med_calls = n.median(axis=1)
@@ -156,9 +194,18 @@ def _cross_rank(
     per_call = (t / n.where(n > 0)).median(axis=1)
     for r in t.columns:
         excess = t[r] - med
-        # More calls is more work, unless each call is slower too and that alone matters.
-        slower_calls = (t[r] / n[r].where(n[r] > 0) >= cfg.rank_ratio * per_call) & (
-            t[r] - n[r] * per_call >= cfg.min_excess_frac * dur
+        # More calls is more work, unless the rank does part of its peers' work another way
+        # (some of their operators it calls less) and each of these calls is slower, which alone
+        # matters: another algorithm, not extra work.
+        other_way = (
+            replaced[r].reindex(t.index).fillna(False).astype(bool)
+            if replaced is not None and r in replaced.columns
+            else pd.Series(False, index=t.index)
+        )
+        slower_calls = (
+            other_way
+            & (t[r] / n[r].where(n[r] > 0) >= cfg.rank_ratio * per_call)
+            & (t[r] - n[r] * per_call >= cfg.min_excess_frac * dur)
         )
         same_work = ~(n[r] > cfg.max_calls_ratio * med_calls) | slower_calls
         slow = (

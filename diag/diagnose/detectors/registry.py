@@ -30,7 +30,9 @@ def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
 
 
 def _kernel(features: Features, cfg: kernel.KernelConfig | None) -> list[Finding]:
-    return kernel.detect(features.kernels, features.windows, cfg or kernel.KernelConfig())
+    layout = features.work_layout()
+    classes = layout.work_class if layout.known else None
+    return kernel.detect(features.kernels, features.windows, cfg or kernel.KernelConfig(), classes)
 
 
 #: detector name -> its function; each takes ``(features, cfg)`` and ``cfg=None`` means defaults.

@@ -98,10 +98,14 @@ def test_autograd_node_wrappers_are_not_kernels(tmp_path):
     assert kernel.detect(pd.concat([k, wrapper], ignore_index=True), w, CFG) == []
 
 
-def test_more_calls_each_far_heavier_is_a_slower_kernel(tmp_path):
-    # another algorithm: a layer as a broadcast multiply, 1.5x the calls of aten::mm, each 4x
+def test_more_calls_each_far_heavier_instead_of_the_peers_calls_is_a_slower_kernel(tmp_path):
+    # another algorithm: 1.5x the calls of aten::mm, each 4x heavier, in place of half of its
+    # aten::add calls (the rank does part of its peers' work another way)
     kernel_run(tmp_path, _with(6.0, "aten::mm", {2}, set(range(5))))
     k, w = _frames(tmp_path)
     more = (k["rank"] == 2) & k["name"].isin(["aten::mm", "aten::matmul"])
     k.loc[more, "num_calls"] = 15
+    # on top of its peers' work (every operator of theirs called as often): more work
+    assert kernel.detect(k, w, CFG) == []
+    k.loc[(k["rank"] == 2) & (k["name"] == "aten::add"), "num_calls"] = 5
     assert [(f.kernel, f.ranks) for f in kernel.detect(k, w, CFG)] == [("aten::mm", (2,))]
