@@ -187,6 +187,58 @@ class CpuQuota:
         self._stack.close()
 
 
+class StopCont:
+    """The culprit rank's process frozen in short bursts from the onset (a host that stalls:
+    hypervisor steal, a stop-the-world pause, a firmware hiccup): ``SIGSTOP`` for ``stop_ms``
+    every ``stop_ms + run_ms``. Frozen time that lands while the rank waits for its peers anyway
+    costs the job little, so the frozen share of the time, ``stop_ms / (stop_ms + run_ms)``, is
+    ``S / (1 - S)`` for severity ``S`` (at most 0.75; 0.43 at ``S`` = 0.3: a first try at ``S``
+    itself lost about half of it). A stopped process is neither running nor runnable: no
+    run-queue delay, its compute and its collectives just take longer."""
+
+    def __init__(self, case: Case, run_ms: float = 20.0) -> None:
+        import threading
+
+        self.case = case
+        self.run_s = run_ms / 1000
+        sev = min(0.9, max(0.0, case.severity))
+        frozen = min(0.75, sev / (1 - sev))
+        self.stop_s = self.run_s * frozen / (1 - frozen)
+        self.pid = 0
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def at_start(self, pids: dict[int, int]) -> None:
+        self.pid = pids[int(_rank(self.case))]
+
+    def at_onset(self) -> None:
+        import threading
+
+        self._thread = threading.Thread(target=self._loop, name="stopcont", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        import signal
+
+        while not self._done.is_set():
+            try:
+                os.kill(self.pid, signal.SIGSTOP)
+                self._done.wait(self.stop_s)
+                os.kill(self.pid, signal.SIGCONT)
+            except OSError:  # the rank is gone: nothing left to freeze
+                return
+            self._done.wait(self.run_s)
+
+    def stop(self) -> None:
+        import signal
+
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGCONT)
+
+
 # -- the registry ---------------------------------------------------------------------------------
 
 
@@ -206,6 +258,9 @@ MECHANISMS: dict[str, Mechanism] = {
         Mechanism(name="node.cpu_quota", cause="node", split=HELDOUT,
                   nature="a cgroup CPU quota (a quarter of a core) on the culprit's process",
                   actor=CpuQuota, replaces_base=True),
+        Mechanism(name="node.stop_cont", cause="node", split=HELDOUT,
+                  nature="the culprit's process frozen (SIGSTOP) in short bursts from the onset",
+                  actor=StopCont, replaces_base=True),
         Mechanism(name="node.from_start", cause="node", split=HELDOUT,
                   nature="one data-parallel rank slow from the first steps (no onset)",
                   job_args=lambda c: ["--slow-rank", _rank(c), "--slow-from-step", "2"],
