@@ -114,11 +114,11 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
     wait = features.wide("wait_ms", cfg.warmup_steps).reindex_like(cpu)
     step = features.wide("duration_ms", cfg.warmup_steps).reindex_like(cpu).median(axis=1)
     mean = cpu.rolling(cfg.window, min_periods=cfg.window).mean()
-    peers = peer_median(mean)
+    peers = calm_reference(mean)
     step_mean = step.rolling(cfg.window, min_periods=cfg.window).mean().to_numpy()
     floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step_mean)
     flagged = ((mean - peers).ge(floor, axis=0) & (mean >= cfg.min_ratio * peers)).to_numpy()
-    excess = cpu - peer_median(cpu)
+    excess = cpu - calm_reference(cpu)
     above = excess.ge(np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step), axis=0)
     persistent = persistent_columns(flagged, cfg.window, cfg.min_frac)
     candidates = [int(c) for c in cpu.columns[persistent]]
@@ -126,21 +126,25 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
     found = [r for rank in candidates if (r := _contended(rank, *args)) is not None]
     hosts = features.hosts_of()
     # Ranks of one host share its CPUs: a candidate left out (its peers' median rose with it:
-    # another candidate among them) is tried again against the ranks that are no candidates,
-    # from the onset of a contended rank of its host, its excess held to one standard error
-    # (``sibling_sigmas``) instead of two: its host's CPUs are already known to be contended.
-    calm = [c for c in cpu.columns if int(c) not in candidates]
-    if calm:
-        excess = cpu.sub(cpu[calm].median(axis=1), axis=0)
-        above = excess.ge(np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step), axis=0)
-        args = (cpu, excess, above, wait, step, flagged, cfg)
+    # a contended rank among them) is tried again against the ranks not found contended, from
+    # the onset of a contended rank of its host, its excess held to one standard error
+    # (``sibling_sigmas``) instead of two: its host's CPUs are already known to be contended. A
+    # host-mate found contended "from the start" is dated the same way when it holds from then.
     for rank in candidates:
-        if any(r.rank == rank for r in found) or not calm:
+        mine = [r for r in found if r.rank == rank]
+        if mine and mine[0].onset is not None:
             continue
-        for other in [r for r in found if hosts.get(r.rank, "") == hosts.get(rank, "")]:
+        calm = [c for c in cpu.columns if c != rank and all(r.rank != c for r in found)]
+        dated = [r for r in found if r.onset is not None and hosts.get(r.rank) == hosts.get(rank)]
+        if not calm or not dated:
+            continue
+        ex = cpu.sub(cpu[calm].median(axis=1), axis=0)
+        ab = ex.ge(np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step), axis=0)
+        for other in dated:
             pos = int(np.searchsorted(cpu.index.to_numpy(), other.anomaly[0]))
-            if other.onset is not None and (r := _contended(rank, *args, onset_at=pos)):
-                found.append(r)
+            r = _contended(rank, cpu, ex, ab, wait, step, flagged, cfg, onset_at=pos)
+            if r is not None:
+                found = [f for f in found if f.rank != rank] + [r]
                 break
     by_host: dict[str, list[_Rank]] = {}
     for r in found:
@@ -150,6 +154,17 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
         for host, rs in sorted(by_host.items())
         for group in _together(rs, cfg.window)
     ]
+
+
+def calm_reference(wide: pd.DataFrame, quantile: float = 0.25) -> pd.DataFrame:
+    """Per step and rank, what an uncontended rank waits: the lower of its peers' median and
+    the step's ``quantile`` over all ranks (a foreign process on one CPU of a small host can
+    contend half its ranks, and then a rank's peers' median holds contended ones)."""
+    values = wide.to_numpy(dtype=float)
+    low = np.full(values.shape[0], np.nan)
+    rows = ~np.isnan(values).all(axis=1)
+    low[rows] = np.nanquantile(values[rows], quantile, axis=1)
+    return peer_median(wide).clip(upper=pd.Series(low, index=wide.index), axis=0)
 
 
 def _together(ranks: list[_Rank], window: int) -> list[list[_Rank]]:
