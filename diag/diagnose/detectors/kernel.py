@@ -160,10 +160,10 @@ def _windows(k: pd.DataFrame, pw: pd.DataFrame) -> tuple[list[str], dict[str, in
 def _replaced(
     calls: pd.DataFrame, order: list[str], cfg: KernelConfig, classes: Mapping[int, int] | None
 ) -> pd.DataFrame:
-    """Per window (rows, in ``order``) and rank: whether the rank calls some operator fewer
-    than ``1 / max_calls_ratio`` x as often as the median rank of its work class does (it does
-    part of its peers' work another way; ``classes``: rank -> work class, None: one class; a
-    pipeline's stages run different operators by design)."""
+    """Per window (rows, in ``order``) and rank: whether the rank calls some operator (one it
+    recorded) fewer than ``1 / max_calls_ratio`` x as often as the median rank of its work class
+    does (it does part of its peers' work another way; ``classes``: rank -> work class, None:
+    one class; a pipeline's stages run different operators by design)."""
     fewer = pd.DataFrame(False, index=calls.index, columns=calls.columns)
     members: dict[int, list] = {}
     for col in calls.columns:
@@ -172,9 +172,10 @@ def _replaced(
         if len(cols) < 2:
             continue
         med = calls[cols].median(axis=1)
-        fewer[cols] = (
-            calls[cols].lt(med / cfg.max_calls_ratio, axis=0) & (med >= 1).to_numpy()[:, None]
-        )
+        # an operator a rank did not record is unknown, not 0 calls: the hook keeps each
+        # window's heaviest operators only, and a rank busy with other work drops light ones
+        less = calls[cols].lt(med / cfg.max_calls_ratio, axis=0) & (calls[cols] > 0)
+        fewer[cols] = less & (med >= 1).to_numpy()[:, None]
     return fewer.groupby(level="window_id").any().reindex(order).fillna(False).astype(bool)
 
 
