@@ -7,7 +7,9 @@ all of these hold:
 
 1. **a cause that can echo**: ``B``'s cause is one ``A``'s cause produces on its own culprits
    (:data:`ECHOES`: a link makes its ranks look slow (``node``); a node cause seen twice, by two
-   detectors, is one node), both are slowdowns, and ``A`` is at least as severe as ``B``;
+   detectors, is one node; a data loader that computes on its rank's CPU makes that rank wait
+   for a CPU on a busy host, which reads as contention (``node``)), both are slowdowns, and
+   ``A`` is at least as severe as ``B``;
 2. **the same culprits**: ``B``'s ranks are among ``A``'s, or ``B``'s hosts among ``A``'s;
 3. **the same time**: both have an onset and they are at most ``onset_steps`` (10) steps apart
    (a node detector window: an echo starts with its cause, within the steps it takes to see it);
@@ -31,7 +33,7 @@ from dataclasses import dataclass, replace
 from diag.findings import SEVERITIES, Evidence, Finding, ranked
 
 #: explainer cause -> the causes of the findings it can explain on its own culprits.
-ECHOES: dict[str, tuple[str, ...]] = {"link": ("node",), "node": ("node",)}
+ECHOES: dict[str, tuple[str, ...]] = {"link": ("node",), "node": ("node",), "data": ("node",)}
 EXPLAINS = "explains"
 
 

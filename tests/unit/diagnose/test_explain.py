@@ -71,3 +71,17 @@ def test_ranked_by_severity_then_share_lost_times_confidence() -> None:
     assert [f.id for f in order] == ["e", "c", "b", "a", "f", "d"]
     assert impact(hang) == 0.3  # a hang loses the whole job: 1 x 0.3 > 0.21 x 0.5
     assert impact(drift) == 0.0
+
+
+def test_a_cpu_bound_loader_explains_its_ranks_wait_for_a_cpu() -> None:
+    # a loader computing on rank 3's CPU on a busy host: the rank also waits for a CPU
+    data = _f("data-rank3", "data", "critical", ranks=(3,), hosts=("vm",), slowdown=0.32)
+    contention = _f("contention-rank3", "node", "warning", ranks=(3,), hosts=("vm",),
+                    slowdown=0.24, onset_step=39)  # fmt: skip
+    (out,) = fold([contention, data])
+    assert out.id == "data-rank3" and out.cause == "data"
+    assert [e.subject for e in out.evidence if e.metric == EXPLAINS] == ["contention-rank3"]
+    # contention on another rank, or losing more than the loader, is a fault of its own
+    assert not explains(data, replace(contention, ranks=(1,), hosts=("other",)))
+    assert not explains(data, replace(contention, slowdown=0.6))
+    assert not explains(contention, data)
