@@ -4,7 +4,9 @@ Each test runs one case of the fault suite (:mod:`diag.selftest.live`: the demo 
 run`` with warm-up, an eval pass, periodic saves and profiler windows, and one fault sized to cost
 30% of the job's step from step 30), then triages the run: the top finding must name the injected
 culprit and cause with its onset, and no other finding of severity warning or above may blame
-anything else (info findings are allowed). One torchrun launch per test (about 15 s).
+anything else (info findings are allowed, and so is contention by a process outside the job that
+ran on the rank's CPU: with a CPU-bound neighbour on the machine that is a true finding). One
+torchrun launch per test (about 15 s).
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ def _show(findings: list[Finding]) -> str:
     )
 
 
+def _foreign_process(f: Finding) -> bool:
+    """A contention finding naming a process outside the job on the rank's CPU: true, not made
+    up (a CPU-bound neighbour on this machine does contend the ranks it shares a CPU with)."""
+    return f.id.startswith("contention-") and any(
+        e.metric == "host_process_cpu_pct" and "a CPU the culprit ran on" in e.note
+        for e in f.evidence
+    )
+
+
 def _check(tmp_path: Path, cause: str, ranks: tuple[int, ...]) -> list[Finding]:
     case = Case(cause=cause, severity=0.3, ranks=ranks, onset_step=ONSET, steps=80)
     case, findings = run_case(case, tmp_path)
@@ -44,7 +55,9 @@ def _check(tmp_path: Path, cause: str, ranks: tuple[int, ...]) -> list[Finding]:
     others = [
         f
         for f in findings[1:]
-        if f.severity != "info" and (f.cause != cause or f.ranks != top.ranks)
+        if f.severity != "info"
+        and (f.cause != cause or f.ranks != top.ranks)
+        and not _foreign_process(f)
     ]
     assert not others, f"other findings at warning or above:\n{_show(findings)}"
     return findings
