@@ -142,7 +142,7 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
         ab = ex.ge(np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step), axis=0)
         for other in dated:
             pos = int(np.searchsorted(cpu.index.to_numpy(), other.anomaly[0]))
-            r = _contended(rank, cpu, ex, ab, wait, step, flagged, cfg, onset_at=pos)
+            r = _contended(rank, cpu, ex, ab, wait, step, flagged, cfg, onset_at=pos, sibling=True)
             if r is not None:
                 found = [f for f in found if f.rank != rank] + [r]
                 break
@@ -194,6 +194,7 @@ def _contended(
     flagged: np.ndarray,
     cfg: ContentionConfig,
     onset_at: int | None = None,
+    sibling: bool = False,
 ) -> _Rank | None:
     """The contention of ``rank``, or ``None``; ``onset_at``: the anomaly starts at that
     position (another rank's onset on its host) instead of the rank's own change point."""
@@ -203,7 +204,18 @@ def _contended(
     if run is None:
         return None
     x = excess[rank].to_numpy()
-    onset_pos = _change_point(x, run.end_pos + 1) if onset_at is None else onset_at
+    if onset_at is None:
+        # Two datings: the split near the first persistent flags (searched up to three windows
+        # past them, at most one window past them: a later, larger step up is the contention
+        # growing, not starting), then the split over the whole span; the first that holds.
+        stop = min(run.end_pos + 1, run.onset_pos + 3 * cfg.window)
+        near = _change_point(x, stop, last=run.onset_pos + cfg.window)
+        for pos in dict.fromkeys((near, _change_point(x, run.end_pos + 1))):
+            found = _contended(rank, cpu, excess, above, wait, step, flagged, cfg, onset_at=pos)
+            if found is not None:
+                return found
+        return None
+    onset_pos = onset_at
     # the rolling mean stays up for a window after the contention ends: end at its last step
     own = above[rank].to_numpy()[onset_pos : run.end_pos + 1]
     end_pos = onset_pos + int(np.flatnonzero(own)[-1]) if own.any() else run.end_pos
@@ -235,7 +247,7 @@ def _contended(
     floor = max(cfg.min_excess_ms, cfg.min_excess_frac * float(step.iloc[anomaly].mean()))
     if len(d) < cfg.min_blocks * cfg.window:
         return None
-    sigmas = cfg.sigmas if onset_at is None else cfg.sibling_sigmas
+    sigmas = cfg.sibling_sigmas if sibling else cfg.sigmas
     if gap_ms - sigmas * _stderr(d, cfg.window) < floor or grown < cfg.min_wait_explained * gap_ms:
         return None
     if float(step.iloc[anomaly].sum()) < 1e3 * cfg.min_duration_s:
@@ -275,15 +287,17 @@ def _detected(flags: np.ndarray, onset_pos: int, end_pos: int, cfg: ContentionCo
     return onset_pos + run.detected_pos if run is not None else end_pos
 
 
-def _change_point(x: np.ndarray, stop: int, max_candidates: int = 1000) -> int:
+def _change_point(
+    x: np.ndarray, stop: int, max_candidates: int = 1000, last: int | None = None
+) -> int:
     """The step in ``x[:stop]`` that best splits it into a lower median before and a higher one
     after (least summed absolute deviation from each side's median: robust to the spikes and
-    dips of run-queue delay); 0 when no split has a higher median after. Every step is a
-    candidate, or every k-th on long runs (at most ``max_candidates``)."""
+    dips of run-queue delay); 0 when no split has a higher median after. Every step up to
+    ``last`` is a candidate, or every k-th on long runs (at most ``max_candidates``)."""
     x = np.nan_to_num(x[:stop])
     n = len(x)
     best, best_cost = 0, np.inf
-    for t in range(1, n, max(1, n // max_candidates)):
+    for t in range(1, n if last is None else min(n, last + 1), max(1, n // max_candidates)):
         before, after = x[:t], x[t:]
         mb, ma = float(np.median(before)), float(np.median(after))
         if ma <= mb:
