@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -197,8 +199,6 @@ class StopCont:
     run-queue delay, its compute and its collectives just take longer."""
 
     def __init__(self, case: Case, run_ms: float = 20.0) -> None:
-        import threading
-
         self.case = case
         self.run_s = run_ms / 1000
         sev = min(0.9, max(0.0, case.severity))
@@ -212,14 +212,10 @@ class StopCont:
         self.pid = pids[int(_rank(self.case))]
 
     def at_onset(self) -> None:
-        import threading
-
         self._thread = threading.Thread(target=self._loop, name="stopcont", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        import signal
-
         while not self._done.is_set():
             try:
                 os.kill(self.pid, signal.SIGSTOP)
@@ -230,8 +226,6 @@ class StopCont:
             self._done.wait(self.run_s)
 
     def stop(self) -> None:
-        import signal
-
         self._done.set()
         if self._thread is not None:
             self._thread.join()

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from diag.diagnose.features import class_median
 from diag.findings import Evidence, Finding
 from diag.store.run_store import RunStore
 
@@ -164,18 +165,10 @@ def _replaced(
     recorded) fewer than ``1 / max_calls_ratio`` x as often as the median rank of its work class
     does (it does part of its peers' work another way; ``classes``: rank -> work class, None:
     one class; a pipeline's stages run different operators by design)."""
-    fewer = pd.DataFrame(False, index=calls.index, columns=calls.columns)
-    members: dict[int, list] = {}
-    for col in calls.columns:
-        members.setdefault(-1 if classes is None else classes.get(int(col), -1), []).append(col)
-    for cols in members.values():
-        if len(cols) < 2:
-            continue
-        med = calls[cols].median(axis=1)
-        # an operator a rank did not record is unknown, not 0 calls: the hook keeps each
-        # window's heaviest operators only, and a rank busy with other work drops light ones
-        less = calls[cols].lt(med / cfg.max_calls_ratio, axis=0) & (calls[cols] > 0)
-        fewer[cols] = less & (med >= 1).to_numpy()[:, None]
+    med = class_median(calls.astype(float), classes)
+    # an operator a rank did not record is unknown, not 0 calls: the hook keeps each window's
+    # heaviest operators only, and a rank busy with other work drops light ones
+    fewer = (calls < med / cfg.max_calls_ratio) & (calls > 0) & (med >= 1)
     return fewer.groupby(level="window_id").any().reindex(order).fillna(False).astype(bool)
 
 
