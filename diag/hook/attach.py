@@ -1,9 +1,9 @@
 """The entry point ``diag attach`` injects into a running worker: start the hook, detach later.
 
-Runs in the worker's main thread between two of its operations (the injector holds the GIL), so
-:func:`start` never blocks and never raises: it installs the hook (torch is already imported, the
-patches are a few attribute swaps), starts one watcher thread and writes one status file, all in
-milliseconds. Rules:
+Runs in a thread of its own that the injected code started (:func:`diag.attach.inject.payload`),
+never in the thread the injector stopped, so it may import and start threads freely; it never
+raises: it installs the hook (torch is already imported, the patches are a few attribute swaps),
+starts one watcher thread and writes one status file, all in milliseconds. Rules:
 
 - A hook already present (the worker started under ``diag run``, or another ``diag attach`` is
   attached) is reused, never installed twice; this attach will not uninstall it either.

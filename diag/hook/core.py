@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import os
 import threading
 import time
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from diag.hook.thread import HookThread
 
 EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
+PROFILER_CLOSE_WAIT_S = 2.0  # the most a detach waits for the training thread to end a window
 # Flight Recorder entries kept, unless the job set its own size (decided here, at install: torch
 # reads it when the first process group is created). A full dump holds the GIL ~7-10 us per entry
 # (measured: 512 entries 3.3 ms, 2000 entries 14 ms), so this is the largest ring whose dump
@@ -94,13 +96,16 @@ class Hook:
         self.profiler = ProfilerWindows(
             cfg, torch, clock=clock, wall_offset_ns=self.state.wall_offset_ns, on_error=self.error
         )
-        # The run-queue clock follows the thread that opens it: only the training (main) thread's.
-        on_main = threading.current_thread() is threading.main_thread()
+        # The run-queue clock is the training (main) thread's; an attach installs the hook from
+        # a thread of its own, which names the main thread's task.
+        main = threading.main_thread()
+        runqueue = (
+            runqueue_clock()
+            if threading.current_thread() is main
+            else runqueue_clock(f"/proc/self/task/{main.native_id}/schedstat")
+        )
         self.tracker = StepTracker(
-            self.state.emit,
-            clock,
-            on_begin=self.profiler.step_begins,
-            runqueue=runqueue_clock() if on_main else None,
+            self.state.emit, clock, on_begin=self.profiler.step_begins, runqueue=runqueue
         )
         self.cycle = StepCycle()
         self._bw_depth = 0
@@ -178,15 +183,50 @@ class Hook:
     def _shutdown(self, timeout_s: float, *, exiting: bool) -> None:
         if not self.active:
             return
+        # The profiler is switched off on the training thread only (ProfilerWindows): from
+        # another thread (a detach), the open window stops at the training thread's next step
+        # end, while the hook is still in place; a step that does not end in time leaves one
+        # optimizer hook behind that stops it there and removes itself.
+        elsewhere = not exiting and not self.on_train_thread()
+        if elsewhere and self.profiler.active is not None:
+            self.profiler.close_at_boundary(min(timeout_s, PROFILER_CLOSE_WAIT_S))
         self.active = False
-        self.profiler.close()
+        if elsewhere:
+            self.profiler.closing = True
+        else:
+            self.profiler.close()
         self.excepthooks.uninstall()
         try:
             self._patcher.restore()
         except Exception as exc:
             self.error(exc)
+        if elsewhere and self.profiler.active is not None:
+            self._close_window_later()
         self.thread.stop(timeout_s, exiting=exiting)
         atexit.unregister(self.close)
+
+    def _close_window_later(self) -> None:
+        """One global optimizer step hook that stops the open window on the training thread (its
+        result is dropped there: the hook thread is gone) and then removes itself."""
+        profiler, train_tid = self.profiler, self.train_tid
+        handle: list[Any] = []
+
+        def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+            try:
+                if threading.get_ident() != train_tid or not handle:
+                    return
+                profiler.close()
+                profiler.done.clear()
+                profiler.busy = False
+                handle.pop().remove()
+            except Exception:
+                pass
+
+        try:
+            optim = importlib.import_module("torch.optim.optimizer")
+            handle.append(optim.register_optimizer_step_post_hook(post))
+        except Exception as exc:
+            self.error(exc)
 
     def arm_watchdog(self) -> None:
         """Arm the hang watchdog now: a stall is measured from this moment even if this rank

@@ -93,6 +93,12 @@ class ProfilerWindows:
     while the training thread profiles again crashes the process (seen with torch 2.13). A window
     due meanwhile is handled like one due while another is open (periodic: skipped; on-demand:
     deferred, ``late``).
+
+    The profiler is switched on and off only on the training thread: Kineto's state belongs to
+    the thread that enabled it, and a disable from another thread finds none, leaves the training
+    thread profiling with nobody to stop it, and crashed workers (SIGSEGV, heap corruption) under
+    repeated attach/detach. A detach from another thread sets :attr:`closing` instead: the next
+    step boundary stops the open window (:meth:`close_at_boundary`).
     """
 
     def __init__(
@@ -115,6 +121,7 @@ class ProfilerWindows:
         self.active: WindowPlan | None = None
         self.busy = False  # a result is on its way to / held by the hook thread
         self.stop_after = -1  # the active window stops at the end of this step
+        self.closing = False  # set by a detach on another thread: no window starts, the open stops
         self._every = max(0, cfg.profile_every_steps)
         first = cfg.profile_first_step
         self.next_periodic = first if self._every > 0 and first >= 0 else -1
@@ -127,6 +134,9 @@ class ProfilerWindows:
     def step_begins(self, step: int) -> None:
         """Step ``step`` begins now: start a window if one is due."""
         try:
+            if self.closing:
+                self.close()
+                return
             if self.inbox:
                 while self.inbox:
                     self.pending.append(self.inbox.popleft())
@@ -140,14 +150,33 @@ class ProfilerWindows:
 
     def step_ends(self, step: int) -> None:
         """Step ``step`` is about to end: stop the open window if this is its last step."""
-        if self.active is not None and step >= self.stop_after:
+        if self.active is not None and (step >= self.stop_after or self.closing):
+            if self.closing:
+                self.close()
+                return
             try:
                 self._stop("")
             except Exception as exc:
                 self.on_error(exc)
 
+    def close_at_boundary(
+        self,
+        wait_s: float,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> bool:
+        """From a thread other than the training thread: no new window, the open one stops at the
+        training thread's next step boundary; True once none is open (waits up to ``wait_s``)."""
+        self.closing = True
+        deadline = clock() + wait_s
+        while self.active is not None and clock() < deadline:
+            sleep(0.01)
+        return self.active is None
+
     def close(self) -> None:
-        """At uninstall: stop an open window (it is reported ``ok=False``: cut short)."""
+        """On the training thread, at uninstall: stop an open window (reported ``ok=False``: cut
+        short)."""
         if self.active is not None:
             try:
                 self._stop("window cut short: the hook was uninstalled")

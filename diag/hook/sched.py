@@ -6,7 +6,9 @@ thread waits for a core, not because its device is slow; the hook records this d
 (:attr:`diag.schema.StepEvent.cpu_wait_ns`) so the detectors can tell the two apart.
 
 :func:`runqueue_clock` returns a clock for the calling thread (an fd kept open and re-read with
-``pread``: about 3 us) or ``None`` where the file is missing or unreadable.
+``pread``: about 3 us) or ``None`` where the file is missing or unreadable; given another
+thread's ``/proc/self/task/TID/schedstat``, the clock of that thread (``diag attach`` installs
+the hook from a thread of its own).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import os
 import shutil
@@ -298,3 +299,56 @@ def test_summarize_categories_top_n_and_collectives() -> None:
     assert (op4.num_calls, op4.total_ns, op4.median_ns, op4.max_ns) == (3, 1021, 10, 1004)
     assert op4.step_share == pytest.approx(0.1021) and op4.input_shapes == "[[1004]]"
     assert (out.num_ops, out.num_kernels) == (7, 2)
+
+
+def _detach_from_another_thread(h: hook.Hook) -> threading.Thread:
+    t = threading.Thread(target=h.detach, name="detacher")
+    t.start()
+    return t
+
+
+def test_a_detach_from_another_thread_stops_the_window_on_the_training_thread(
+    world: None, sink: ControlSink
+) -> None:
+    """Kineto's state belongs to the thread that enabled it: a detach (diag attach's watcher
+    thread) must not disable it from its own thread (that left the training thread profiling
+    for good, and crashed workers); the training thread stops it at its next step end."""
+    cfg = HookConfig(daemon_sock=sink.path, profile_first_step=1, profile_every_steps=100,
+                     profile_num_steps=50, **FAST)  # fmt: skip
+    h = hook.install(cfg)
+    trainer = Trainer()
+    trainer.steps(3)
+    assert h.profiler.active is not None and torch.autograd.profiler._is_profiler_enabled
+    detacher = _detach_from_another_thread(h)
+    while detacher.is_alive():
+        trainer.steps(1)
+    assert not torch._C._autograd._profiler_enabled()
+    assert h.profiler.active is None and not h.active
+    events = sink.close()
+    (win,) = of_kind(events, schema.ProfileWindow)
+    assert win.window_id == "p1" and not win.ok and "cut short" in win.error
+    assert h.num_errors == 0, h.last_error
+
+
+def test_a_window_left_open_by_a_detach_stops_at_the_next_optimizer_step(
+    world: None, sink: ControlSink
+) -> None:
+    """No step ends while the detach waits (a stalled training thread): the hook is removed
+    anyway, and one optimizer step hook left behind stops the window on the training thread at
+    its next step, then removes itself."""
+    cfg = HookConfig(daemon_sock=sink.path, profile_first_step=1, profile_every_steps=100,
+                     profile_num_steps=50, **FAST)  # fmt: skip
+    h = hook.install(cfg)
+    trainer = Trainer()
+    trainer.steps(3)
+    assert h.profiler.active is not None
+    _detach_from_another_thread(h).join(30)
+    assert not h.active and h.profiler.active is not None  # still on: nobody stepped
+    assert torch._C._autograd._profiler_enabled()
+    hooks = importlib.import_module("torch.optim.optimizer")._global_optimizer_post_hooks
+    before = len(hooks)
+    trainer.steps(1)
+    assert not torch._C._autograd._profiler_enabled() and h.profiler.active is None
+    assert len(hooks) == before - 1
+    trainer.steps(1)  # nothing left behind
+    sink.close()
