@@ -1,17 +1,23 @@
 """``diag daemon``: run the per-node daemon until SIGTERM or SIGINT, then flush and exit 0.
 
-``diag run`` starts it as ``diag daemon --listen SOCK --analyzer HOST:PORT --spool DIR ...`` and
-waits for ``SOCK`` to exist: the daemon creates it atomically, already listening. Logs go to
-stderr.
+``diag run`` starts it as ``diag daemon --listen SOCK --analyzer HOST:PORT --spool DIR ...
+--exit-with PID`` and waits for ``SOCK`` to exist: the daemon creates it atomically, already
+listening. ``--exit-with`` ties it to the process that started it: when that one is gone (a
+``diag run`` or ``diag attach`` killed with SIGKILL, which cannot stop its daemon), the daemon
+flushes and exits as on SIGTERM instead of staying behind on the node. Logs go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+
+OWNER_POLL_S = 1.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-id", metavar="ID", help="job id stamped on the daemon's events")
     parser.add_argument("--host", metavar="NAME", help="host name to report (default: DIAG_HOST)")
     parser.add_argument("--config", metavar="FILE", help="TOML file with a [daemon] table")
+    parser.add_argument(
+        "--exit-with", type=int, metavar="PID", help="flush and exit when process PID is gone"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,5 +61,43 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    if args.exit_with:
+        threading.Thread(
+            target=watch_owner,
+            args=(args.exit_with, daemon.request_stop),
+            name="diag-owner",
+            daemon=True,
+        ).start()
     daemon.run()
     return 0
+
+
+def watch_owner(pid: int, stop: Callable[[], None], poll_s: float = OWNER_POLL_S) -> None:
+    """Call ``stop`` once process ``pid`` has exited (a pidfd where the kernel has them: no
+    confusion with a later process given the same pid; else a signal-0 probe every ``poll_s``)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        stop()
+        return
+    except (AttributeError, OSError):
+        fd = -1
+    if fd >= 0:
+        import select
+
+        with select.epoll() as ep:
+            ep.register(fd, select.EPOLLIN)
+            while not ep.poll():
+                pass
+        os.close(fd)
+        stop()
+        return
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        except OSError:
+            pass
+        threading.Event().wait(poll_s)
+    stop()

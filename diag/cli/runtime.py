@@ -216,6 +216,7 @@ def start_daemon(
         "--job-id", job_id,
         "--gpu-backend", gpu_backend,
         "--fake-gpus", str(fake_gpus),
+        "--exit-with", str(os.getpid()),
     ]  # fmt: skip
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(

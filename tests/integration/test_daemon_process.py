@@ -81,6 +81,39 @@ def test_cli_daemon_reports_missing_nvml_once_and_exits_0_on_sigterm(
     assert err.count("no GPU telemetry") == 1
 
 
+def test_cli_daemon_flushes_and_exits_when_the_process_that_started_it_is_killed(
+    tmp_path: Path, analyzer: AnalyzerServer
+) -> None:
+    """``diag run``/``diag attach`` killed with SIGKILL cannot stop their daemon: ``--exit-with``
+    makes it notice, ship what it holds and exit 0 instead of staying on the node for good."""
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    sock = tmp_path / "d.sock"
+    cmd = [
+        sys.executable, "-m", "diag.cli.main", "daemon", "--listen", str(sock),
+        "--analyzer", analyzer.target, "--spool", str(tmp_path / "spool"),
+        "--gpu-backend", "none", "--host", "n9", "--job-id", "j9",
+        "--exit-with", str(owner.pid),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: sock.exists() or proc.poll() is not None, what="the socket")
+        hook = FakeHook(sock)
+        hook.send(hook_events("n9", 0, 5, range(0, 10)))
+        hook.close()
+        time.sleep(0.5)
+        assert proc.poll() is None  # its owner lives: it stays
+        owner.kill()
+        owner.wait()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        for p in (proc, owner):
+            if p.poll() is None:
+                p.kill()
+    assert proc.returncode == 0, err
+    assert len(analyzer.servicer.of_kind(schema.StepEvent)) == 10
+
+
 def _envelope(rank: int, pid: int, seq: int) -> dict[str, object]:
     return dict(ts_ns=time.time_ns(), host="node1", rank=rank, local_rank=rank,
                 source=f"node1/rank{rank}/{pid}", seq=seq)  # fmt: skip
