@@ -6,7 +6,9 @@ when the job reaches step 40 a busy loop pinned to CPU 1 starts in a session of 
 heavier autogroup weight (:mod:`tests.fakes.cpu_hog`: why a plain busy loop hardly slows a
 torchrun worker), and runs to the end. Before the fix the job got slower and nothing was reported
 (the run-queue delay that singled rank 2 out was subtracted from its compute). Once under
-``diag run``, once under ``diag attach``.
+``diag run``, once under ``diag attach``. A CPU-bound neighbour on the machine contends the other
+ranks too: a finding that names it (a process outside the job) is true and allowed, even above
+the hog's.
 """
 
 from __future__ import annotations
@@ -69,8 +71,14 @@ def _check(run_dir: Path, hog_pid: int, started_ns: int) -> None:
         f"{f['cause']} {f['severity']} {f['ranks']}: {f['summary']}" for f in findings
     )
     assert findings, "no finding"
-    top = findings[0]
-    assert (top["cause"], top["ranks"]) == ("node", [2]), shown
+    # A CPU-bound neighbour on the machine (another job, a test runner) contends the ranks it
+    # shares a CPU with: a contention finding naming a process outside the job is true, and may
+    # rank above the hog's; every other finding must come after the hog's.
+    hogged = [i for i, f in enumerate(findings) if (f["cause"], f["ranks"]) == ("node", [2])]
+    assert hogged, shown
+    ahead = [f for f in findings[: hogged[0]] if not _foreign_process(f, hog_pid)]
+    assert not ahead, shown
+    top = findings[hogged[0]]
     # The onset is where rank 2's delay stood out: on this 2-core VM the scheduler keeps moving
     # the other sessions' work about for a while, so it can trail the hog by a few seconds.
     at = _hog_step(run_dir, started_ns)
@@ -80,8 +88,25 @@ def _check(run_dir: Path, hog_pid: int, started_ns: int) -> None:
     assert hog and "CPU 1" in hog[0]["note"], json.dumps(top["evidence"], indent=1)
     assert f"pid {hog_pid}" in top["summary"], top["summary"]
     # no other slowdown diagnosis at warning or above (a drift finding is another question)
-    others = [f for f in findings[1:] if f["severity"] != "info" and f["symptom"] == "slowdown"]
+    others = [
+        f
+        for f in findings
+        if f is not top
+        and f["severity"] != "info"
+        and f["symptom"] == "slowdown"
+        and not _foreign_process(f, hog_pid)
+    ]
     assert not others, shown
+
+
+def _foreign_process(f: dict, hog_pid: int) -> bool:
+    """Contention naming a process outside the job, not the test's hog, on the ranks' CPU."""
+    return str(f["id"]).startswith("contention-") and any(
+        e["metric"] == "host_process_cpu_pct"
+        and "a CPU the culprit ran on" in e["note"]
+        and not e["subject"].startswith(f"pid {hog_pid} ")
+        for e in f["evidence"]
+    )
 
 
 def test_a_hog_on_one_rank_cpu_under_diag_run(tmp_path: Path) -> None:
