@@ -307,16 +307,19 @@ def class_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) -
     return pd.DataFrame(out, index=wide.index, columns=wide.columns)
 
 
-def persistent_columns(flags: np.ndarray, window: int, min_frac: float) -> np.ndarray:
+def persistent_columns(flags: np.ndarray, window: int, min_frac: float, run: int = 0) -> np.ndarray:
     """For a steps x columns bool table, which columns :func:`persistence` would find a
     persistent run in (``persistence(flags[:, j], ...) is not None``), all columns at once."""
     n = flags.shape[0]
-    if n < window or window < 1:
-        return np.zeros(flags.shape[1], dtype=bool)
+    found = np.zeros(flags.shape[1], dtype=bool)
     sums = np.zeros((n + 1, flags.shape[1]), dtype=np.int64)
     np.cumsum(flags, axis=0, out=sums[1:])
-    counts = sums[window:] - sums[:-window]  # windows ending at position i + window - 1
-    return np.asarray((counts >= min_frac * window - 1e-9).any(axis=0), dtype=bool)
+    if 1 <= window <= n:
+        counts = sums[window:] - sums[:-window]  # windows ending at position i + window - 1
+        found |= (counts >= min_frac * window - 1e-9).any(axis=0)
+    if 1 <= run <= n:
+        found |= (sums[run:] - sums[:-run] >= run).any(axis=0)
+    return np.asarray(found, dtype=bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,19 +338,34 @@ class Persistence:
     consistency: float
 
 
-def persistence(flags: np.ndarray, window: int, min_frac: float) -> Persistence | None:
-    """The persistent run of ``flags`` (bool per analysed step), or ``None`` if there is none."""
+def persistence(
+    flags: np.ndarray, window: int, min_frac: float, run: int = 0
+) -> Persistence | None:
+    """The persistent run of ``flags`` (bool per analysed step), or ``None`` if there is none.
+
+    Persistent: flagged in ``>= min_frac`` of a ``window``-step window, or (``run`` > 0) in
+    ``run`` steps in a row. The two hold about as rarely on noise (6 in a row at a flag rate of
+    0.3 per step: 7e-4 per position; 8 of 10: 1.6e-3), but a run says so sooner: a rank flagged
+    on every step from its onset is found ``run`` steps in, not ``min_frac * window``."""
     n = len(flags)
-    if n < window or window < 1:
+    f = flags.astype(float)
+    ends: list[int] = []  # last positions of the passing windows
+    if 1 <= window <= n:
+        counts = np.convolve(f, np.ones(window), mode="valid")
+        ends = [int(i) + window - 1 for i in np.flatnonzero(counts >= min_frac * window - 1e-9)]
+    run_ends: list[int] = []  # last positions of the runs of ``run`` flagged steps
+    if 1 <= run <= n:
+        in_a_row = np.convolve(f, np.ones(run), mode="valid")
+        run_ends = [int(i) + run - 1 for i in np.flatnonzero(in_a_row >= run - 1e-9)]
+    if not ends and not run_ends:
         return None
-    counts = np.convolve(flags.astype(float), np.ones(window), mode="valid")  # windows ending at
-    ok = np.flatnonzero(counts >= min_frac * window - 1e-9)  # position i + window - 1
-    if not len(ok):
-        return None
-    first_end = int(ok[0]) + window - 1
-    start = first_end - window + 1
-    onset = start + int(np.argmax(flags[start : first_end + 1]))
-    end = int(ok[-1]) + window - 1
+    first_end = min([*ends[:1], *run_ends[:1]])
+    if run_ends and run_ends[0] == first_end and (not ends or ends[0] > first_end):
+        onset = first_end - run + 1  # every step of the run is flagged
+    else:
+        start = first_end - window + 1
+        onset = start + int(np.argmax(flags[start : first_end + 1]))
+    end = max([*ends[-1:], *run_ends[-1:]])
     end = onset + int(np.flatnonzero(flags[onset : end + 1])[-1])  # last flagged step
     consistency = float(flags[onset : end + 1].mean())
     return Persistence(onset, first_end, end, consistency)

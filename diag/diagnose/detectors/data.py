@@ -58,6 +58,7 @@ class DataConfig:
     warmup_steps: int = 5
     window: int = 10
     min_frac: float = 0.8
+    min_run: int = 6  # ... or this many flagged steps in a row (found sooner)
     min_excess_ms: float = 2.0  # one rank: absolute floor of the data-wait excess
     min_excess_frac: float = 0.05  # one rank: excess as a fraction of the job step
     share_threshold: float = 0.15  # all ranks: data share of the step
@@ -139,9 +140,9 @@ def _one_rank(
     out = []
     # Only ranks with a persistent run of flagged steps can be named: find them all at once.
     flagged = excess.to_numpy() > floor[:, None]
-    for rank in data.columns[persistent_columns(flagged, cfg.window, cfg.min_frac)]:
+    for rank in data.columns[persistent_columns(flagged, cfg.window, cfg.min_frac, cfg.min_run)]:
         flags = excess[rank].to_numpy() > floor
-        run = persistence(flags, cfg.window, cfg.min_frac)
+        run = persistence(flags, cfg.window, cfg.min_frac, cfg.min_run)
         if run is None:
             continue
         span = slice(run.onset_pos, run.end_pos + 1)
@@ -190,7 +191,7 @@ def _all_ranks(
     share = (data / duration.where(duration > 0)).median(axis=1).fillna(0.0)
     baseline = float(share.iloc[: cfg.window].median())
     flags = ((share > cfg.share_threshold) & (share > baseline + cfg.min_share_growth)).to_numpy()
-    run = persistence(flags, cfg.window, cfg.min_frac)
+    run = persistence(flags, cfg.window, cfg.min_frac, cfg.min_run)
     if run is None:
         return []
     now = float(share.iloc[run.onset_pos : run.end_pos + 1].median())

@@ -38,6 +38,7 @@ class NodeConfig:
     min_excess_frac: float = 0.05  # ... and by at least this share of the job's step
     window: int = 10  # sliding window, in steps
     min_frac: float = 0.8  # flagged fraction of a window that makes it persistent
+    min_run: int = 6  # ... or this many flagged steps in a row (found sooner)
     min_wait_explained: float = 0.5  # peers' wait growth / culprit's excess compute
     confident_gap: float = 0.2  # compute gap (ratio - 1) that counts fully toward confidence
     structural_share: float = 0.5  # gap before the onset / gap after it that means "no onset"
@@ -180,7 +181,7 @@ def find_slow(frames: Frames, cfg: NodeConfig) -> list[Slow]:
     flagged = flagged_frame.to_numpy()
     slow = []
     # Only columns with a persistent run of flagged steps can be slow: find them all at once.
-    for j in np.flatnonzero(persistent_columns(flagged, cfg.window, cfg.min_frac)):
+    for j in np.flatnonzero(persistent_columns(flagged, cfg.window, cfg.min_frac, cfg.min_run)):
         found = _slow_one(int(j), frames, ratio, flagged[:, j], cfg)
         if found is not None:
             slow.append(found)
@@ -191,7 +192,7 @@ def _slow_one(
     j: int, frames: Frames, ratio_frame: pd.DataFrame, flags: np.ndarray, cfg: NodeConfig
 ) -> Slow | None:
     key = frames.compute.columns[j]
-    run = persistence(flags, cfg.window, cfg.min_frac)
+    run = persistence(flags, cfg.window, cfg.min_frac, cfg.min_run)
     if run is None:
         return None
     ratio = ratio_frame.iloc[:, j]

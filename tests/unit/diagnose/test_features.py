@@ -7,7 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diag.diagnose.features import CKPT_COLUMNS, STEP_COLUMNS, Features, peer_median, persistence
+from diag.diagnose.features import (
+    CKPT_COLUMNS,
+    STEP_COLUMNS,
+    Features,
+    peer_median,
+    persistence,
+    persistent_columns,
+)
 from tests.fakes.scenarios import Scenario
 
 
@@ -48,6 +55,22 @@ def test_persistence_onset_end_and_consistency() -> None:
     assert run.consistency == pytest.approx(14 / 15)
     assert persistence(flags[:12], window=10, min_frac=0.8) is None
     assert persistence(np.zeros(30, dtype=bool), window=10, min_frac=0.8) is None
+
+
+def test_a_run_of_flagged_steps_is_found_sooner_than_the_window() -> None:
+    flags = np.array([0, 1, 0] + [0] * 7 + [1] * 12 + [0] * 8, dtype=bool)
+    window = persistence(flags, window=10, min_frac=0.8)
+    sooner = persistence(flags, window=10, min_frac=0.8, run=6)
+    assert window is not None and sooner is not None
+    assert (window.onset_pos, window.detected_pos) == (10, 17)  # the 8th flagged step
+    assert (sooner.onset_pos, sooner.detected_pos, sooner.end_pos) == (10, 15, 21)  # the 6th
+    assert persistence(flags[:16], window=10, min_frac=0.8) is None
+    assert persistence(flags[:16], window=10, min_frac=0.8, run=6) is not None
+    broken = np.array(([1] * 5 + [0] * 3) * 4, dtype=bool)  # never 6 in a row nor 8 of 10
+    assert persistence(broken, window=10, min_frac=0.8, run=6) is None
+    table = np.stack([flags[:16], broken[:16]], axis=1)
+    assert persistent_columns(table, 10, 0.8, 6).tolist() == [True, False]
+    assert persistent_columns(table, 10, 0.8).tolist() == [False, False]
 
 
 def test_compute_is_the_ranks_own_less_its_run_queue_delay(tmp_path: Path) -> None:
