@@ -4,10 +4,12 @@ Starts the demo job (4 ranks, gloo), then injects the real ``diag attach`` paylo
 (:func:`diag.attach.inject.payload`, the hook with profiler windows every 3 steps) into one worker
 after another, ``--cycles`` times. Each hook detaches itself after ``--hold-s`` (its deadline),
 so detaches often meet an open profiler window. Counted: injections that returned, injections
-that did not return within ``--timeout-s`` (a hang: the worker is dumped with py-spy and the job
+that did not return within ``--timeout-s`` (``--host main``; 30 s, diag attach's own limit,
+with ``--host idle``) (a hang: the worker is dumped with py-spy and the job
 restarted), worker deaths (the job restarted), and the statuses the hooks wrote. ``--host main``
 injects into the main thread (how ``diag attach`` did it before), ``--host idle`` into the thread
-:func:`diag.attach.inject.host_thread` picks (how it does it now). Measured numbers only.
+:func:`diag.attach.inject.host_thread` picks, through :func:`diag.attach.inject.inject` (what
+``diag attach`` does now). Measured numbers only.
 
     .venv/bin/python bench/attach_cycles.py [--cycles 300] [--host idle|main] [--hold-s 0.5]
 
@@ -70,7 +72,7 @@ def main() -> int:
     ap.add_argument("--hold-s", type=float, default=0.5)
     ap.add_argument("--timeout-s", type=float, default=15.0)
     args = ap.parse_args()
-    inject.choose(sys.version_info[:2])  # one line and exit 2 without an injector
+    injector = inject.choose(sys.version_info[:2])  # one line and exit 2 without an injector
     work = Path(tempfile.mkdtemp(prefix="diag-attach-cycles-"))
     overrides = {
         "daemon_sock": str(work / "no.sock"),
@@ -96,9 +98,12 @@ def main() -> int:
         status = work / f"status-{i}.json"
         spec = {"hook": dataclasses.asdict(hook), "status": str(status), "stop_file": "",
                 "owner_pid": 0, "deadline": time.time() + args.hold_s}  # fmt: skip
-        tid = pid if args.host == "main" else inject.host_thread(pid)
+        tid = pid if args.host == "main" else "idle"
         try:
-            inject._hypno(pid, tid, inject.payload(spec), timeout_s=args.timeout_s)
+            if args.host == "main":
+                inject.inject_thread(pid, pid, inject.payload(spec), timeout_s=args.timeout_s)
+            else:  # what diag attach does (a host thread that ended is retried), 30 s limit
+                inject.inject(injector, pid, inject.payload(spec))
             counts["injected"] += 1
         except AttachError as exc:
             if "did not return" in str(exc):

@@ -198,17 +198,11 @@ def host_thread(
         first = {t: idle_rank(pid, t, proc_root, machine) for t in tids}
         sleep(0.01)
         again = {t: idle_rank(pid, t, proc_root, machine) for t in tids}
-        idle = sorted(
-            (rank, t != pid, t)
-            for t, rank in again.items()
-            if rank is not None and first[t] is not None
-        )
-        others = [(rank, t) for rank, not_main, t in idle if not_main]
+        idle = {t: rank for t, rank in again.items() if rank is not None and first[t] is not None}
+        others = sorted((rank, t) for t, rank in idle.items() if t != pid)
         if others:
             return others[0][1]
-        if clock() >= deadline:
-            return pid
-        if any(t == pid for _, _, t in idle) and clock() >= deadline - search_s / 2:
+        if clock() >= deadline or (pid in idle and clock() >= deadline - search_s / 2):
             return pid
         sleep(0.05)
 
@@ -231,7 +225,7 @@ def inject(injector: Injector, pid: int, code: str) -> None:
             raise _failed(pid, str(exc)) from None
     for attempt in range(3):
         try:
-            _hypno(pid, host_thread(pid), code)
+            inject_thread(pid, host_thread(pid), code)
             return
         except AttachError as exc:
             # the chosen thread ended before the injector reached it (a short-lived thread)
@@ -239,7 +233,9 @@ def inject(injector: Injector, pid: int, code: str) -> None:
                 raise
 
 
-def _hypno(pid: int, tid: int, code: str, timeout_s: float = INJECT_TIMEOUT_S) -> None:
+def inject_thread(pid: int, tid: int, code: str, timeout_s: float = INJECT_TIMEOUT_S) -> None:
+    """Run ``code`` with hypno in thread ``tid`` of ``pid`` (an injector child process, at most
+    ``timeout_s``); :class:`AttachError` (one line) when it fails or does not return."""
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", _HYPNO_CHILD, str(tid)],
@@ -260,8 +256,8 @@ def _hypno(pid: int, tid: int, code: str, timeout_s: float = INJECT_TIMEOUT_S) -
             "detaches at once"
         ) from None
     if proc.returncode != 0:
-        raise _failed(pid, (err or "").strip().splitlines()[-1:][0] if err.strip() else
-                      f"injector exited {proc.returncode}")  # fmt: skip
+        lines = (err or "").strip().splitlines()
+        raise _failed(pid, lines[-1] if lines else f"injector exited {proc.returncode}")
 
 
 def _failed(pid: int, why: str) -> AttachError:

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -99,5 +100,5 @@ def watch_owner(pid: int, stop: Callable[[], None], poll_s: float = OWNER_POLL_S
             break
         except OSError:
             pass
-        threading.Event().wait(poll_s)
+        time.sleep(poll_s)
     stop()

@@ -188,12 +188,10 @@ class Hook:
         # end, while the hook is still in place; a step that does not end in time leaves one
         # optimizer hook behind that stops it there and removes itself.
         elsewhere = not exiting and not self.on_train_thread()
-        if elsewhere and self.profiler.active is not None:
+        if elsewhere:  # from now on no window starts; an open one stops at a step end
             self.profiler.close_at_boundary(min(timeout_s, PROFILER_CLOSE_WAIT_S))
         self.active = False
-        if elsewhere:
-            self.profiler.closing = True
-        else:
+        if not elsewhere:
             self.profiler.close()
         self.excepthooks.uninstall()
         try:

@@ -150,10 +150,11 @@ class ProfilerWindows:
 
     def step_ends(self, step: int) -> None:
         """Step ``step`` is about to end: stop the open window if this is its last step."""
-        if self.active is not None and (step >= self.stop_after or self.closing):
-            if self.closing:
-                self.close()
-                return
+        if self.active is None:
+            return
+        if self.closing:
+            self.close()
+        elif step >= self.stop_after:
             try:
                 self._stop("")
             except Exception as exc:
@@ -165,14 +166,13 @@ class ProfilerWindows:
         *,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
-    ) -> bool:
+    ) -> None:
         """From a thread other than the training thread: no new window, the open one stops at the
-        training thread's next step boundary; True once none is open (waits up to ``wait_s``)."""
+        training thread's next step boundary (waits up to ``wait_s`` for it)."""
         self.closing = True
         deadline = clock() + wait_s
         while self.active is not None and clock() < deadline:
             sleep(0.01)
-        return self.active is None
 
     def close(self) -> None:
         """On the training thread, at uninstall: stop an open window (reported ``ok=False``: cut

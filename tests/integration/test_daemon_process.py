@@ -47,15 +47,13 @@ def skewed_analyzer() -> Iterator[AnalyzerServer]:
     server.stop()
 
 
-def test_cli_daemon_reports_missing_nvml_once_and_exits_0_on_sigterm(
-    tmp_path: Path, skewed_analyzer: AnalyzerServer
-) -> None:
-    pytest.importorskip("pynvml")
+def _cli_daemon(tmp_path: Path, analyzer: AnalyzerServer, *args: str) -> subprocess.Popen[str]:
+    """``diag daemon`` as host n9 of job j9, once its socket is up and a hook sent 10 steps."""
     sock = tmp_path / "d.sock"
     cmd = [
         sys.executable, "-m", "diag.cli.main", "daemon", "--listen", str(sock),
-        "--analyzer", skewed_analyzer.target, "--spool", str(tmp_path / "spool"),
-        "--gpu-backend", "nvml", "--host", "n9", "--job-id", "j9",
+        "--analyzer", analyzer.target, "--spool", str(tmp_path / "spool"),
+        "--host", "n9", "--job-id", "j9", *args,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
@@ -64,6 +62,18 @@ def test_cli_daemon_reports_missing_nvml_once_and_exits_0_on_sigterm(
         hook = FakeHook(sock)
         hook.send(hook_events("n9", 0, 5, range(0, 10)))
         hook.close()
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+def test_cli_daemon_reports_missing_nvml_once_and_exits_0_on_sigterm(
+    tmp_path: Path, skewed_analyzer: AnalyzerServer
+) -> None:
+    pytest.importorskip("pynvml")
+    proc = _cli_daemon(tmp_path, skewed_analyzer, "--gpu-backend", "nvml")
+    try:
         rec = skewed_analyzer.servicer
         wait_for(lambda: len(rec.of_kind(schema.StepEvent)) == 10, what="events")
         proc.send_signal(signal.SIGTERM)
@@ -87,20 +97,8 @@ def test_cli_daemon_flushes_and_exits_when_the_process_that_started_it_is_killed
     """``diag run``/``diag attach`` killed with SIGKILL cannot stop their daemon: ``--exit-with``
     makes it notice, ship what it holds and exit 0 instead of staying on the node for good."""
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    sock = tmp_path / "d.sock"
-    cmd = [
-        sys.executable, "-m", "diag.cli.main", "daemon", "--listen", str(sock),
-        "--analyzer", analyzer.target, "--spool", str(tmp_path / "spool"),
-        "--gpu-backend", "none", "--host", "n9", "--job-id", "j9",
-        "--exit-with", str(owner.pid),
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    proc = _cli_daemon(tmp_path, analyzer, "--gpu-backend", "none", "--exit-with", str(owner.pid))
     try:
-        wait_for(lambda: sock.exists() or proc.poll() is not None, what="the socket")
-        hook = FakeHook(sock)
-        hook.send(hook_events("n9", 0, 5, range(0, 10)))
-        hook.close()
         time.sleep(0.5)
         assert proc.poll() is None  # its owner lives: it stays
         owner.kill()
