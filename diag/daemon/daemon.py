@@ -128,6 +128,7 @@ class Daemon:
         self._queue: list[pb.Event] = []
         self._new_ranks: list[schema.RankInfo] = []
         self._seq = 0
+        self._closing = False  # set by the shutdown before its final flush
         self._logged_errors: set[tuple[str, str]] = set()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -192,6 +193,8 @@ class Daemon:
             self._queue.append(codec.event_to_proto(ev))
 
     def _on_clock(self, offset_ns: int, rtt_ns: int) -> None:
+        if self._closing:
+            return
         self.emit(
             schema.ClockSync(
                 ts_ns=self._wall(), host="", source="", seq=-1, offset_ns=offset_ns, rtt_ns=rtt_ns
@@ -375,20 +378,24 @@ class Daemon:
         self.listener.stop(grace_s=self._grace_s)
         self.probes.stop()
         self._apply_new_ranks()
+        for c in self._collectors:
+            try:
+                c.close()
+            except Exception as exc:
+                log.warning("closing the %s collector failed: %s", c.name, exc)
+        # The final deliveries sync the clock too; nothing would ship those samples (they would
+        # count as emitted and never arrive), and the analyzer has the earlier ones.
+        self._closing = True
         self.flush()
         delivered = self.shipper.drain(self._final_flush_s)
         self.shipper.stop()
         if self._control_thread is not None:  # _stopping is set: at most one poll in flight
             self._control_thread.join(self.cfg.rpc_timeout_s + 1.0)
         self.client.close()
-        for c in self._collectors:
-            try:
-                c.close()
-            except Exception as exc:
-                log.warning("closing the %s collector failed: %s", c.name, exc)
+        self.flush()  # anything queued meanwhile stays in the spool for the next daemon
         stats = self.stats()
         self.spool.close()
-        if not delivered:
+        if not delivered or stats.num_batches_pending:
             log.warning(
                 "analyzer not reached before exit: %d batch(es) stay in the spool %s "
                 "(replayed by the next daemon started on it)",

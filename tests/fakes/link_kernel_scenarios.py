@@ -31,11 +31,14 @@ def link_run(
     slow_factor: float = 3.0,
     slow_rank: int | None = None,
     timed: bool = True,
+    early: tuple[int, float] | None = None,
 ) -> RunStore:
     """4 ranks on 2 hosts, groups dp0={0,2}, dp1={1,3}; 2 all-reduces of 64 MiB per group per
     step taking 10 ms each. ``slow_group``: its transfers ``slow_factor`` x from ``slow_from``.
     ``slow_rank``: its compute 1.5x from ``slow_from`` (it enqueues late, its peers wait).
-    ``timed=False``: no durations (gloo-like), only ``collective_wait_ns`` in the steps."""
+    ``timed=False``: no durations (gloo-like), only ``collective_wait_ns`` in the steps.
+    ``early=(step, factor)``: the slow group's transfers already ``factor`` x from ``step`` to
+    ``slow_from`` (noise on a busy host just before the fault)."""
     store = RunStore.create(tmp)
     src = {r: Source(HOSTS[r], r, pid=100 + r) for r in HOSTS}
     events: list[schema.Event] = []
@@ -49,6 +52,8 @@ def link_run(
                 transfer = 10.0 * (1 + 0.02 * _jitter(step, gi, k))
                 if g == slow_group and step >= slow_from:
                     transfer *= slow_factor
+                elif g == slow_group and early is not None and step >= early[0]:
+                    transfer *= early[1]
                 arrive = {r: compute[r] + 0.05 * _jitter(step, r, k) for r in ranks}
                 last = max(arrive.values())
                 for r in ranks:

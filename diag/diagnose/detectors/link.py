@@ -33,9 +33,11 @@ noise is not a slowdown). Two references:
 
 A candidate period counts when, from its start to the end, at least ``persist_frac`` of the steps
 (and ``min_slow_steps``) are slow against its reference (or against the peers); of those, the one
-with the most evidence, ``sum(slow - persist_frac)``, wins (the earliest on a tie); its start is
-the onset (``None`` when it is the first step). ``detected_step`` is the ``min_slow_steps``-th
-slow step from the onset plus the ``smooth_steps // 2`` later steps its smoothed cost needed.
+with the most evidence, ``sum(slow - persist_frac)``, wins (the earliest on a tie). Its onset is
+the change point of the log cost near its start (:func:`_refine_onset`: noisy steps just before a
+real change would date it early), ``None`` when it is the first step. ``detected_step`` is the
+``min_slow_steps``-th slow step from the onset plus the ``smooth_steps // 2`` later steps its
+smoothed cost needed.
 Over the slow steps:
 
 - no late rank explains it. A rank's own work before a collective is its ``compute_ns`` less
@@ -329,7 +331,40 @@ def _slow_period(
     if np.isnan(ref):
         assert peer is not None
         ref = float(np.nanmedian(peer[start:][flags[start:]]))
+    elif start > 0:
+        start = _refine_onset(values, flags, start, cfg)
     return start, flags, ref
+
+
+def _refine_onset(values: np.ndarray, flags: np.ndarray, start: int, cfg: LinkConfig) -> int:
+    """The change point of the log cost near the candidate's start: the split ``t`` of one fixed
+    span (``baseline_steps`` before the start to ``2 x baseline_steps`` after it) into the two
+    most homogeneous segments (least summed absolute deviation from each segment's median) with
+    a higher median after, searched from the start to ``baseline_steps`` after it; the onset is
+    the first slow step at or after it. A few noisy steps just before the real change (a busy
+    host, the proxy's coarse waits) would otherwise date the onset early, before the fault."""
+    w = cfg.baseline_steps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.log(np.where(values > 0, values, np.nan))
+    x = np.nan_to_num(x, nan=float(np.nanmin(x)) if np.isfinite(x).any() else 0.0)
+    lo, hi = start, min(start + w, len(x) - cfg.min_slow_steps)
+    span0, span1 = max(0, start - w), min(len(x), start + 2 * w)
+    best, best_cost = start, np.inf
+    for t in range(lo, hi + 1):
+        before, after = x[span0:t], x[t:span1]
+        if len(before) == 0 or len(after) == 0:
+            continue
+        mb, ma = float(np.median(before)), float(np.median(after))
+        if ma <= mb:
+            continue
+        cost = float(np.abs(before - mb).sum() + np.abs(after - ma).sum())
+        if cost < best_cost:
+            best, best_cost = t, cost
+    onset = best + int(np.argmax(flags[best:])) if flags[best:].any() else start
+    tail = flags[onset:]
+    if tail.sum() < cfg.min_slow_steps or tail.mean() < cfg.persist_frac:
+        return start
+    return onset
 
 
 def _slow_group(
