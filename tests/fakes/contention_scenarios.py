@@ -7,9 +7,11 @@ slowest rank's busy time minus its own, plus ``comm_ms``. From ``onset`` (to ``u
 by default) the ``contended`` ranks wait ``extra_ms`` more per step on average (a foreign process
 on their CPU: itself bursty, ``extra_p`` of the steps); ``shared_ms`` adds the same delay to every
 rank (the job oversubscribing its own host). The daemon samples the host every second: a
-``HostSample``, a ``ProcSample`` per rank (``last_cpu`` = ``cpus[rank]``) and, while the hog
+``HostSample``, a ``ProcSample`` per rank (``last_cpu`` = ``cpus[rank]``; -1: not pinned, CPU 0
+and 1 in turn) and, while the hog
 runs, a ``HostProcess`` for it (pid ``HOG_PID``, 95% of a core on ``hog_cpu``), plus a
-background process at 20% on CPU 0 throughout.
+background process at 20% on CPU 0 throughout. ``hog_seen``: the hog is reported while it runs
+even with no ``contended`` rank (with ``shared_ms``: a foreign process slowing the whole host).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class ContentionRun:
     extra_p: float = 0.8
     shared_ms: float = 0.0
     hog_cpu: int = 1
+    hog_seen: bool = False  # the hog's HostProcess while it runs even with no contended rank
     daemon_every_s: float = 1.0
     extra_events: list[schema.Event] = field(default_factory=list)
 
@@ -104,14 +107,14 @@ class ContentionRun:
                     **ranks[r].env(ts) | {"source": d.name, "seq": next(d._seq)},
                     pid=1000 + r,
                     cpu_pct=50.0,
-                    last_cpu=self.cpus[r],
+                    last_cpu=self.cpus[r] if self.cpus[r] >= 0 else (ts - T0) // S % 2,
                 )
                 for r in mine
             ]
             out.append(
                 schema.HostProcess(**d.env(ts), pid=99, cpu_pct=20.0, cmd="sshd", last_cpu=0)
             )
-            if hog and any(r in self.contended for r in mine):
+            if hog and (self.hog_seen or any(r in self.contended for r in mine)):
                 out.append(
                     schema.HostProcess(
                         **d.env(ts), pid=HOG_PID, cpu_pct=95.0, cmd=HOG_CMD, last_cpu=self.hog_cpu

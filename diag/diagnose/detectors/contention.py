@@ -33,6 +33,16 @@ the anomaly:
 - its peers wait for it: their median collective wait grows (onset: after - before; from the
   start: theirs - its own) by at least ``min_wait_explained`` x the mean excess.
 
+A whole host can be contended with no calm peer to show it (every rank of a one-host job shares
+its CPUs with the competitor; the scheduler spreads the loss over them): then the reference is the
+host's own level before a dated change point (:func:`_host_arrival`): its ranks' median run-queue
+delay steps up by more than the floor and two standard errors, for ``min_blocks`` windows and
+``min_duration_s``, the job's steps grow with it, and a process that is neither the job's (a rank,
+a rank's child running its command line, the launcher) nor diag's takes at least
+``min_process_pct`` of a core, twice its share before: without that competitor a host-wide rise
+is the job's own load, never a finding. The ranks named are those pinned to the CPU the
+competitor ran on when others run elsewhere, else every rank of the host.
+
 Ranks of one host contended together (onsets at most ``window`` steps apart, or all from the
 start) are one finding (all of a host: the host's; else those ranks): they share its CPUs and the
 processes that compete for them.
@@ -149,11 +159,126 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
     by_host: dict[str, list[_Rank]] = {}
     for r in found:
         by_host.setdefault(hosts.get(r.rank, ""), []).append(r)
-    return [
+    out = [
         _finding(group, host, hosts, features, cfg)
         for host, rs in sorted(by_host.items())
         for group in _together(rs, cfg.window)
     ]
+    with_onset = {h for h, rs in by_host.items() if any(r.onset is not None for r in rs)}
+    for host in sorted(set(hosts.values()) - with_onset):
+        group = _host_arrival(host, hosts, features, cpu, wait, step, cfg)
+        if group:
+            out.append(_finding(group, host, hosts, features, cfg, reference="before"))
+    return out
+
+
+def _host_arrival(
+    host: str,
+    hosts: dict[int, str],
+    features: Features,
+    cpu: pd.DataFrame,
+    wait: pd.DataFrame,
+    step: pd.Series,
+    cfg: ContentionConfig,
+) -> list[_Rank]:
+    """Contention that arrived on a whole host: its ranks' median run-queue delay steps up at a
+    change point (a window or more into the run), the job's steps with it, and a process that is
+    neither the job's nor diag's takes a CPU share it did not have before (``min_process_pct``,
+    at least twice its share before). On a host where every rank shares the CPUs there are no
+    calm peers to compare with; the level before the onset is the reference, and the foreign
+    process is the evidence that the job did not do it to itself. The ranks named: those pinned
+    to the CPU the process ran on (each rank's samples on one CPU) when others run elsewhere,
+    else every rank of the host."""
+    ranks = sorted(r for r, h in hosts.items() if h == host and r in cpu.columns)
+    if not ranks or len(cpu) < (cfg.min_blocks + 1) * cfg.window:
+        return []
+    x = cpu[ranks].median(axis=1).to_numpy(dtype=float)
+    if np.isnan(x).all():
+        return []
+    t = _change_point(x, len(x))
+    if t < cfg.window or len(x) - t < cfg.min_blocks * cfg.window:
+        return []
+    level = float(np.nanmean(x[:t]))
+    d = x[t:][~np.isnan(x[t:])] - level
+    after_step = float(step.iloc[t:].median())
+    before_step = float(step.iloc[:t].median())
+    gap_ms = float(d.mean()) if len(d) else 0.0
+    floor = max(cfg.min_excess_ms, cfg.min_excess_frac * after_step)
+    if after_step <= 0 or gap_ms - cfg.sigmas * _stderr(d, cfg.window) < floor:
+        return []
+    if float(step.iloc[t:].sum()) < 1e3 * cfg.min_duration_s:
+        return []
+    growth = (after_step - before_step) / after_step
+    if growth <= 0:
+        return []
+    steps = cpu.index.to_numpy()
+    anomaly = (int(steps[t]), int(steps[-1]))
+    before = (int(steps[0]), int(steps[t - 1]))
+    span, before_span = _span(features.steps, anomaly), _span(features.steps, before)
+    if span is None or before_span is None:
+        return []
+    foreign = [
+        p
+        for p in _processes(features, host, ranks, span, before_span)
+        if p.pct >= cfg.min_process_pct
+        and 2 * (p.pct_before or 0.0) <= p.pct
+        and not _of_the_job(p, features, ranks)
+    ]
+    if not foreign:
+        return []
+    named = _pinned_with(foreign[0].cpu, features.proc, ranks, span) or ranks
+    wait_before = wait[ranks].median(axis=1)
+    flags = np.r_[np.zeros(t, dtype=bool), x[t:] - level >= floor]
+    return [
+        _Rank(
+            rank=r,
+            onset=anomaly[0],
+            detected=int(steps[_detected(flags, t, len(x) - 1, cfg)]),
+            anomaly=anomaly,
+            before=before,
+            waits_ms=float(cpu[r].iloc[t:].mean()),
+            peers_ms=float(cpu[r].iloc[:t].mean()),
+            own_before_ms=float(cpu[r].iloc[:t].mean()),
+            peers_wait=(float(wait_before.iloc[t:].median()), float(wait_before.iloc[:t].median())),
+            slowdown=max(0.0, min(growth, gap_ms / after_step)),
+            gap=gap_ms / after_step,
+            consistency=float((d > 0).mean()),
+        )
+        for r in named
+    ]
+
+
+#: command lines of diag's and the launcher's own processes (never a foreign competitor)
+_OWN_COMMANDS = ("diag.cli.main", "diag ", "torch.distributed.run", "torchrun")
+
+
+def _of_the_job(p: _Process, features: Features, ranks: list[int]) -> bool:
+    """The process is a rank, a rank's child (a data loader worker runs its command line),
+    the launcher or diag itself."""
+    proc = features.proc
+    if len(proc) and "pid" in proc.columns and p.pid in set(proc["pid"].astype(int)):
+        return True
+    hp = features.host_processes
+    if len(hp) and len(proc) and "pid" in proc.columns and "cmd" in hp.columns:
+        rank_cmds = set(hp[hp["pid"].isin(set(proc["pid"].astype(int)))]["cmd"].astype(str))
+        if p.cmd in rank_cmds:
+            return True
+    first = p.cmd.split(" -c ")[0]
+    return any(own in first for own in _OWN_COMMANDS)
+
+
+def _pinned_with(cpu: int, proc: pd.DataFrame, ranks: list[int], span: tuple[int, int]) -> list:
+    """The ranks that ran on ``cpu`` in every sample over ``span`` when every rank kept to one
+    CPU and some other CPU holds ranks too (they are pinned: only those compete with a process
+    on ``cpu``); empty otherwise."""
+    if cpu < 0 or proc.empty or "last_cpu" not in proc.columns:
+        return []
+    p = proc[proc["rank"].isin(ranks) & proc["ts_ns"].between(*span) & (proc["last_cpu"] >= 0)]
+    seen = {int(r): set(c.astype(int)) for r, c in p.groupby("rank")["last_cpu"]}
+    if set(seen) != set(ranks) or any(len(c) != 1 for c in seen.values()):
+        return []
+    on = sorted(r for r, c in seen.items() if c == {cpu})
+    return on if 0 < len(on) < len(ranks) else []
 
 
 def calm_reference(wide: pd.DataFrame, quantile: float = 0.25) -> pd.DataFrame:
@@ -372,7 +497,12 @@ def _processes(
 
 
 def _finding(
-    group: list[_Rank], host: str, hosts: dict[int, str], features: Features, cfg: ContentionConfig
+    group: list[_Rank],
+    host: str,
+    hosts: dict[int, str],
+    features: Features,
+    cfg: ContentionConfig,
+    reference: str = "peers",
 ) -> Finding:
     ranks = [r.rank for r in sorted(group, key=lambda r: r.rank)]
     whole = bool(host) and len(ranks) > 1 and len(ranks) == sum(h == host for h in hosts.values())
@@ -385,6 +515,9 @@ def _finding(
     span = _span(features.steps, anomaly)
     before_span = _span(features.steps, before) if before is not None and befores else None
     procs = _processes(features, host, ranks, span, before_span) if span else []
+    # foreign processes first: the job's own (a loader worker, the launcher) and diag's are
+    # evidence too, but not the competitor to name
+    procs = sorted(procs, key=lambda p: _of_the_job(p, features, ranks))
     named = [p for p in procs if p.pct >= cfg.min_process_pct][: cfg.max_processes]
     if whole:
         who, ident = f"host {host} (ranks {', '.join(map(str, ranks))})", f"contention-{host}"
@@ -395,6 +528,7 @@ def _finding(
         who = f"rank {ranks[0]} on {host}" if host else f"rank {ranks[0]}"
         ident = f"contention-rank{ranks[0]}"
     when = "from the start" if onset is None else f"from step {onset}"
+    against, waiters = ("on its peers", "peers") if reference == "peers" else ("before", "ranks")
     if named:
         p = named[0]
         where = f" on CPU {p.cpu}, a culprit's CPU" if p.on_culprit_cpu else f" on {host}"
@@ -402,8 +536,8 @@ def _finding(
     else:
         hog = "no other busy process seen (the daemon's host samples show none above 10%)"
     summary = (
-        f"{who} waits {lead.waits_ms:.1f} ms/step for a CPU against {lead.peers_ms:.1f} ms on "
-        f"its peers {when}: its host's CPUs are contended ({hog}); peers wait "
+        f"{who} waits {lead.waits_ms:.1f} ms/step for a CPU against {lead.peers_ms:.1f} ms "
+        f"{against} {when}: its host's CPUs are contended ({hog}); {waiters} wait "
         f"{lead.peers_wait[0]:.1f} ms/step in collectives; job steps {lead.slowdown:.0%} slower"
     )
     conf = float(np.mean([_confidence(r, cfg) for r in group]))

@@ -75,3 +75,33 @@ def test_two_ranks_sharing_the_hogs_cpu_in_a_short_job(tmp_path: Path, seed: int
     (f,) = _findings(run, tmp_path)
     assert (f.cause, f.ranks) == ("node", (1, 3))
     assert f.onset_step is not None and abs(f.onset_step - 40) <= 3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_foreign_process_slowing_every_rank_of_the_host_is_node(
+    tmp_path: Path, seed: int
+) -> None:
+    # One host, every rank's run-queue delay up by the same amount from step 50 while a process
+    # that is not the job's takes a core: no calm peer to compare with, the level before is the
+    # reference and the process the evidence (held-out mechanism node.cpu_hog came out data).
+    run = ContentionRun(seed=seed, shared_ms=12.0, hog_seen=True, cpus=(-1, -1, -1, -1))
+    (f,) = [f for f in _findings(run, tmp_path) if f.severity != "info"]
+    assert (f.id, f.cause, f.ranks, f.hosts) == ("contention-vm", "node", (0, 1, 2, 3), ("vm",))
+    assert f.onset_step is not None and abs(f.onset_step - 50) <= 3
+    assert f.detected_step is not None and f.onset_step <= f.detected_step <= 60
+    assert f"pid {HOG_PID}" in f.summary and "before from step" in f.summary
+    (wait,) = [e for e in f.evidence if e.metric == "own_cpu_wait_ms" and e.subject == "rank 0"]
+    assert wait.value > (wait.reference or 0) + 6
+
+
+def test_a_foreign_process_on_the_cpu_pinned_ranks_share_names_those_ranks(
+    tmp_path: Path,
+) -> None:
+    run = ContentionRun(shared_ms=12.0, hog_seen=True, cpus=(0, 1, 0, 1), hog_cpu=1)
+    (f,) = [f for f in _findings(run, tmp_path) if f.severity != "info"]
+    assert (f.cause, f.ranks, f.hosts) == ("node", (1, 3), ("vm",))
+
+
+def test_a_whole_host_slower_with_no_foreign_process_is_the_job_itself(tmp_path: Path) -> None:
+    # the job's own load (more loader workers, its own threads): no competitor to name
+    assert _findings(ContentionRun(shared_ms=12.0), tmp_path) == []
