@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -62,10 +63,16 @@ def live_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
 
 
 def run_suite(
-    cases: list[Case], runner: Runner, *, verbose: bool, skipped: list[str] | None = None
+    cases: list[Case],
+    runner: Runner,
+    *,
+    verbose: bool,
+    skipped: list[str] | None = None,
+    keep: Path | None = None,
 ) -> Summary:
     """Run and judge every case; a case the runner cannot run here (a link fault without root,
-    a job that failed) is left out of the summary and listed in ``skipped`` with the reason."""
+    a job that failed) is left out of the summary and listed in ``skipped`` with the reason.
+    ``keep``: a wrong case's work directory (its run directory, logs) is copied under it."""
     outcomes: list[Outcome] = []
     for i, case in enumerate(cases, 1):
         start = time.perf_counter()
@@ -77,7 +84,9 @@ def run_suite(
                     skipped.append(f"{case.name}: {exc}")
                 print(f"[{i}/{len(cases)}] skip {case.name}: {exc}", file=sys.stderr)
                 continue
-        outcome = judge(prepared, findings)
+            outcome = judge(prepared, findings)
+            if keep is not None and not outcome.ok:
+                shutil.copytree(tmp, keep / case.name.replace("/", "_"), dirs_exist_ok=True)
         outcomes.append(outcome)
         if verbose:
             mark = "ok  " if outcome.ok else "FAIL"
@@ -217,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world-size", type=int, default=4)
     p.add_argument("--clean-runs", type=int, default=None, help="default: seeds x severities")
     p.add_argument("--json", action="store_true", help="print Summary.to_json()")
+    p.add_argument(
+        "--keep-failed",
+        type=Path,
+        metavar="DIR",
+        help="copy each wrongly diagnosed case's work directory (run directory, logs) under DIR",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="one line per case on stderr")
     args = p.parse_args(argv)
     severities, causes = tuple(args.severities), tuple(args.causes)
@@ -236,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = simulate_runner if args.mode == "simulate" else live_runner
     start = time.perf_counter()
     skipped: list[str] = []
-    summary = run_suite(cases, runner, verbose=args.verbose, skipped=skipped)
+    summary = run_suite(cases, runner, verbose=args.verbose, skipped=skipped, keep=args.keep_failed)
     elapsed = time.perf_counter() - start
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))

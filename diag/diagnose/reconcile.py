@@ -25,6 +25,16 @@ detector sees every step, the kernel detector only profiled ones, so it dates th
 finely); ``detected_step`` and ``slowdown`` stay its own unless ``None`` (the kernel is named only
 once its windows show it). The node finding is dropped.
 
+The kernel detector asks for a kernel to be slow in two windows, by at least 5% of a window: a
+floor against noise, which costs a window or more of detection and misses a small kernel excess.
+A node finding of one rank with an onset (and no direct evidence of the node: its GPU, its host's
+CPU) already proves the excess is real, in every step; so before the pairing above, the profiler
+windows from its onset on are searched for the kernel that takes it (the registry passes
+``kernels_for``: :func:`~diag.diagnose.detectors.kernel.detect_for`, the same ratio to the
+peers and the same work, no floor, one window enough) and the same rule decides: explained and
+concentrated, the kernel finding absorbs the node finding, detected no earlier than the node
+finding was.
+
 Otherwise the node finding stays, and each kernel finding on its ranks that is not concentrated
 (a slow device slows every kernel by about the same factor) is demoted to ``info``, with a
 confidence below the node's, as a symptom of it. A concentrated kernel finding that explains too
@@ -56,6 +66,7 @@ Findings of other causes pass through unchanged by these rules. Three more steps
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -117,8 +128,15 @@ def attribute(node: Finding, kern: Finding, window_steps: float = 1.0) -> Attrib
     return Attribution(explained=e / big_e, kernel_rel=e / b, rest_rel=max(0.0, rest))
 
 
+#: kernel candidates for a slow rank's node finding, from the windows after its onset
+KernelsFor = Callable[[Finding], list[Finding]]
+
+
 def reconcile(
-    findings: list[Finding], features: Features | None = None, cfg: ReconcileConfig | None = None
+    findings: list[Finding],
+    features: Features | None = None,
+    cfg: ReconcileConfig | None = None,
+    kernels_for: KernelsFor | None = None,
 ) -> list[Finding]:
     """``findings`` with kernel/node pairs resolved, kernel findings checked against the steps,
     node findings checked for kernel evidence and explained findings folded (see the module
@@ -131,6 +149,12 @@ def reconcile(
     replaced: dict[str, Finding] = {}
     dropped: set[str] = set()
     for node in nodes:
+        if kernels_for is not None and _undecided_slow_rank(node):
+            found = focused_kernel(node, kernels_for(node), window_steps, cfg)
+            if found is not None and found.id not in replaced:
+                replaced[found.id] = found
+                dropped.add(node.id)
+                continue
         same = [k for k in kernels if set(k.ranks) == set(node.ranks) and node.ranks]
         scored = [(k, attribute(node, k, window_steps)) for k in same]
         causes = [
@@ -156,9 +180,41 @@ def reconcile(
             if seen is not None and expected and seen < cfg.min_seen_in_steps * expected:
                 replaced[k.id] = unseen(k, seen, expected)
     out = [replaced.get(f.id, f) for f in findings if f.id not in dropped]
+    out += [f for fid, f in replaced.items() if fid not in {g.id for g in findings}]
     if features is not None:
         out = coverage.check(moving.fold(out, features), features.windows)
     return explain.fold(out)
+
+
+def _undecided_slow_rank(node: Finding) -> bool:
+    """A node slowdown of one rank with an onset and no direct evidence of the node itself:
+    the profiler windows after its onset are what tells node from kernel."""
+    return (
+        node.cause == "node"
+        and node.symptom == "slowdown"
+        and node.onset_step is not None
+        and len(node.ranks) == 1
+        and not coverage.has_node_evidence(node)
+    )
+
+
+def focused_kernel(
+    node: Finding, candidates: list[Finding], window_steps: float, cfg: ReconcileConfig
+) -> Finding | None:
+    """The kernel among ``candidates`` (found in the profiler windows after ``node``'s onset by
+    :func:`~diag.diagnose.detectors.kernel.detect_for`: the node finding's steps are the noise
+    guard, so no floor on the window share) that explains its compute excess, as a kernel
+    finding that absorbed the node one; ``None`` when no kernel explains most of it,
+    concentrated (the same rule as above). It is detected no earlier than the node finding was
+    (the steps were needed to know)."""
+    scored = [(k, attribute(node, k, window_steps)) for k in candidates]
+    causes = [(k, a) for k, a in scored if a is not None and a.is_kernel(cfg)]
+    if not causes:
+        return None
+    best, _ = max(causes, key=lambda ka: ka[1].explained)
+    merged = absorb(best, node)
+    detected = [s for s in (best.detected_step, node.detected_step) if s is not None]
+    return replace(merged, detected_step=max(detected) if detected else None)
 
 
 def kernel_excess_ms(kern: Finding, window_steps: float = 1.0) -> float | None:

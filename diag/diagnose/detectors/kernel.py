@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -131,6 +131,36 @@ def detect(
     return [
         _finding(c, first_step, cfg)
         for c in sorted(kept, key=lambda c: (c["kind"], c["name"], c["ranks"]))
+    ]
+
+
+def detect_for(
+    kernels: pd.DataFrame,
+    windows: pd.DataFrame,
+    ranks: tuple[int, ...],
+    onset: int,
+    cfg: KernelConfig,
+    classes: Mapping[int, int] | None = None,
+) -> list[Finding]:
+    """Cross-rank kernel candidates for a rank the steps already show slower from ``onset``:
+    only the profiler windows from that step on, and no floor on the excess (``min_excess_frac``
+    0, one window enough): the steps are the evidence that the excess is real, the windows only
+    say where it goes (:mod:`diag.diagnose.reconcile` keeps a candidate only when it explains
+    most of the rank's compute excess, concentrated in it). The ratio to the peers'
+    (``rank_ratio``), the same work (calls) and the consistency over those windows still hold."""
+    if kernels.empty or len(ranks) != 1 or "step" not in kernels.columns:
+        return []
+    covering = kernels.groupby("window_id")["step"].min()
+    keep = set(covering.index[covering >= onset])
+    if not keep:
+        return []
+    k = kernels[kernels["window_id"].isin(keep)]
+    w = windows[windows["window_id"].isin(keep)] if len(windows) else windows
+    focused = replace(cfg, min_excess_frac=0.0, min_windows=1)
+    return [
+        f
+        for f in detect(k, w, focused, classes)
+        if f.ranks == tuple(ranks) and not f.id.endswith(":regression")
     ]
 
 

@@ -72,4 +72,17 @@ def run_all(features: Features, cfg: Mapping[str, object] | None = None) -> list
     findings: list[Finding] = []
     for name, detect in DETECTORS.items():
         findings.extend(detect(features, cfg.get(name, DEFAULT_CONFIGS[name])))
-    return ranked(reconcile(findings, features))
+    kernel_cfg = cfg.get("kernel", DEFAULT_CONFIGS["kernel"])
+    assert isinstance(kernel_cfg, kernel.KernelConfig)
+
+    def kernels_for(node: Finding) -> list[Finding]:
+        """Kernel candidates in the windows after a slow rank's onset (reconcile decides)."""
+        if node.onset_step is None:
+            return []
+        layout = features.work_layout()
+        classes = layout.work_class if layout.known else None
+        return kernel.detect_for(
+            features.kernels, features.windows, node.ranks, node.onset_step, kernel_cfg, classes
+        )
+
+    return ranked(reconcile(findings, features, kernels_for=kernels_for))
