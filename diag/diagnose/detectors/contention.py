@@ -529,19 +529,27 @@ def _finding(
         ident = f"contention-rank{ranks[0]}"
     when = "from the start" if onset is None else f"from step {onset}"
     against, waiters = ("on its peers", "peers") if reference == "peers" else ("before", "ranks")
-    if named:
-        p = named[0]
+    foreign = [p for p in named if not _of_the_job(p, features, ranks)]
+    if foreign:
+        p = foreign[0]
         where = f" on CPU {p.cpu}, a culprit's CPU" if p.on_culprit_cpu else f" on {host}"
-        hog = f"pid {p.pid} ({_short(p.cmd)}) uses {p.pct:.0f}% of a core{where}"
+        why = (
+            f"its host's CPUs are contended (pid {p.pid} ({_short(p.cmd)}) uses {p.pct:.0f}% "
+            f"of a core{where})"
+        )
     else:
-        hog = "no other busy process seen (the daemon's host samples show none above 10%)"
+        # diag's own or the job's processes are evidence, not a competitor to blame
+        why = (
+            "no process outside the job and diag takes over 10% of a core: a CPU limit on the "
+            "rank (a cgroup quota) or the job's own load"
+        )
     summary = (
         f"{who} waits {lead.waits_ms:.1f} ms/step for a CPU against {lead.peers_ms:.1f} ms "
-        f"{against} {when}: its host's CPUs are contended ({hog}); {waiters} wait "
+        f"{against} {when}: {why}; {waiters} wait "
         f"{lead.peers_wait[0]:.1f} ms/step in collectives; job steps {lead.slowdown:.0%} slower"
     )
     conf = float(np.mean([_confidence(r, cfg) for r in group]))
-    conf += 0.1 if any(p.on_culprit_cpu for p in named) else 0.05 if named else 0.0
+    conf += 0.1 if any(p.on_culprit_cpu for p in foreign) else 0.05 if foreign else 0.0
     severity = "info" if onset is None else _severity(lead.slowdown, cfg)
     return Finding(
         id=ident,
