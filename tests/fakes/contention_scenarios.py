@@ -50,6 +50,7 @@ class ContentionRun:
     shared_ms: float = 0.0
     hog_cpu: int = 1
     hog_seen: bool = False  # the hog's HostProcess while it runs even with no contended rank
+    hog_reported: bool = True  # False: no HostProcess for it (the delay is the job's own)
     daemon_every_s: float = 1.0
     extra_events: list[schema.Event] = field(default_factory=list)
 
@@ -114,7 +115,8 @@ class ContentionRun:
             out.append(
                 schema.HostProcess(**d.env(ts), pid=99, cpu_pct=20.0, cmd="sshd", last_cpu=0)
             )
-            if hog and (self.hog_seen or any(r in self.contended for r in mine)):
+            shown = self.hog_seen or any(r in self.contended for r in mine)
+            if hog and self.hog_reported and shown:
                 out.append(
                     schema.HostProcess(
                         **d.env(ts), pid=HOG_PID, cpu_pct=95.0, cmd=HOG_CMD, last_cpu=self.hog_cpu

@@ -68,6 +68,7 @@ processes that compete for them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,11 +125,13 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
     wait = features.wide("wait_ms", cfg.warmup_steps).reindex_like(cpu)
     step = features.wide("duration_ms", cfg.warmup_steps).reindex_like(cpu).median(axis=1)
     mean = cpu.rolling(cfg.window, min_periods=cfg.window).mean()
-    peers = calm_reference(mean)
+    layout = features.work_layout()
+    classes = layout.work_class if layout.known else None
+    peers = calm_reference(mean, classes=classes)
     step_mean = step.rolling(cfg.window, min_periods=cfg.window).mean().to_numpy()
     floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step_mean)
     flagged = ((mean - peers).ge(floor, axis=0) & (mean >= cfg.min_ratio * peers)).to_numpy()
-    excess = cpu - calm_reference(cpu)
+    excess = cpu - calm_reference(cpu, classes=classes)
     above = excess.ge(np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * step), axis=0)
     persistent = persistent_columns(flagged, cfg.window, cfg.min_frac)
     candidates = [int(c) for c in cpu.columns[persistent]]
@@ -281,10 +284,28 @@ def _pinned_with(cpu: int, proc: pd.DataFrame, ranks: list[int], span: tuple[int
     return on if 0 < len(on) < len(ranks) else []
 
 
-def calm_reference(wide: pd.DataFrame, quantile: float = 0.25) -> pd.DataFrame:
+def calm_reference(
+    wide: pd.DataFrame, quantile: float = 0.25, classes: Mapping[int, int] | None = None
+) -> pd.DataFrame:
     """Per step and rank, what an uncontended rank waits: the lower of its peers' median and
     the step's ``quantile`` over all ranks (a foreign process on one CPU of a small host can
-    contend half its ranks, and then a rank's peers' median holds contended ones)."""
+    contend half its ranks, and then a rank's peers' median holds contended ones). With
+    ``classes`` (rank -> work class) a rank's peers are the ranks of its class when it has
+    any: a pipeline stage with more work keeps its CPUs busier and waits for them more, which
+    is the layout's imbalance (structural), not contention."""
+    out = _calm(wide, quantile)
+    if classes is not None:
+        members: dict[int, list] = {}
+        for col in wide.columns:
+            if int(col) in classes:
+                members.setdefault(classes[int(col)], []).append(col)
+        for cols in members.values():
+            if 2 <= len(cols) < wide.shape[1]:
+                out[cols] = _calm(wide[cols], quantile)
+    return out
+
+
+def _calm(wide: pd.DataFrame, quantile: float) -> pd.DataFrame:
     values = wide.to_numpy(dtype=float)
     low = np.full(values.shape[0], np.nan)
     rows = ~np.isnan(values).all(axis=1)

@@ -18,13 +18,17 @@ stage may load data that the others do not, and a heavier stage computes longer 
    ranks descheduled in turn look the same): per step, each rank's compute over its work class's
    median (itself included); the step is imbalanced when the largest such ratio is
    ``>= min_ratio``, in ``>= min_imbalanced_frac`` of steps, yet no rank is the slowest in more
-   than ``max_top_share`` of those steps, nor does a host or a data-parallel replica (all ranks of
-   one replica read the same batch) hold the slowest rank more than that share above chance
-   (``(share - its ranks / all ranks) / (1 - its ranks / all ranks)``): the work itself is
-   uneven (sequence lengths, sample sizes), not a node. ``ranks`` are the ``num_named`` most
-   frequent slowest ranks; ``slowdown`` is the median over imbalanced steps of ``(the slowest
-   rank's compute - its class's median) / job step``. Its evidence says how the work classes
-   were found (``peers``).
+   than ``max_top_share`` of those steps, or else none is the slowest of its work class (of
+   ``k`` ranks) more than chance allows: ``(share - 1/k) / (1 - 1/k)`` within
+   ``max_member_share`` and ``moving_sigmas`` standard errors of a uniform draw's share (0.68
+   of 70 steps for the two replicas of a pipeline stage; a stage whose ranks show the uneven
+   microbatches more is the job's slowest by the layout, while which replica moves); nor does a
+   host or a data-parallel replica (all ranks of one replica read the same batch) hold the
+   slowest rank more than ``max_top_share`` above chance (``(share - its ranks / all ranks) /
+   (1 - its ranks / all ranks)``): the work itself is uneven (sequence lengths, sample sizes),
+   not a node. ``ranks`` are the ``num_named`` most frequent slowest ranks; ``slowdown`` is the
+   median over imbalanced steps of ``(the slowest rank's compute - its class's median) / job
+   step``. Its evidence says how the work classes were found (``peers``).
 
 Confidence: (1, 2) as in the node detector, ``consistency x (0.5 + 0.5 x min(1, gap /
 confident_gap))`` with ``gap`` the excess as a fraction of the job step; (3) ``0.9 x imbalanced
@@ -65,7 +69,9 @@ class DataConfig:
     min_share_growth: float = 0.05  # all ranks: share above the early baseline
     min_ratio: float = 1.1  # moving: per-step max / median compute
     min_imbalanced_frac: float = 0.5  # moving: fraction of steps that are imbalanced
-    max_top_share: float = 0.4  # moving: most frequent slowest rank's share of those steps
+    max_top_share: float = 0.4  # moving: a host's or replica's share as the slowest, over chance
+    max_member_share: float = 0.2  # moving: a rank's share as its class's slowest, over chance
+    moving_sigmas: float = 3.0  # ... or this many standard errors of a uniform draw's share
     num_named: int = 3  # moving: ranks named
     saturated_cpu_pct: float = 90.0  # moving: host CPU use at which it is only "info"
     confident_gap: float = 0.2
@@ -225,6 +231,32 @@ def _all_ranks(
     ]
 
 
+def _member_share(rel: pd.DataFrame, classes: Mapping[int, int] | None, cfg: DataConfig) -> float:
+    """How far one rank is the slowest of its work class more often than chance allows: per
+    class of ``k`` ranks, its top rank's share of the steps above chance, ``(share - 1/k) / (1 -
+    1/k)``, less the allowance: ``max_member_share``, or ``moving_sigmas`` standard errors of a
+    share under a uniform draw over ``n`` steps (``sqrt(p (1 - p) / n) / (1 - p)``, ``p = 1/k``:
+    two replicas drawn at random hold one of them in 65% of 70 steps once in a hundred runs);
+    the largest over the classes (> 0: not moving). Classes of one rank say nothing. Within the
+    class, not over all ranks: when one stage's ranks show an uneven microbatch more than the
+    other's do, the job's slowest rank is mostly a rank of that stage by the layout, while which
+    of its replicas it is still moves."""
+    members: dict[int, list] = {}
+    for col in rel.columns:
+        members.setdefault(-1 if classes is None else classes.get(int(col), -1), []).append(col)
+    best = -1.0
+    for cols in members.values():
+        k = len(cols)
+        sub = rel[cols].dropna(how="all")
+        if k < 2 or sub.empty:
+            continue
+        p, n = 1.0 / k, len(sub)
+        share = float(sub.idxmax(axis=1).value_counts().max()) / n
+        allowed = max(cfg.max_member_share, cfg.moving_sigmas * np.sqrt(p * (1 - p) / n) / (1 - p))
+        best = max(best, (share - p) / (1.0 - p) - allowed)
+    return best
+
+
 def _unit_share(counts: Counter[int], unit: Mapping[int, object], ranks: pd.Index) -> float:
     """The largest share of imbalanced steps whose slowest rank is in one unit (a host, a
     replica), above the share chance gives it (its ranks / all ranks): ``(share - chance) / (1 -
@@ -259,9 +291,13 @@ def _moving(
     slowest = rel[imbalanced].idxmax(axis=1)
     counts = Counter(int(r) for r in slowest)
     top_share = max(counts.values()) / len(slowest)
-    for unit in (units or {}).values():  # a host or a replica that is always the slowest
-        top_share = max(top_share, _unit_share(counts, unit, compute.columns))
-    if top_share > cfg.max_top_share:
+    if top_share > cfg.max_top_share and _member_share(rel[imbalanced], classes, cfg) > 0:
+        return []  # one rank is the slowest, of all and of its class, more than chance says
+    unit_share = max(
+        (_unit_share(counts, unit, compute.columns) for unit in (units or {}).values()),
+        default=0.0,
+    )
+    if unit_share > cfg.max_top_share:  # a host or a replica that is always the slowest
         return []
     named = sorted(counts, key=lambda r: (-counts[r], r))[: cfg.num_named]
     lost = ((compute - median).max(axis=1) / job_step)[imbalanced]

@@ -123,6 +123,8 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
         members = [r for r in cand.ranks if r in slow]
         if len(members) < 2 or named & set(cand.ranks):
             continue
+        if set(compute.columns) <= set(cand.ranks):
+            continue  # a set holding every rank has no peers to be slow against
         whole = None
         if len(members) < len(cand.ranks):  # not every rank found on its own: judge the set
             whole = set_slow(frames, cand.ranks, cfg)

@@ -105,3 +105,26 @@ def test_a_foreign_process_on_the_cpu_pinned_ranks_share_names_those_ranks(
 def test_a_whole_host_slower_with_no_foreign_process_is_the_job_itself(tmp_path: Path) -> None:
     # the job's own load (more loader workers, its own threads): no competitor to name
     assert _findings(ContentionRun(shared_ms=12.0), tmp_path) == []
+
+
+def test_the_busier_pipeline_stage_waiting_more_for_cpus_is_not_contention(
+    tmp_path: Path,
+) -> None:
+    # 2 stages x 2 replicas (stage 0: ranks 0 and 2); both ranks of stage 0 wait more for a CPU
+    # from step 50 (their stage got more work: structural.pipeline_stage came out as contention
+    # of ranks 0 and 1 against the other stage). Each rank is compared with its stage's ranks.
+    from tests.fakes.events import Source
+    from tests.fakes.layouts import pg_events
+
+    groups = [("1", "pp", [0, 1]), ("2", "pp", [2, 3]), ("3", "dp", [0, 2]), ("4", "dp", [1, 3])]
+    srcs = [Source("vm", r, pid=2000 + r) for r in range(4)]
+    run = ContentionRun(
+        contended=(0, 2), extra_ms=12.0, hog_reported=False, extra_events=pg_events(srcs, groups)
+    )
+    features = Features.from_store(run.write(tmp_path))
+    assert features.work_layout().describe().endswith("2 stages x 2 replicas")
+    assert contention.detect(features) == []
+    # the same delay on one rank of the stage is that rank's: its stage peer is calm
+    one = replace(run, contended=(2,))
+    (f,) = contention.detect(Features.from_store(one.write(tmp_path / "one")))
+    assert f.ranks == (2,)

@@ -53,3 +53,33 @@ def test_config_thresholds_are_used(tmp_path: Path) -> None:
     f = _features(Scenario(ranks=8, ranks_per_host=4, moving_imbalance=0.3), tmp_path)
     strict = replace(data.DataConfig(), min_ratio=1.5)
     assert data.detect(f, strict) == []
+
+
+def test_a_long_microbatch_moving_between_two_pipeline_replicas_is_data() -> None:
+    # 2 stages x 2 replicas (stage 0: ranks 0 and 1; replica 1: ranks 1 and 3); each step one
+    # replica, drawn at random, gets a long microbatch, which costs stage 0 more than stage 1.
+    # The job's slowest rank is then a stage-0 rank by the layout (rank 0 or 1 in nearly every
+    # step), and with two replicas one of them is drawn in 60-65% of the steps by chance.
+    # Held-out data.pipeline_microbatches came out a slow replica.
+    import numpy as np
+    import pandas as pd
+
+    from diag.diagnose.detectors.data import DataConfig, _moving
+
+    rng = np.random.default_rng(0)
+    steps = 75
+    drawn = rng.random(steps) < 0.63  # replica 1 drawn in 63% of the steps (47 of 75)
+    base = np.array([10.0, 10.0, 12.0, 12.0]) * (1 + 0.02 * rng.standard_normal((steps, 4)))
+    extra = np.where(drawn[:, None], [0.0, 8.0, 0.0, 4.0], [8.0, 0.0, 4.0, 0.0])
+    compute = pd.DataFrame(base + extra, columns=[0, 1, 2, 3])
+    job_step = pd.Series(40.0, index=compute.index)
+    classes = {0: 0, 1: 0, 2: 1, 3: 1}
+    units = {"replica": {0: 0, 2: 0, 1: 1, 3: 1}}
+    share = float(drawn.mean())
+    assert 0.55 < share < 0.7
+    (found,) = _moving(compute, job_step, DataConfig(), None, classes, units)
+    assert (found.id, found.cause) == ("data-moving", "data")
+    # one replica slow in every step from step 30 is not moving
+    steady = compute.copy()
+    steady.iloc[30:] = base[30:] + np.array([0.0, 8.0, 0.0, 4.0])
+    assert _moving(steady, job_step, DataConfig(), None, classes, units) == []
