@@ -51,6 +51,8 @@ class ContentionRun:
     hog_cpu: int = 1
     hog_seen: bool = False  # the hog's HostProcess while it runs even with no contended rank
     hog_reported: bool = True  # False: no HostProcess for it (the delay is the job's own)
+    mild: tuple[int, ...] = ()  # ranks that wait ``mild_ms`` more (every step) while it runs
+    mild_ms: float = 0.0
     daemon_every_s: float = 1.0
     extra_events: list[schema.Event] = field(default_factory=list)
 
@@ -70,6 +72,8 @@ class ContentionRun:
                 hit = rng.random(n) < self.extra_p
                 for r in self.contended:
                     wait_cpu[r] += self.extra_ms / self.extra_p * hit[r]
+                for r in self.mild:
+                    wait_cpu[r] += self.mild_ms
             compute = self.compute_ms * (1 + 0.03 * rng.standard_normal(n))
             busy = compute + wait_cpu
             wait = busy.max() - busy + self.comm_ms

@@ -9,8 +9,10 @@ interval), with their command line (``/proc/<pid>/cmdline``, at most ``CMD_CHARS
 
 Left out: the job's rank processes and all their descendants (data-loader workers, compile
 workers: the job's own load, which the ranks' step times already show), and the daemon itself.
-A pid is followed by its start time, so a reused pid is a new process (its first cycle only
-primes its counter, as every process's first cycle does).
+A pid is followed by its start time, so a reused pid is a new process. A process that started
+since the last scan is reported over its life so far (its CPU ticks over its age, from its start
+time and ``/proc/uptime``; at least ``MIN_AGE_S`` old): a competitor that starts mid-run is seen
+one cycle sooner, which for a short job is the difference between seen and not.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from diag import schema
 from diag.daemon.collectors.base import UNSTAMPED
 
 CMD_CHARS = 200
+#: a process younger than this is not reported yet (its CPU share over a few ticks is noise)
+MIN_AGE_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,27 +98,45 @@ class ProcessScan:
             return []
         job = _descendants(ranks, stats) | {self._self}
         dt_s = (t - prev_ns) / 1e9
+        uptime = self._uptime_ticks()
         busy = []
         for pid, s in stats.items():
             before = prev.get(pid)
-            if pid in job or before is None or before[0] != s.start_ticks:
+            if pid in job:
                 continue
-            pct = 100.0 * max(0, s.cpu_ticks - before[1]) / self._ticks / dt_s
+            if before is not None and before[0] == s.start_ticks:
+                used, over_s = s.cpu_ticks - before[1], dt_s
+            elif uptime is not None:  # started since the last scan: its CPU over its life
+                age_s = (uptime - s.start_ticks) / self._ticks
+                if not MIN_AGE_S <= age_s <= dt_s + 1.0:
+                    continue
+                used, over_s = s.cpu_ticks, min(age_s, dt_s)
+            else:
+                continue
+            pct = 100.0 * max(0, used) / self._ticks / over_s
             if pct >= self.min_pct:
-                busy.append((pct, s))
-        busy.sort(key=lambda ps: (-ps[0], ps[1].pid))
+                busy.append((pct, over_s, s))
+        busy.sort(key=lambda ps: (-ps[0], ps[2].pid))
         return [
             schema.HostProcess(
                 ts_ns=now_ns,
                 pid=s.pid,
-                interval_ns=t - prev_ns,
+                interval_ns=int(over_s * 1e9),
                 cpu_pct=pct,
                 cmd=self._cmd(s),
                 last_cpu=s.last_cpu,
                 **UNSTAMPED,  # type: ignore[arg-type]
             )
-            for pct, s in busy[: self.top]
+            for pct, over_s, s in busy[: self.top]
         ]
+
+    def _uptime_ticks(self) -> float | None:
+        """Seconds since boot (``/proc/uptime``) in clock ticks, the unit of a process's start
+        time; ``None`` when unreadable."""
+        try:
+            return float(Path(self.proc_root, "uptime").read_text().split()[0]) * self._ticks
+        except (OSError, ValueError, IndexError):
+            return None
 
     def _cmd(self, s: ProcStat) -> str:
         try:

@@ -517,6 +517,35 @@ def _processes(
     return sorted(out, key=lambda p: (not p.on_culprit_cpu, -p.pct, p.pid))
 
 
+def _pinned_mates(
+    cpu: int,
+    ranks: list[int],
+    lead: _Rank,
+    host: str,
+    hosts: dict[int, str],
+    features: Features,
+    span: tuple[int, int],
+    cfg: ContentionConfig,
+) -> list[int]:
+    """The other ranks of ``host`` pinned to ``cpu`` (where the competitor runs) whose own
+    run-queue delay rose from the onset by at least half the lead rank's rise (and the floor):
+    they share the competitor's CPU, so the same cause slows them, though compared with peers
+    that include the culprit they may not stand out on their own."""
+    mine = [r for r, h in hosts.items() if h == host]
+    pinned = [r for r in _pinned_with(cpu, features.proc, mine, span) if r not in ranks]
+    if not pinned or lead.onset is None or lead.own_before_ms is None:
+        return []
+    wait = features.wide("cpu_wait_ms", cfg.warmup_steps)
+    after, before = wait.loc[wait.index >= lead.onset], wait.loc[wait.index < lead.onset]
+    rise = lead.waits_ms - lead.own_before_ms
+    floor = max(cfg.min_excess_ms, 0.5 * rise)
+    return [
+        r
+        for r in pinned
+        if r in wait.columns and float(after[r].mean()) - float(before[r].mean()) >= floor
+    ]
+
+
 def _finding(
     group: list[_Rank],
     host: str,
@@ -540,6 +569,12 @@ def _finding(
     # evidence too, but not the competitor to name
     procs = sorted(procs, key=lambda p: _of_the_job(p, features, ranks))
     named = [p for p in procs if p.pct >= cfg.min_process_pct][: cfg.max_processes]
+    foreign = [p for p in named if not _of_the_job(p, features, ranks)]
+    if onset is not None and span is not None and foreign and foreign[0].on_culprit_cpu:
+        mates = _pinned_mates(foreign[0].cpu, ranks, lead, host, hosts, features, span, cfg)
+        if mates:
+            ranks = sorted([*ranks, *mates])
+            whole = len(ranks) == sum(h == host for h in hosts.values())
     if whole:
         who, ident = f"host {host} (ranks {', '.join(map(str, ranks))})", f"contention-{host}"
     elif len(ranks) > 1:
@@ -550,7 +585,6 @@ def _finding(
         ident = f"contention-rank{ranks[0]}"
     when = "from the start" if onset is None else f"from step {onset}"
     against, waiters = ("on its peers", "peers") if reference == "peers" else ("before", "ranks")
-    foreign = [p for p in named if not _of_the_job(p, features, ranks)]
     if foreign:
         p = foreign[0]
         where = f" on CPU {p.cpu}, a culprit's CPU" if p.on_culprit_cpu else f" on {host}"

@@ -128,3 +128,16 @@ def test_the_busier_pipeline_stage_waiting_more_for_cpus_is_not_contention(
     one = replace(run, contended=(2,))
     (f,) = contention.detect(Features.from_store(one.write(tmp_path / "one")))
     assert f.ranks == (2,)
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_ranks_pinned_to_the_competitors_cpu_are_one_finding(tmp_path: Path, seed: int) -> None:
+    # ranks 1 and 3 pinned to CPU 1 with the hog: rank 1 hit in bursts, rank 3 a steady 5 ms;
+    # each compared with peers that hold the other, one of them did not stand out alone
+    # (held-out node.cpu_hog named one of the two ranks on the hog's CPU)
+    run = ContentionRun(
+        seed=seed, cpus=(0, 1, 0, 1), contended=(1,), extra_ms=8.0, mild=(3,), mild_ms=5.0
+    )
+    (f,) = contention.detect(Features.from_store(run.write(tmp_path)))
+    assert (f.cause, f.ranks) == ("node", (1, 3))
+    assert "CPU 1, a culprit's CPU" in f.summary

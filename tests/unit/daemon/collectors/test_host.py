@@ -114,3 +114,27 @@ def test_real_proc_smoke() -> None:
     assert 0.0 <= host.cpu_busy_pct <= 100.0
     me = next(e for e in events if isinstance(e, schema.ProcSample))
     assert me.pid == os.getpid() and me.rss_bytes > 0 and me.num_threads >= 1
+
+
+def test_a_process_started_since_the_last_cycle_is_reported_over_its_life(proc: Path) -> None:
+    # A hog started 0.5 s before the second cycle (a short job: the next cycle would come after
+    # its end). Its share is its CPU ticks over its age (start time vs /proc/uptime).
+    clock = FakeClock()
+    c = HostCollector(proc, clock, clock_ticks_per_s=100)
+    c.track(4242, rank=3, local_rank=1)
+    c.collect(1)
+    _advance(proc, clock)
+    (proc / "uptime").write_text("1000.00 1900.00\n")
+    new = proc / "7171"
+    new.mkdir()
+    # started at 999.50 s (99950 ticks), 45 ticks of CPU since: 90% of a core over 0.5 s
+    hog_line = (PROC_FAKE / "t1" / "7070" / "stat").read_text().split()
+    hog_line[0], hog_line[13], hog_line[21] = "7171", "45", "99950"  # pid, utime, start time
+    (new / "stat").write_text(" ".join(hog_line) + "\n")
+    (new / "cmdline").write_bytes(b"python3\0hog.py\0")
+    others = [e for e in c.collect(2) if isinstance(e, schema.HostProcess)]
+    (hog,) = [e for e in others if e.pid == 7171]
+    assert hog.cpu_pct == pytest.approx(90.0) and hog.interval_ns == 500_000_000
+    assert hog.cmd == "python3 hog.py" and hog.last_cpu == 1
+    # the reused pid 6161 (started long ago by this clock, 20 ticks) stays under the floor
+    assert 6161 not in {e.pid for e in others}
