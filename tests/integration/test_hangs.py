@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from diag.selftest.workloads import HANG_JOB
+from diag.store.run_store import RunStore
 from tests.fakes.diagproc import diag, env, torchrun
 
 pytestmark = pytest.mark.integration
@@ -140,7 +141,14 @@ def test_rank_killed_with_sigkill(tmp_path: Path) -> None:
     o = run_case(tmp_path, "--kill-self-rank", "0", expect="crash")
     crash = o.finding("crash")
     assert (crash["symptom"], crash["cause"], crash["ranks"]) == ("crash", "node", [0])
-    assert "SIGKILL" in crash["summary"] and "in step 10" in crash["summary"]
+    assert "SIGKILL" in crash["summary"]
+    # The step comes from the ranks' step events. On a busy host both hooks can die with their
+    # queues unsent (rank 0 by SIGKILL, rank 1 by the launcher's SIGTERM, ~1 s into the job):
+    # then no step may be named at all, never a made-up one.
+    if "step" in RunStore.open(tmp_path / "run").kinds():
+        assert "in step 10" in crash["summary"], crash["summary"]
+    else:
+        assert "in step" not in crash["summary"], crash["summary"]
     assert o.exit_code == 1
     print(f"crash: {crash['summary']} (job ended {o.job_ended_at - o.fault_at:.1f} s after)")
     assert o.job_ended_at - o.fault_at < TIMEOUT_S / 2
