@@ -369,3 +369,26 @@ def persistence(
     end = onset + int(np.flatnonzero(flags[onset : end + 1])[-1])  # last flagged step
     consistency = float(flags[onset : end + 1].mean())
     return Persistence(onset, first_end, end, consistency)
+
+
+def change_point(
+    x: np.ndarray, candidates: range, start: int = 0, stop: int | None = None
+) -> int | None:
+    """The split ``t`` among ``candidates`` of ``x[start:stop]`` into the two most homogeneous
+    segments, ``x[start:t]`` and ``x[t:stop]`` (least summed absolute deviation from each
+    segment's median: a robust L1 change point, not moved by spikes and dips), with a higher
+    median after than before; the earliest on a tie, ``None`` when no split has a higher median
+    after. One fixed span for every candidate, so that costs compare like with like."""
+    stop = len(x) if stop is None else stop
+    best, best_cost = None, np.inf
+    for t in candidates:
+        before, after = x[start:t], x[t:stop]
+        if len(before) == 0 or len(after) == 0:
+            continue
+        mb, ma = float(np.median(before)), float(np.median(after))
+        if ma <= mb:
+            continue
+        cost = float(np.abs(before - mb).sum() + np.abs(after - ma).sum())
+        if cost < best_cost:
+            best, best_cost = t, cost
+    return best

@@ -180,7 +180,8 @@ def reconcile(
             if seen is not None and expected and seen < cfg.min_seen_in_steps * expected:
                 replaced[k.id] = unseen(k, seen, expected)
     out = [replaced.get(f.id, f) for f in findings if f.id not in dropped]
-    out += [f for fid, f in replaced.items() if fid not in {g.id for g in findings}]
+    given = {f.id for f in findings}
+    out += [f for fid, f in replaced.items() if fid not in given]  # kernels found for a node
     if features is not None:
         out = coverage.check(moving.fold(out, features), features.windows)
     return explain.fold(out)

@@ -74,7 +74,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from diag.diagnose.features import Features, peer_median, persistence, persistent_columns
+from diag.diagnose.features import (
+    Features,
+    change_point,
+    peer_median,
+    persistence,
+    persistent_columns,
+)
 from diag.findings import Evidence, Finding
 
 
@@ -437,21 +443,14 @@ def _change_point(
     x: np.ndarray, stop: int, max_candidates: int = 1000, last: int | None = None
 ) -> int:
     """The step in ``x[:stop]`` that best splits it into a lower median before and a higher one
-    after (least summed absolute deviation from each side's median: robust to the spikes and
-    dips of run-queue delay); 0 when no split has a higher median after. Every step up to
-    ``last`` is a candidate, or every k-th on long runs (at most ``max_candidates``)."""
+    after (:func:`~diag.diagnose.features.change_point`); 0 when no split has a higher median
+    after. Every step up to ``last`` is a candidate, or every k-th on long runs (at most
+    ``max_candidates``)."""
     x = np.nan_to_num(x[:stop])
     n = len(x)
-    best, best_cost = 0, np.inf
-    for t in range(1, n if last is None else min(n, last + 1), max(1, n // max_candidates)):
-        before, after = x[:t], x[t:]
-        mb, ma = float(np.median(before)), float(np.median(after))
-        if ma <= mb:
-            continue
-        cost = float(np.abs(before - mb).sum() + np.abs(after - ma).sum())
-        if cost < best_cost:
-            best, best_cost = t, cost
-    return best
+    step = max(1, n // max_candidates)
+    found = change_point(x, range(1, n if last is None else min(n, last + 1), step))
+    return 0 if found is None else found
 
 
 def _span(steps: pd.DataFrame, first_last: tuple[int, int]) -> tuple[int, int] | None:

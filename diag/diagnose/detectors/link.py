@@ -74,6 +74,7 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
+from diag.diagnose.features import change_point
 from diag.findings import Evidence, Finding, LinkRef
 from diag.store.run_store import RunStore
 
@@ -347,19 +348,9 @@ def _refine_onset(values: np.ndarray, flags: np.ndarray, start: int, cfg: LinkCo
     with np.errstate(divide="ignore", invalid="ignore"):
         x = np.log(np.where(values > 0, values, np.nan))
     x = np.nan_to_num(x, nan=float(np.nanmin(x)) if np.isfinite(x).any() else 0.0)
-    lo, hi = start, min(start + w, len(x) - cfg.min_slow_steps)
-    span0, span1 = max(0, start - w), min(len(x), start + 2 * w)
-    best, best_cost = start, np.inf
-    for t in range(lo, hi + 1):
-        before, after = x[span0:t], x[t:span1]
-        if len(before) == 0 or len(after) == 0:
-            continue
-        mb, ma = float(np.median(before)), float(np.median(after))
-        if ma <= mb:
-            continue
-        cost = float(np.abs(before - mb).sum() + np.abs(after - ma).sum())
-        if cost < best_cost:
-            best, best_cost = t, cost
+    hi = min(start + w, len(x) - cfg.min_slow_steps)
+    found = change_point(x, range(start, hi + 1), max(0, start - w), min(len(x), start + 2 * w))
+    best = start if found is None else found
     onset = best + int(np.argmax(flags[best:])) if flags[best:].any() else start
     tail = flags[onset:]
     if tail.sum() < cfg.min_slow_steps or tail.mean() < cfg.persist_frac:

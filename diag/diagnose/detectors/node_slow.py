@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from diag.diagnose.detectors import node_groups
-from diag.diagnose.features import Persistence, persistence, persistent_columns
+from diag.diagnose.features import Persistence, change_point, persistence, persistent_columns
 
 #: A set of ranks is slow as a whole when this quantile of its ranks' ratios is (see set_slow).
 SET_QUANTILE = 0.25
@@ -261,17 +261,8 @@ def _refine_onset(
         return run
     x = np.nan_to_num(ratio, nan=1.0, posinf=10.0, neginf=0.0)
     lo, hi = max(1, run.onset_pos - w), min(len(x) - 1, run.detected_pos)
-    # One fixed span for every candidate split, so that costs compare like with like.
-    start, stop = max(0, lo - w), min(len(x), hi + w)
-    best, best_cost = run.onset_pos, np.inf
-    for t in range(lo, hi + 1):
-        before, after = x[start:t], x[t:stop]
-        mb, ma = float(np.median(before)), float(np.median(after))
-        if ma <= mb:
-            continue
-        cost = float(np.abs(before - mb).sum() + np.abs(after - ma).sum())
-        if cost < best_cost:
-            best, best_cost = t, cost
+    found = change_point(x, range(lo, hi + 1), max(0, lo - w), min(len(x), hi + w))
+    best = run.onset_pos if found is None else found
     onset = best if flags[best] else best + int(np.argmax(flags[best:]))
     if onset > run.detected_pos:
         return run

@@ -84,13 +84,22 @@ def test_rank_processes_sampled_and_gone_ones_dropped_quietly(proc: Path) -> Non
     assert c.tracked_pids == [4242]
 
 
-def test_the_busiest_processes_that_are_not_the_job(proc: Path) -> None:
+def _rank_4242_primed(proc: Path) -> HostCollector:
+    """A collector tracking rank 4242, its first cycle done and /proc advanced to t1."""
     clock = FakeClock()
     c = HostCollector(proc, clock, clock_ticks_per_s=100)
     c.track(4242, rank=3, local_rank=1)
     c.collect(1)
     _advance(proc, clock)
-    others = [e for e in c.collect(2) if isinstance(e, schema.HostProcess)]
+    return c
+
+
+def _host_processes(c: HostCollector) -> list[schema.HostProcess]:
+    return [e for e in c.collect(2) if isinstance(e, schema.HostProcess)]
+
+
+def test_the_busiest_processes_that_are_not_the_job(proc: Path) -> None:
+    others = _host_processes(_rank_4242_primed(proc))
     # 7070 a hog on CPU 1 (95%), 9090 a kernel thread (15%); not the rank 4242 nor its data
     # worker 4343 (100%), not sshd 8080 (2%: under 10%), not 5151 (gone) nor 6161 (pid reused)
     assert [(e.pid, e.last_cpu) for e in others] == [(7070, 1), (9090, 1)]
@@ -119,11 +128,7 @@ def test_real_proc_smoke() -> None:
 def test_a_process_started_since_the_last_cycle_is_reported_over_its_life(proc: Path) -> None:
     # A hog started 0.5 s before the second cycle (a short job: the next cycle would come after
     # its end). Its share is its CPU ticks over its age (start time vs /proc/uptime).
-    clock = FakeClock()
-    c = HostCollector(proc, clock, clock_ticks_per_s=100)
-    c.track(4242, rank=3, local_rank=1)
-    c.collect(1)
-    _advance(proc, clock)
+    c = _rank_4242_primed(proc)
     (proc / "uptime").write_text("1000.00 1900.00\n")
     new = proc / "7171"
     new.mkdir()
@@ -132,7 +137,7 @@ def test_a_process_started_since_the_last_cycle_is_reported_over_its_life(proc: 
     hog_line[0], hog_line[13], hog_line[21] = "7171", "45", "99950"  # pid, utime, start time
     (new / "stat").write_text(" ".join(hog_line) + "\n")
     (new / "cmdline").write_bytes(b"python3\0hog.py\0")
-    others = [e for e in c.collect(2) if isinstance(e, schema.HostProcess)]
+    others = _host_processes(c)
     (hog,) = [e for e in others if e.pid == 7171]
     assert hog.cpu_pct == pytest.approx(90.0) and hog.interval_ns == 500_000_000
     assert hog.cmd == "python3 hog.py" and hog.last_cpu == 1
