@@ -32,3 +32,27 @@ def test_run_json_is_merged(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "run.json").read_text()) == {
         "run_id": "a", "command": ["x"], "exit_code": 3,
     }  # fmt: skip
+
+
+def test_job_log_has_each_line_while_the_job_runs(tmp_path: Path) -> None:
+    """``logs/job.log`` follows the job line by line: a user tailing it (or a harness acting at
+    a step) sees a line when the job prints it, not once 8 KiB have piled up."""
+    import os
+    import time
+    from types import SimpleNamespace
+
+    log = tmp_path / "job.log"
+    read_fd, write_fd = os.pipe()
+    stdout = os.fdopen(read_fd, "rb")
+    job = runtime.Job(SimpleNamespace(stdout=stdout, stderr=None), open(log, "ab"))  # type: ignore[arg-type]
+    job.sink = lambda line, is_err: None
+    try:
+        os.write(write_fd, b"rank 0 step 0 loss 1.0\n")
+        deadline = time.monotonic() + 30
+        while b"step 0" not in log.read_bytes():
+            assert time.monotonic() < deadline, "the line never reached the log"
+            time.sleep(0.02)
+    finally:
+        os.close(write_fd)
+        for t in job._threads:
+            t.join(timeout=10)
