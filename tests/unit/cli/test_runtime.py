@@ -44,7 +44,8 @@ def test_job_log_has_each_line_while_the_job_runs(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     read_fd, write_fd = os.pipe()
     stdout = os.fdopen(read_fd, "rb")
-    job = runtime.Job(SimpleNamespace(stdout=stdout, stderr=None), open(log, "ab"))  # type: ignore[arg-type]
+    sink = open(log, "ab")  # noqa: SIM115 - the Job owns it
+    job = runtime.Job(SimpleNamespace(stdout=stdout, stderr=None), sink)  # type: ignore[arg-type]
     job.sink = lambda line, is_err: None
     try:
         os.write(write_fd, b"rank 0 step 0 loss 1.0\n")
