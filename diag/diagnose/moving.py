@@ -11,6 +11,14 @@ median (``>= min_ratio`` x it and ``>= min_excess_ms`` more; peers: the ranks of
 class) in fewer than ``min_share`` of the steps from its onset to the end of the run is folded
 into the ``data-moving`` finding as evidence (:func:`diag.diagnose.explain.absorb`): one fault,
 one finding, with the cause the steps support.
+
+A rank that *stalls* (the node detector's ``...-stalls`` finding,
+:mod:`~diag.diagnose.detectors.node_stall`) is slow in only some steps by definition, so the
+step share cannot judge it; it was found because it is its class's slowest far more often than
+chance and keeps a lead over its peers on average, which is what a moving imbalance does not do.
+So the roles turn: the ``data-moving`` finding (the same steps read as "the slowest keeps
+changing") is folded into the stall finding (the one losing the most, when several), as
+evidence.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from diag.diagnose.features import Features, peer_median
 from diag.findings import Finding
 
 MOVING_ID = "data-moving"
+STALL_SUFFIX = "-stalls"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,11 +71,20 @@ def fold(
     moving = next((f for f in findings if f.id == MOVING_ID), None)
     if moving is None:
         return findings
+    stalls = [f for f in findings if f.cause == "node" and f.id.endswith(STALL_SUFFIX)]
+    if stalls:
+        lead = max(stalls, key=lambda f: f.slowdown or 0.0)
+        return [
+            explain.absorb(f, [moving]) if f.id == lead.id else f
+            for f in findings
+            if f.id != MOVING_ID
+        ]
     echoes = [
         f
         for f in findings
         if f.cause == "node"
         and f.id.startswith("node-")
+        and not f.id.endswith(STALL_SUFFIX)
         and f.symptom == "slowdown"
         and (share := step_share(features, f, cfg)) is not None
         and share < cfg.min_share

@@ -42,6 +42,8 @@ class Scenario:
     onset_step: int = 0
     severity: float = 0.0
     moving_imbalance: float = 0.0  # extra compute (fraction) on one random rank per step
+    stall_ranks: tuple[int, ...] = ()  # from onset_step, stalled in a random stall_share of steps
+    stall_share: float = 0.4  # ... each stall extra_ms / stall_share: extra_ms lost on average
     ckpt_every: int = 0  # a checkpoint save on every rank every N steps (0: none)
     ckpt_ms: float = 0.0
     ckpt_bytes: int = 0
@@ -74,6 +76,9 @@ class Scenario:
                 data[list(self.data_ranks)] += self.extra_ms
             if self.moving_imbalance:
                 compute[rng.integers(self.ranks)] += self.moving_imbalance * self.compute_ms
+            if self.stall_ranks and step >= self.onset_step:
+                hit = [r for r in self.stall_ranks if rng.random() < self.stall_share]
+                compute[hit] += self.extra_ms / self.stall_share
             if self.ckpt_every and step % self.ckpt_every == self.ckpt_every - 1:
                 ckpt[:] = self.ckpt_ms
             busy = compute + data + ckpt

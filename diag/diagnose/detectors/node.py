@@ -74,7 +74,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from diag.diagnose.detectors import node_evidence, node_groups
+from diag.diagnose.detectors import node_evidence, node_groups, node_stall
 from diag.diagnose.detectors.node_slow import (
     UNKNOWN_LAYOUT_FROM_START,
     Frames,
@@ -137,6 +137,18 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     for rank in sorted(set(slow) - named):
         cand = node_groups.single(rank, hosts, layout)
         out.append(_rank_finding([slow[rank]], cand, features, hosts, layout, cfg))
+    # Ranks that lose their time in bursts: not slower in most steps, slower on average.
+    stall_frames = node_stall.StallFrames(compute, wait, job_step, classes)
+    for stall in node_stall.find_stalls(
+        stall_frames,
+        skip=set(slow) | named,
+        min_t=cfg.stall_min_t,
+        min_share_z=cfg.stall_min_share_z,
+        min_loss=cfg.stall_min_loss,
+        min_steps=cfg.stall_min_steps,
+        min_wait_explained=cfg.min_wait_explained,
+    ):
+        out.append(_stall_finding(stall, features, hosts, layout, cfg))
     # A layout group's own imbalance is the one its other ranks share: ranks already found
     # slow against the ranks doing the same work are left out of their group's median.
     rest = [int(r) for r in compute.columns if int(r) not in slow]
@@ -221,6 +233,92 @@ def _rank_finding(
         culprits.host,
         features,
         peers,
+    )
+
+
+def _stall_finding(
+    stall: node_stall.Stall,
+    features: Features,
+    hosts: dict[int, str],
+    layout: Layout,
+    cfg: NodeConfig,
+) -> Finding:
+    """One finding for a rank that stalls now and then (:mod:`node_stall`): cause ``node``."""
+    culprits = node_groups.single(stall.rank, hosts, layout)
+    peers = _peers(culprits.ranks, layout, hosts)
+    like = (
+        f"its {len(peers)} peers doing the same work"
+        if layout.known
+        else f"the other {len(peers)} ranks"
+    )
+    when = f"from step {stall.onset}" if stall.onset is not None else "from the start"
+    summary = (
+        f"{culprits.who} stalls intermittently {when}: it computes longer than all {like} in "
+        f"{stall.slowest_share:.0%} of steps (chance {stall.chance_share:.0%}), and "
+        f"{stall.excess_ms:.1f} ms/step longer than they do on average, though not in every "
+        f"step (bursts: frozen, descheduled, blocked on a lock or paging); peers wait "
+        f"{stall.wait_after:.1f} ms/step in collectives; job steps {stall.slowdown:.0%} slower"
+    )
+    strength = min(stall.lead_t / cfg.stall_min_t, 2.0) - 1.0  # 0 at the threshold, 1 at 2x
+    conf = 0.5 + 0.4 * max(0.0, strength)
+    anomaly_ev = [
+        Evidence(
+            metric="compute_ms",
+            subject=f"rank {stall.rank}",
+            value=stall.culprit_ms,
+            reference=stall.peers_ms,
+            unit="ms",
+            note="mean in the anomaly vs its peers' (per-step median) mean: the stalls are "
+            "in the mean, not the median",
+        ),
+        Evidence(
+            metric="slowest_share",
+            subject=f"rank {stall.rank}",
+            value=stall.slowest_share,
+            reference=stall.chance_share,
+            unit="fraction",
+            note=f"share of steps it computes the longest of its class vs chance; its lead "
+            f"over its peers is {stall.lead_t:.1f} standard errors above 0",
+        ),
+        Evidence(
+            metric="peers_wait_ms",
+            subject=culprits.who,
+            value=stall.wait_after,
+            reference=stall.wait_before,
+            unit="ms",
+            note="peers' mean collective wait in the anomaly vs before onset"
+            if stall.wait_before is not None
+            else "peers' mean collective wait in the anomaly (from the start: no before)",
+        ),
+        _layout_ev(culprits.who, layout, len(peers), "the ranks doing the same work"),
+    ]
+    finding = Finding(
+        id=f"{culprits.id}-stalls",
+        symptom="slowdown",
+        cause="node",
+        severity=severity(stall.slowdown, cfg.warning, cfg.critical),
+        ranks=culprits.ranks,
+        hosts=tuple(sorted({h for r in culprits.ranks if (h := hosts.get(r, ""))})),
+        onset_step=stall.onset,
+        detected_step=stall.detected,
+        slowdown=stall.slowdown,
+        confidence=min(0.99, conf),
+        summary=summary,
+        evidence=tuple(anomaly_ev),
+    )
+    befores = [stall.before] if stall.before is not None else []
+    found = node_evidence.corroborate(
+        features,
+        ranks=finding.ranks,
+        host=culprits.host,
+        anomaly=stall.anomaly,
+        before=befores[0] if befores else None,
+        peers=tuple(peers),
+    )
+    return replace(
+        finding,
+        confidence=min(0.99, finding.confidence + 0.05 * len(found.sources)),
+        evidence=(*finding.evidence, *found.evidence),
     )
 
 

@@ -45,6 +45,11 @@ class NodeConfig:
     min_z: float = 2.0  # ... and ratio - 1 >= this many robust sigmas of its class's spread
     warning: float = 0.1  # slowdown for severity "warning"
     critical: float = 0.3  # slowdown for severity "critical"
+    # intermittent stalls (node_stall): a rank that loses its time in bursts
+    stall_min_t: float = 3.0  # its mean lead over its peers, in standard errors
+    stall_min_share_z: float = 3.0  # its class's slowest more often than chance, binomial sigmas
+    stall_min_loss: float = 0.05  # its mean excess compute / the job's mean step
+    stall_min_steps: int = 10  # steps from the onset the tests need
 
 
 def severity(slowdown: float, warning: float, critical: float) -> str:

@@ -1,0 +1,267 @@
+"""Intermittent stalls: a rank that loses its time in bursts, not in every step.
+
+A rank frozen now and then (a hypervisor descheduling its vCPU, a stop-the-world pause, a thread
+holding the GIL or a lock it needs, paging, a debugger's stop) is not slower in most steps: its
+*median* compute is its peers', so the persistent detector (:mod:`node_slow`) does not see it.
+Yet it is the one that loses the time, the peers wait for it in the collectives, and the job's
+steps grow. What singles it out is a comparison with the ranks doing the same work, on *means*
+and *turns*:
+
+- ``excess`` per step: the rank's compute above the median of its peers' (its work class's other
+  ranks); ``lead`` per step: its excess above the median of its peers' excesses (a moving
+  imbalance, uneven batches drawn anew each step, gives every rank the same mean excess and a
+  mean lead of 0; a stalling rank keeps the lead).
+- onset: the CUSUM change point of the lead (the split with the largest rise in mean, an L2
+  change point: the stalls are spikes, which a median-based split ignores by design); before
+  ``min_steps`` analysed steps: from the start.
+- over the steps from the onset, all of: the mean lead is ``stall_min_t`` standard errors above 0
+  (a t statistic on the steps: k spikes among n steps make about sqrt(k), so one huge spike
+  cannot pass); the rank is its class's slowest in more steps than chance (``1 / class size``)
+  by ``stall_min_share_z`` binomial standard errors (a moving imbalance gives each rank its
+  turn); both raised for the number of ranks tested (Bonferroni: each rank is a test, so 3
+  sigmas become 3.4 on 4 ranks, 3.9 on 32, 4.6 on 1,024);
+  its median lead is under half its mean lead (slow in only some steps: a rank slow in most
+  is the persistent detector's to judge, with its thresholds); its mean excess is at least ``stall_min_loss`` of the job's mean step; and its
+  peers' mean collective wait grew since the onset (from the start: exceeds its own) by
+  ``min_wait_explained`` of that excess: they wait for it; and in each half of those steps it is
+  still its class's slowest more often than chance, with a positive mean lead (a stall goes on;
+  a streak of long batches on one replica, which a moving imbalance makes now and then, ends).
+- detected: the first step from which those hold on the steps from the onset to it. A fault
+  that shows in only some steps takes more steps to tell from chance than a persistent one:
+  with stalls in a third of the steps, about 20-35 steps after the onset.
+
+Everything is vectorized over ranks up to the per-candidate onset search (a rank must first pass
+the tests on its whole run, diluted as they are by the steps before a late onset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+
+from diag.diagnose.features import peer_median
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    rank: int
+    onset: int | None  # step; None: from the start
+    detected: int
+    slowdown: float  # the share of the job's step lost since the onset (as node findings)
+    excess_ms: float  # its mean compute above its peers' median, per step
+    culprit_ms: float  # its mean compute in the anomaly
+    peers_ms: float  # its peers' mean (per-step median) compute in the anomaly
+    slowest_share: float  # the share of steps it was its class's slowest
+    chance_share: float  # 1 / class size
+    lead_t: float  # t statistic of its lead over its peers' excesses
+    wait_before: float | None
+    wait_after: float
+    anomaly: tuple[int, int]
+    before: tuple[int, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class StallFrames:
+    compute: pd.DataFrame  # steps x ranks
+    wait: pd.DataFrame
+    job_step: pd.Series
+    classes: Mapping[int, int] | None
+
+
+def find_stalls(
+    frames: StallFrames,
+    *,
+    skip: set[int],
+    min_t: float,
+    min_share_z: float,
+    min_loss: float,
+    min_steps: int,
+    min_wait_explained: float,
+) -> list[Stall]:
+    compute = frames.compute
+    if compute.shape[1] < 2 or len(compute) < 2 * min_steps:
+        return []
+    peers = peer_median(compute, frames.classes)
+    excess = compute - peers
+    lead = (excess - peer_median(excess, frames.classes)).to_numpy(dtype=float)
+    slowest = _slowest(compute, frames.classes)
+    size = _class_size(compute, frames.classes)
+    ex = excess.to_numpy(dtype=float)
+    # Screen on the whole run: a rank whose stalls start late passes diluted, or not at all.
+    t_all = _t_stat(lead)
+    # Every rank is a test: the more ranks, the more likely one passes by chance. Each
+    # threshold is raised to keep its one-sided tail over all ranks (Bonferroni): 3 sigmas on
+    # 1 rank -> 3.4 on 4, 3.9 on 32, 4.6 on 1,024.
+    min_t, min_share_z = (_corrected(z, compute.shape[1]) for z in (min_t, min_share_z))
+    candidates = [
+        j
+        for j in np.flatnonzero(t_all >= min_t / 2)
+        if int(compute.columns[j]) not in skip and size[j] >= 2
+    ]
+    out = []
+    for j in candidates:
+        found = _one(int(j), frames, ex[:, j], lead[:, j], slowest[:, j], size[j], peers,
+                     min_t=min_t, min_share_z=min_share_z, min_loss=min_loss,
+                     min_steps=min_steps, min_wait_explained=min_wait_explained)  # fmt: skip
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _one(
+    j: int,
+    frames: StallFrames,
+    excess: np.ndarray,
+    lead: np.ndarray,
+    slowest: np.ndarray,
+    size: int,
+    peers: pd.DataFrame,
+    *,
+    min_t: float,
+    min_share_z: float,
+    min_loss: float,
+    min_steps: int,
+    min_wait_explained: float,
+) -> Stall | None:
+    valid = ~np.isnan(lead) & ~np.isnan(excess)
+    if valid.sum() < 2 * min_steps:
+        return None
+    steps = frames.compute.index.to_numpy()
+    x = np.where(valid, lead, 0.0)
+    pos = _cusum_onset(x)
+    if pos < min_steps:
+        pos = 0  # from the start
+    if len(x) - pos < min_steps:
+        return None
+    job = frames.job_step.to_numpy(dtype=float)
+    col = frames.compute.columns[j]
+    others = [c for c in frames.compute.columns if c != col and _same_class(frames, c, col)]
+    peers_wait = frames.wait[others].median(axis=1).to_numpy(dtype=float)
+    own_wait = frames.wait[col].to_numpy(dtype=float)
+
+    def holds(end: int) -> bool:  # the tests on the steps [pos, end)
+        sl = slice(pos, end)
+        v = valid[sl]
+        if v.sum() < min_steps:
+            return False
+        t = _t_stat(lead[sl][v][:, None])[0]
+        share = float(slowest[sl][v].mean())
+        p0 = 1.0 / size
+        z = (share - p0) / np.sqrt(p0 * (1 - p0) / v.sum())
+        loss = float(np.nanmean(excess[sl][v]))
+        step = float(np.nanmean(job[sl]))
+        if not (t >= min_t and z >= min_share_z and step > 0 and loss >= min_loss * step):
+            return False
+        if float(np.median(lead[sl][v])) >= 0.5 * float(np.mean(lead[sl][v])):
+            return False  # slow in most steps: the persistent detector's to judge, not a stall
+        # ... in both halves of those steps: a stall goes on, a streak of long batches ends
+        mid = pos + (end - pos) // 2
+        for half in (slice(pos, mid), slice(mid, end)):
+            hv = valid[half]
+            if not hv.any() or float(slowest[half][hv].mean()) <= p0:
+                return False
+            if float(np.mean(lead[half][hv])) <= 0:
+                return False
+        after = float(np.nanmean(peers_wait[sl]))
+        grown = after - float(np.nanmean(own_wait[sl])) if pos == 0 else max(
+            after - float(np.nanmean(peers_wait[:pos])), after - float(np.nanmean(own_wait[sl]))
+        )  # fmt: skip
+        return grown >= min_wait_explained * loss
+
+    if not holds(len(x)):
+        return None
+    detected = next(e for e in range(pos + min_steps, len(x) + 1) if holds(e)) - 1
+    sl = slice(pos, len(x))
+    v = valid[sl]
+    step_after = float(np.nanmean(job[sl]))
+    loss = float(np.nanmean(excess[sl][v]))
+    if pos == 0:
+        slowdown = loss / step_after
+        wait_before = None
+    else:
+        step_before = float(np.nanmean(job[:pos]))
+        growth = (step_after - step_before) / step_after
+        slowdown = max(0.0, min(growth, loss / step_after))
+        wait_before = float(np.nanmean(peers_wait[:pos]))
+    compute = frames.compute[col].to_numpy(dtype=float)
+    return Stall(
+        rank=int(col),
+        onset=None if pos == 0 else int(steps[pos]),
+        detected=int(steps[detected]),
+        slowdown=slowdown,
+        excess_ms=loss,
+        culprit_ms=float(np.nanmean(compute[sl])),
+        peers_ms=float(np.nanmean(peers[col].to_numpy(dtype=float)[sl])),
+        slowest_share=float(slowest[sl][v].mean()),
+        chance_share=1.0 / size,
+        lead_t=float(_t_stat(lead[sl][v][:, None])[0]),
+        wait_before=wait_before,
+        wait_after=float(np.nanmean(peers_wait[sl])),
+        anomaly=(int(steps[pos]), int(steps[-1])),
+        before=None if pos == 0 else (int(steps[0]), int(steps[pos - 1])),
+    )
+
+
+def _corrected(z: float, tests: int) -> float:
+    """The z threshold with the one-sided tail of ``z`` shared among ``tests`` tests."""
+    normal = NormalDist()
+    tail = (1.0 - normal.cdf(z)) / max(1, tests)
+    return max(z, normal.inv_cdf(1.0 - tail)) if tail > 0 else z
+
+
+def _same_class(frames: StallFrames, a: object, b: object) -> bool:
+    if frames.classes is None:
+        return True
+    return frames.classes.get(int(a)) == frames.classes.get(int(b))  # type: ignore[call-overload]
+
+
+def _t_stat(x: np.ndarray) -> np.ndarray:
+    """Per column: mean / standard error over the rows (NaN rows left out), 0 where undefined."""
+    n = np.sum(~np.isnan(x), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.nanmean(x, axis=0) if len(x) else np.zeros(x.shape[1])
+        sd = np.nanstd(x, axis=0, ddof=1) if len(x) > 1 else np.zeros(x.shape[1])
+        t = mean / (sd / np.sqrt(np.maximum(n, 1)))
+    return np.nan_to_num(np.where(n >= 2, t, 0.0), nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _cusum_onset(x: np.ndarray) -> int:
+    """The split with the largest rise in mean (CUSUM: where the cumulative deviation from the
+    overall mean is lowest); 0 when the mean never rises."""
+    s = np.cumsum(x - x.mean())
+    low = int(np.argmin(s))
+    return low + 1 if s[low] < 0 else 0
+
+
+def _slowest(compute: pd.DataFrame, classes: Mapping[int, int] | None) -> np.ndarray:
+    """Per step and rank: True when it computes the longest of its class (NaN: False)."""
+    values = compute.to_numpy(dtype=float)
+    out = np.zeros(values.shape, dtype=bool)
+    for cols in _members(compute, classes).values():
+        v = values[:, cols]
+        filled = np.where(np.isnan(v), -np.inf, v)
+        top = np.argmax(filled, axis=1)
+        hit = np.zeros(v.shape, dtype=bool)
+        hit[np.arange(len(v)), top] = True
+        out[:, cols] = hit & ~np.isnan(v)
+    return out
+
+
+def _class_size(compute: pd.DataFrame, classes: Mapping[int, int] | None) -> np.ndarray:
+    size = np.zeros(compute.shape[1], dtype=int)
+    for cols in _members(compute, classes).values():
+        size[cols] = len(cols)
+    return size
+
+
+def _members(compute: pd.DataFrame, classes: Mapping[int, int] | None) -> dict[object, list[int]]:
+    members: dict[object, list[int]] = {}
+    for j, col in enumerate(compute.columns):
+        key = 0 if classes is None else classes.get(int(col))
+        if key is not None:
+            members.setdefault(key, []).append(j)
+    return members

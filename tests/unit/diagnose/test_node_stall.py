@@ -1,0 +1,61 @@
+"""A rank that stalls in bursts (slow in some steps, not most: its median compute is its peers')
+is a node finding; a moving imbalance (a random rank slow each step) and plain noise are not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diag.diagnose import moving
+from diag.diagnose.detectors import node
+from diag.diagnose.detectors.registry import run_all
+from diag.diagnose.features import Features
+from diag.findings import Finding
+from tests.fakes.scenarios import Scenario
+
+
+def _features(sc: Scenario, tmp_path: Path) -> Features:
+    return Features.from_store(sc.write(tmp_path))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rank_stalling_in_bursts_is_a_node_finding(tmp_path: Path, seed: int) -> None:
+    # rank 2 loses 20% of the job's step on average, in ~35% of the steps (each stall ~3x that)
+    sc = Scenario(stall_ranks=(2,), stall_share=0.35, onset_step=50, severity=0.2, seed=seed,
+                  noise=0.08)  # fmt: skip
+    f = _features(sc, tmp_path)
+    (found,) = node.detect(f)
+    assert (found.cause, found.ranks, found.hosts) == ("node", (2,), ("node1",))
+    assert found.id == "node-rank2-stalls" and "stalls intermittently" in found.summary
+    assert found.onset_step is not None and abs(found.onset_step - 50) <= 6
+    assert found.detected_step is not None and found.onset_step < found.detected_step <= 95
+    assert found.slowdown is not None and 0.1 <= found.slowdown <= 0.3
+    share = next(e for e in found.evidence if e.metric == "slowest_share")
+    assert share.value > 0.3 and share.reference == pytest.approx(0.25)
+    top = run_all(f)[0]
+    assert (top.cause, top.ranks) == ("node", (2,))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_moving_imbalance_is_not_a_stall(tmp_path: Path, seed: int) -> None:
+    f = _features(Scenario(moving_imbalance=0.5, noise=0.08, seed=seed), tmp_path)
+    assert not [x for x in node.detect(f) if x.id.endswith("-stalls")]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_noise_is_not_a_stall(tmp_path: Path, seed: int) -> None:
+    f = _features(Scenario(noise=0.15, seed=seed), tmp_path)
+    assert node.detect(f) == []
+
+
+def test_a_stall_takes_in_the_moving_imbalance_the_same_steps_suggest(tmp_path: Path) -> None:
+    def finding(id_: str, cause: str, ranks: tuple[int, ...]) -> Finding:
+        return Finding(id=id_, symptom="slowdown", cause=cause, severity="info", ranks=ranks,
+                       onset_step=40, slowdown=0.15, confidence=0.6, summary=id_)  # fmt: skip
+
+    f = _features(Scenario(seed=1), tmp_path)
+    stall = finding("node-rank2-stalls", "node", (2,))
+    (out,) = moving.fold([finding("data-moving", "data", (2, 0, 1)), stall], f)
+    assert out.id == stall.id
+    assert [e.subject for e in out.evidence if e.metric == "explains"] == ["data-moving"]
