@@ -255,6 +255,12 @@ MECHANISMS: dict[str, Mechanism] = {
         Mechanism(name="node.stop_cont", cause="node", split=HELDOUT,
                   nature="the culprit's process frozen (SIGSTOP) in short bursts from the onset",
                   actor=StopCont, replaces_base=True),
+        Mechanism(name="node.gc_pauses", cause="node", split=HELDOUT,
+                  nature="full garbage collections over a large live object graph on the "
+                  "culprit's training thread in a random 30% of its steps (on-CPU pauses)",
+                  job_args=lambda c: ["--gc-pause-rank", _rank(c), "--gc-pause-from-step",
+                                      _onset(c), "--gc-pause-share", "0.3"],
+                  replaces_base=True),
         Mechanism(name="node.from_start", cause="node", split=HELDOUT,
                   nature="one data-parallel rank slow from the first steps (no onset)",
                   job_args=lambda c: ["--slow-rank", _rank(c), "--slow-from-step", "2"],

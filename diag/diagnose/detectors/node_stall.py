@@ -14,18 +14,24 @@ and *turns*:
 - onset: the CUSUM change point of the lead (the split with the largest rise in mean, an L2
   change point: the stalls are spikes, which a median-based split ignores by design); before
   ``min_steps`` analysed steps: from the start.
-- over the steps from the onset, all of: the mean lead is ``stall_min_t`` standard errors above 0
-  (a t statistic on the steps: k spikes among n steps make about sqrt(k), so one huge spike
-  cannot pass); the rank is its class's slowest in more steps than chance (``1 / class size``)
-  by ``stall_min_share_z`` binomial standard errors (a moving imbalance gives each rank its
-  turn); both raised for the number of ranks tested (Bonferroni: each rank is a test, so 3
-  sigmas become 3.4 on 4 ranks, 3.9 on 32, 4.6 on 1,024);
-  its median lead is under half its mean lead (slow in only some steps: a rank slow in most
-  is the persistent detector's to judge, with its thresholds); its mean excess is at least ``stall_min_loss`` of the job's mean step; and its
-  peers' mean collective wait grew since the onset (from the start: exceeds its own) by
-  ``min_wait_explained`` of that excess: they wait for it; and in each half of those steps it is
-  still its class's slowest more often than chance, with a positive mean lead (a stall goes on;
-  a streak of long batches on one replica, which a moving imbalance makes now and then, ends).
+- over the steps from the onset, all of: its mean excess is at least ``stall_min_loss`` of the
+  job's mean step; its median lead is under half its mean lead (slow in only some steps: a rank
+  slow in most is the persistent detector's to judge, with its thresholds); its peers' mean
+  collective wait grew since the onset (from the start: exceeds its own) by
+  ``min_wait_explained`` of that excess (they wait for it); and one of two tests:
+  - *often*: its mean lead is ``stall_min_t`` standard errors above 0 (a t statistic on the
+    steps: k spikes among n steps make about sqrt(k), so one huge spike cannot pass), and it is
+    its class's slowest in more steps than chance (``1 / class size``) by ``stall_min_share_z``
+    binomial standard errors (a moving imbalance gives each rank its turn), and in each half of
+    those steps it is still its class's slowest more often than chance with a positive mean
+    lead (a stall goes on; a streak of long batches on one replica, which a moving imbalance
+    makes now and then, ends);
+  - *rare long pauses* (a full garbage collection, a long page-in: too few for the t test): the
+    steps in which a rank of the class lost half a job step or more (``PAUSE_FRAC``) fall on
+    this rank (at least ``MIN_PAUSES``, in both halves) far more often than chance would put
+    them there (binomial tail).
+  Both tests' thresholds are raised for the number of ranks tested (Bonferroni: each rank is a
+  test, so 3 sigmas become 3.4 on 4 ranks, 3.9 on 32, 4.6 on 1,024).
 - detected: the first step from which those hold on the steps from the onset to it. A fault
   that shows in only some steps takes more steps to tell from chance than a persistent one:
   with stalls in a third of the steps, about 20-35 steps after the onset.
@@ -36,6 +42,7 @@ the tests on its whole run, diluted as they are by the steps before a late onset
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -44,6 +51,11 @@ import numpy as np
 import pandas as pd
 
 from diag.diagnose.features import peer_median
+
+#: A pause: a step in which the rank's lead over its peers is at least this share of the job step.
+PAUSE_FRAC = 0.5
+#: The fewest pauses that can single a rank out.
+MIN_PAUSES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +109,11 @@ def find_stalls(
     # threshold is raised to keep its one-sided tail over all ranks (Bonferroni): 3 sigmas on
     # 1 rank -> 3.4 on 4, 3.9 on 32, 4.6 on 1,024.
     min_t, min_share_z = (_corrected(z, compute.shape[1]) for z in (min_t, min_share_z))
+    max_p = 1.0 - NormalDist().cdf(min_t)  # the same tail, for the pause concentration test
+    job = frames.job_step.to_numpy(dtype=float)
+    pauses = lead >= PAUSE_FRAC * job[:, None]  # steps that lost half a job step or more
+    members = _members(compute, frames.classes)
+    class_of = {j: cols for cols in members.values() for j in cols}
     candidates = [
         j
         for j in np.flatnonzero(t_all >= min_t / 2)
@@ -104,7 +121,9 @@ def find_stalls(
     ]
     out = []
     for j in candidates:
+        mates = [k for k in class_of[int(j)] if k != j]
         found = _one(int(j), frames, ex[:, j], lead[:, j], slowest[:, j], size[j], peers,
+                     pauses[:, j], pauses[:, mates].sum(axis=1), max_p,
                      min_t=min_t, min_share_z=min_share_z, min_loss=min_loss,
                      min_steps=min_steps, min_wait_explained=min_wait_explained)  # fmt: skip
         if found is not None:
@@ -120,6 +139,9 @@ def _one(
     slowest: np.ndarray,
     size: int,
     peers: pd.DataFrame,
+    own_pauses: np.ndarray,
+    mates_pauses: np.ndarray,
+    max_p: float,
     *,
     min_t: float,
     min_share_z: float,
@@ -143,29 +165,48 @@ def _one(
     peers_wait = frames.wait[others].median(axis=1).to_numpy(dtype=float)
     own_wait = frames.wait[col].to_numpy(dtype=float)
 
-    def holds(end: int) -> bool:  # the tests on the steps [pos, end)
-        sl = slice(pos, end)
+    p0 = 1.0 / size
+
+    def often(sl: slice, mid: int, end: int) -> bool:
+        """Slow on average and its class's slowest more often than chance, in both halves of
+        the steps too (a stall goes on; a streak of long batches ends)."""
         v = valid[sl]
-        if v.sum() < min_steps:
-            return False
         t = _t_stat(lead[sl][v][:, None])[0]
         share = float(slowest[sl][v].mean())
-        p0 = 1.0 / size
         z = (share - p0) / np.sqrt(p0 * (1 - p0) / v.sum())
-        loss = float(np.nanmean(excess[sl][v]))
-        step = float(np.nanmean(job[sl]))
-        if not (t >= min_t and z >= min_share_z and step > 0 and loss >= min_loss * step):
+        if not (t >= min_t and z >= min_share_z):
             return False
-        if float(np.median(lead[sl][v])) >= 0.5 * float(np.mean(lead[sl][v])):
-            return False  # slow in most steps: the persistent detector's to judge, not a stall
-        # ... in both halves of those steps: a stall goes on, a streak of long batches ends
-        mid = pos + (end - pos) // 2
         for half in (slice(pos, mid), slice(mid, end)):
             hv = valid[half]
             if not hv.any() or float(slowest[half][hv].mean()) <= p0:
                 return False
             if float(np.mean(lead[half][hv])) <= 0:
                 return False
+        return True
+
+    def paused(sl: slice, mid: int, end: int) -> bool:
+        """Rare long pauses: the steps that lost half a job step or more, on its class, fall on
+        it far more than chance would put them there (binomial tail), in both halves."""
+        mine = int(own_pauses[sl].sum())
+        total = mine + int(mates_pauses[sl].sum())
+        if mine < MIN_PAUSES or _binomial_tail(mine, total, p0) > max_p:
+            return False
+        return bool(own_pauses[pos:mid].any() and own_pauses[mid:end].any())
+
+    def holds(end: int) -> bool:  # the tests on the steps [pos, end)
+        sl = slice(pos, end)
+        v = valid[sl]
+        if v.sum() < min_steps:
+            return False
+        loss = float(np.nanmean(excess[sl][v]))
+        step = float(np.nanmean(job[sl]))
+        if not (step > 0 and loss >= min_loss * step):
+            return False
+        if float(np.median(lead[sl][v])) >= 0.5 * float(np.mean(lead[sl][v])):
+            return False  # slow in most steps: the persistent detector's to judge, not a stall
+        mid = pos + (end - pos) // 2
+        if not (often(sl, mid, end) or paused(sl, mid, end)):
+            return False
         after = float(np.nanmean(peers_wait[sl]))
         grown = after - float(np.nanmean(own_wait[sl])) if pos == 0 else max(
             after - float(np.nanmean(peers_wait[:pos])), after - float(np.nanmean(own_wait[sl]))
@@ -204,6 +245,11 @@ def _one(
         anomaly=(int(steps[pos]), int(steps[-1])),
         before=None if pos == 0 else (int(steps[0]), int(steps[pos - 1])),
     )
+
+
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
 
 
 def _corrected(z: float, tests: int) -> float:

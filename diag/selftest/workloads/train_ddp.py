@@ -35,7 +35,12 @@ More mechanisms of other natures, for the held-out part of the suite
 - ``--ckpt-file-object``: rank 0's saves go through a file object whose writes stall (slow storage
   behind a stream: ``torch.save`` sees no path);
 - ``--dcp``: every rank saves its share with ``torch.distributed.checkpoint`` (a collective
-  save); slow saves stall in each rank's storage writer (a slow shared file system).
+  save); slow saves stall in each rank's storage writer (a slow shared file system);
+- ``--gc-pause-rank R --gc-pause-from-step S --gc-pause-share P``: from step S rank R keeps a
+  runs a full garbage collection before its forward in a share P of its steps (a seeded draw):
+  stop-the-world pauses on the training thread, on the CPU, in some steps and not others. Sized
+  by the severity: when one collection is longer than the loss per step / P, the share drops
+  (rarer, longer pauses); when shorter, a graph of live objects makes each collection longer.
 
 ``--severity S`` sizes every enabled fault by the job itself instead of milliseconds: at its onset
 the fault's rank takes the median of its own last ``--calibrate-steps`` step times (before the
@@ -59,6 +64,7 @@ parameters): ``--nan-*`` and ``--bitflip-*``, see :mod:`diag.selftest.workloads.
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import itertools
 import os
@@ -104,6 +110,49 @@ class Burner:
         x = self.a
         for _ in range(self.iters if iters is None else iters):
             x = torch.tanh(x @ self.a)
+
+
+class GcPauses:
+    """Full garbage collections in a random share of steps: stop-the-world pauses.
+
+    :meth:`set_ms` sizes them so that the rank loses ``mean_ms`` per step on average: a full
+    collection in a process with torch loaded already takes a while (~100 ms on this VM), so
+    when that alone is longer than ``mean_ms / share`` the share drops to ``mean_ms / pause``
+    (rarer, long pauses, as real ones are); when shorter, a graph of live Python objects (small
+    dicts the collector must traverse) grows until one collection takes ``mean_ms / share``.
+    :meth:`maybe_pause` collects in a share ``share`` of the calls (a seeded draw)."""
+
+    PROBE = 100_000  # objects timed first
+    MAX_OBJECTS = 8_000_000
+
+    def __init__(self, share: float, seed: int) -> None:
+        self.share = min(1.0, max(0.01, share))
+        self.rng = random.Random(seed)
+        self.graph: list[dict[str, object]] = []
+        self.active = False
+
+    def set_ms(self, mean_ms: float) -> None:
+        base = self._collect_ms()
+        want = mean_ms / self.share
+        if base >= want:
+            self.share = max(0.01, mean_ms / base)
+        else:
+            self._grow(self.PROBE)
+            per_object = max(1e-7, (self._collect_ms() - base) / self.PROBE)
+            self._grow(min(self.MAX_OBJECTS, self.PROBE + int((want - base) / per_object)))
+        self.active = True
+
+    def _collect_ms(self) -> float:
+        t0 = time.thread_time()
+        gc.collect()
+        return (time.thread_time() - t0) * 1000
+
+    def _grow(self, total: int) -> None:
+        self.graph.extend({"i": i, "next": [i]} for i in range(len(self.graph), total))
+
+    def maybe_pause(self) -> None:
+        if self.active and self.rng.random() < self.share:
+            gc.collect()
 
 
 class NumpyBurner:
@@ -294,6 +343,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--linear-mode", choices=("double", "naive"), default="double")
     p.add_argument("--linear-mode-from-step", type=int, default=0)
     p.add_argument("--dcp", action="store_true", help="every rank saves with DCP (collective)")
+    p.add_argument("--gc-pause-rank", type=int, default=-1)
+    p.add_argument("--gc-pause-from-step", type=int, default=0)
+    p.add_argument("--gc-pause-share", type=float, default=0.3, help="share of steps with a pause")
+    p.add_argument("--gc-pause-ms", type=float, default=30.0, help="mean extra ms per step")
     p.add_argument(
         "--ckpt-file-object", action="store_true",
         help="slow checkpoint saves stall in the writes of a file object instead (no path)",
@@ -328,6 +381,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "--slow-kernel-from-step": (args.slow_kernel_rank >= 0, args.slow_kernel_from_step),
             "--slow-ckpt-from-step": (args.slow_ckpt_from_step >= 0, args.slow_ckpt_from_step),
             "--skew-from-step": (args.skew_from_step >= 0, args.skew_from_step),
+            "--gc-pause-from-step": (args.gc_pause_rank >= 0, args.gc_pause_from_step),
         }
         for name, (on, step) in onsets.items():
             if on and step < 2:
@@ -418,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         skew.active = False
     burners = [b for b in (burner, warmup, skew) if b is not None]
     kernel_burner = NumpyBurner() if rank == args.slow_kernel_rank else None
+    gc_pauses = GcPauses(args.gc_pause_share, args.seed) if rank == args.gc_pause_rank else None
     model = DistributedDataParallel(Net(args.dim, args.hidden, burners))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
@@ -447,6 +502,10 @@ def main(argv: list[str] | None = None) -> int:
                 skew.active = random.Random(args.seed * 100_003 + step).randrange(world) == rank
             if rank == args.linear_mode_rank and step == args.linear_mode_from_step:
                 model.module.linear_mode = args.linear_mode
+            if gc_pauses is not None:
+                if step == args.gc_pause_from_step:
+                    gc_pauses.set_ms(calib.extra_ms(args.gc_pause_ms))
+                gc_pauses.maybe_pause()
             if kernel_burner is not None and step == args.slow_kernel_from_step:
                 kernel_burner.set_ms(calib.extra_ms(args.slow_kernel_ms))
                 _KERNEL_BURNER = kernel_burner

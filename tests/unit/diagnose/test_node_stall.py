@@ -59,3 +59,16 @@ def test_a_stall_takes_in_the_moving_imbalance_the_same_steps_suggest(tmp_path: 
     (out,) = moving.fold([finding("data-moving", "data", (2, 0, 1)), stall], f)
     assert out.id == stall.id
     assert [e.subject for e in out.evidence if e.metric == "explains"] == ["data-moving"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rare_long_pauses_on_one_rank_are_a_node_finding(tmp_path: Path, seed: int) -> None:
+    # rank 1 pauses in ~10% of its steps, each ~2.5 job steps long (a full garbage collection):
+    # too few steps for a mean test, but every long pause of the run falls on one rank.
+    sc = Scenario(stall_ranks=(1,), stall_share=0.1, onset_step=40, severity=0.2, seed=seed,
+                  noise=0.08)  # fmt: skip
+    f = _features(sc, tmp_path)
+    (found,) = node.detect(f)
+    assert (found.cause, found.ranks, found.id) == ("node", (1,), "node-rank1-stalls")
+    # dated at the change in its lead: the first pauses (random: some come late)
+    assert found.onset_step is not None and 36 <= found.onset_step <= 70
