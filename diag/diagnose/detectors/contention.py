@@ -264,16 +264,27 @@ _OWN_COMMANDS = ("diag.cli.main", "diag ", "torch.distributed.run", "torchrun")
 def _of_the_job(p: _Process, features: Features, ranks: list[int]) -> bool:
     """The process is a rank, a rank's child (a data loader worker runs its command line),
     the launcher or diag itself."""
-    proc = features.proc
-    if len(proc) and "pid" in proc.columns and p.pid in set(proc["pid"].astype(int)):
+    pids = _rank_pids(features)
+    if p.pid in pids:
         return True
     hp = features.host_processes
-    if len(hp) and len(proc) and "pid" in proc.columns and "cmd" in hp.columns:
-        rank_cmds = set(hp[hp["pid"].isin(set(proc["pid"].astype(int)))]["cmd"].astype(str))
+    if len(hp) and pids and "cmd" in hp.columns:
+        rank_cmds = set(hp[hp["pid"].isin(pids)]["cmd"].astype(str))
         if p.cmd in rank_cmds:
             return True
     first = p.cmd.split(" -c ")[0]
     return any(own in first for own in _OWN_COMMANDS)
+
+
+def _rank_pids(features: Features) -> set[int]:
+    """The pids of the job's ranks on every host (their process samples, their rank info):
+    where hosts share a machine (containers, network namespaces) another host's rank is the
+    job's too."""
+    pids: set[int] = set()
+    for frame in (features.proc, features.rank_info):
+        if len(frame) and "pid" in frame.columns:
+            pids |= {int(x) for x in frame["pid"].dropna() if int(x) > 0}
+    return pids
 
 
 def _pinned_with(cpu: int, proc: pd.DataFrame, ranks: list[int], span: tuple[int, int]) -> list:
