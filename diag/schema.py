@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -237,6 +237,14 @@ class ProcSample(Event):
     num_ctx_switches_involuntary: int = 0
     #: the CPU the process last ran on (``/proc/<pid>/stat`` field 39; -1 unknown; schema 1.6)
     last_cpu: int = -1
+    #: over the interval, how often the state of its main (training) thread was read (every
+    #: ``DaemonConfig.state_interval_s``), and how often it was found stopped (``T`` or ``t``:
+    #: a signal such as SIGSTOP, a job-control or scheduler suspend, a tracer such as a
+    #: debugger or a blocking stack sampler) or in uninterruptible sleep (``D``: waiting on
+    #: I/O or a page fault) (schema 1.7)
+    num_state_samples: int = 0
+    num_stopped: int = 0
+    num_disk_wait: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -68,8 +68,21 @@ HOST_COLUMNS = (
     "disk_read_bytes_per_s",
 )
 #: ``proc`` columns (ProcSample): per-rank process samples (``last_cpu``: the CPU it last ran
-#: on, -1 unknown).
-PROC_COLUMNS = ("rank", "host", "ts_ns", "cpu_pct", "rss_bytes", "read_bytes_per_s", "last_cpu")
+#: on, -1 unknown; ``num_state_samples``, ``num_stopped``: how often its main thread's state was
+#: read over the sample's ``interval_ns``, and found stopped).
+PROC_COLUMNS = (
+    "rank",
+    "host",
+    "ts_ns",
+    "interval_ns",
+    "cpu_pct",
+    "rss_bytes",
+    "read_bytes_per_s",
+    "last_cpu",
+    "num_state_samples",
+    "num_stopped",
+    "num_disk_wait",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ into the ``data-moving`` finding as evidence (:func:`diag.diagnose.explain.absor
 one finding, with the cause the steps support.
 
 A rank that *stalls* (the node detector's ``...-stalls`` finding,
-:mod:`~diag.diagnose.detectors.node_stall`) is slow in only some steps by definition, so the
+:mod:`~diag.diagnose.detectors.node_stall`, or ``...-stopped``, a rank the daemon found stopped)
+is slow in only some steps by definition, so the
 step share cannot judge it; it was found because it is its class's slowest far more often than
 chance and keeps a lead over its peers on average, which is what a moving imbalance does not do.
 So the roles turn: the ``data-moving`` finding (the same steps read as "the slowest keeps
@@ -33,6 +34,8 @@ from diag.findings import Finding
 
 MOVING_ID = "data-moving"
 STALL_SUFFIX = "-stalls"
+#: node findings found by what is not a step share: stalls (above) and a rank found stopped
+NOT_ECHOES = (STALL_SUFFIX, "-stopped")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,7 +74,7 @@ def fold(
     moving = next((f for f in findings if f.id == MOVING_ID), None)
     if moving is None:
         return findings
-    stalls = [f for f in findings if f.cause == "node" and f.id.endswith(STALL_SUFFIX)]
+    stalls = [f for f in findings if f.cause == "node" and f.id.endswith(NOT_ECHOES)]
     if stalls:
         lead = max(stalls, key=lambda f: f.slowdown or 0.0)
         return [
@@ -84,7 +87,7 @@ def fold(
         for f in findings
         if f.cause == "node"
         and f.id.startswith("node-")
-        and not f.id.endswith(STALL_SUFFIX)
+        and not f.id.endswith(NOT_ECHOES)
         and f.symptom == "slowdown"
         and (share := step_share(features, f, cfg)) is not None
         and share < cfg.min_share

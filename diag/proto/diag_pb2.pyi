@@ -199,7 +199,7 @@ class HostSample(_message.Message):
     def __init__(self, interval_ns: _Optional[int] = ..., num_cpus: _Optional[int] = ..., cpu_busy_pct: _Optional[float] = ..., cpu_iowait_pct: _Optional[float] = ..., load_1m: _Optional[float] = ..., mem_total_bytes: _Optional[int] = ..., mem_available_bytes: _Optional[int] = ..., disk_read_bytes_per_s: _Optional[float] = ..., disk_write_bytes_per_s: _Optional[float] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ..., num_procs_running: _Optional[int] = ...) -> None: ...
 
 class ProcSample(_message.Message):
-    __slots__ = ("pid", "interval_ns", "cpu_pct", "rss_bytes", "num_threads", "read_bytes_per_s", "write_bytes_per_s", "num_ctx_switches_involuntary", "last_cpu")
+    __slots__ = ("pid", "interval_ns", "cpu_pct", "rss_bytes", "num_threads", "read_bytes_per_s", "write_bytes_per_s", "num_ctx_switches_involuntary", "last_cpu", "num_state_samples", "num_stopped", "num_disk_wait")
     PID_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
     CPU_PCT_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +209,9 @@ class ProcSample(_message.Message):
     WRITE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     NUM_CTX_SWITCHES_INVOLUNTARY_FIELD_NUMBER: _ClassVar[int]
     LAST_CPU_FIELD_NUMBER: _ClassVar[int]
+    NUM_STATE_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    NUM_STOPPED_FIELD_NUMBER: _ClassVar[int]
+    NUM_DISK_WAIT_FIELD_NUMBER: _ClassVar[int]
     pid: int
     interval_ns: int
     cpu_pct: float
@@ -218,7 +221,10 @@ class ProcSample(_message.Message):
     write_bytes_per_s: float
     num_ctx_switches_involuntary: int
     last_cpu: int
-    def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., num_threads: _Optional[int] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., num_ctx_switches_involuntary: _Optional[int] = ..., last_cpu: _Optional[int] = ...) -> None: ...
+    num_state_samples: int
+    num_stopped: int
+    num_disk_wait: int
+    def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., num_threads: _Optional[int] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., num_ctx_switches_involuntary: _Optional[int] = ..., last_cpu: _Optional[int] = ..., num_state_samples: _Optional[int] = ..., num_stopped: _Optional[int] = ..., num_disk_wait: _Optional[int] = ...) -> None: ...
 
 class HookHealth(_message.Message):
     __slots__ = ("pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final")

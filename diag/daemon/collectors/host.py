@@ -7,6 +7,13 @@
 (:mod:`~diag.daemon.collectors.procs`: who competes with the ranks for the CPUs). Rates are
 averaged over the time between two cycles, measured with the injected monotonic ``clock``; the
 first cycle only primes the counters and emits nothing (a rate needs two readings).
+
+Between two full samples (``interval_s``) the collector is called every ``state_interval_s``
+(0.25 s) to read each rank process's state (``/proc/<pid>/stat`` field 3, its main thread: the
+training thread): how often it was found stopped (``T``/``t``: SIGSTOP, a suspend, a tracer)
+or in uninterruptible sleep (``D``: I/O, a page fault) goes into its next ``ProcSample``. A
+rank that is frozen now and then shows nothing else a daemon can see: it is neither running
+nor waiting for a CPU.
 ``proc_root`` points at ``/proc`` or at a checked-in fake tree in tests.
 
 Disk rates count whole physical disks only (partitions, loop, ram, zram, device-mapper and md
@@ -76,10 +83,16 @@ class HostCollector:
         clock: Callable[[], int] = time.monotonic_ns,
         *,
         interval_s: float = 1.0,
+        state_interval_s: float | None = None,
         clock_ticks_per_s: int | None = None,
     ) -> None:
         self.proc_root = Path(proc_root)
-        self.interval_s = interval_s
+        # Called every state_interval_s (when shorter): each call reads the ranks' states; a
+        # full sample (rates, the samples' events) every interval_s.
+        self.interval_s = min(interval_s, state_interval_s or interval_s)
+        self._full_ns = int(interval_s * 1e9)
+        self._last_full: int | None = None
+        self._states: dict[int, list[int]] = {}  # pid -> [samples, stopped, disk wait]
         self._clock = clock
         self._ticks = clock_ticks_per_s or os.sysconf("SC_CLK_TCK")
         self._prev: _HostCounters | None = None
@@ -89,7 +102,7 @@ class HostCollector:
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig) -> HostCollector:
-        return cls(interval_s=cfg.host_interval_s)
+        return cls(interval_s=cfg.host_interval_s, state_interval_s=cfg.state_interval_s)
 
     def track(self, pid: int, rank: int, local_rank: int) -> None:
         """Sample process ``pid`` from now on as rank ``rank`` (until it exits)."""
@@ -101,6 +114,13 @@ class HostCollector:
 
     def collect(self, now_ns: int) -> Iterable[schema.Event]:
         t = self._clock()
+        # a full sample when its interval is (about) due: calls come every interval_s
+        half_call = int(self.interval_s * 5e8)
+        if self._last_full is not None and t - self._last_full < self._full_ns - half_call:
+            for pid in list(self._ranks):
+                self._sample_state(pid)
+            return []
+        self._last_full = t
         out: list[schema.Event] = []
         host = self._host_sample(now_ns, t)
         if host is not None:
@@ -187,6 +207,8 @@ class HostCollector:
             self._forget(pid, "exited")
             return None
         parsed = parse_stat(stat)
+        self._count_state(pid, parsed.state)
+        samples, stopped, disk_wait = self._states.pop(pid, (0, 0, 0))
         start_ticks, cpu_ticks = parsed.start_ticks, parsed.cpu_ticks
         info = {}
         for line in status.splitlines():
@@ -216,8 +238,25 @@ class HostCollector:
             write_bytes_per_s=_rate(write_b, prev.write_bytes, dt_s),
             num_ctx_switches_involuntary=int(info.get("nonvoluntary_ctxt_switches", "0")),
             last_cpu=parsed.last_cpu,
+            num_state_samples=samples,
+            num_stopped=stopped,
+            num_disk_wait=disk_wait,
             **UNSTAMPED,  # type: ignore[arg-type]
         )
+
+    def _sample_state(self, pid: int) -> None:
+        """Between full samples: count the state of ``pid``'s main thread."""
+        try:
+            stat = self._read(str(pid), "stat")
+            self._count_state(pid, parse_stat(stat).state)
+        except (OSError, ValueError, IndexError):
+            return  # gone or unreadable: the next full sample says so
+
+    def _count_state(self, pid: int, state: str) -> None:
+        counts = self._states.setdefault(pid, [0, 0, 0])
+        counts[0] += 1
+        counts[1] += state in ("T", "t")
+        counts[2] += state == "D"
 
     def _proc_io(self, pid: int) -> tuple[int, int]:
         """Storage bytes read and written by ``pid``; (0, 0) if ``io`` is unreadable."""
@@ -232,6 +271,7 @@ class HostCollector:
         log.debug("stopped sampling pid %d (rank %d): %s", pid, self._ranks[pid].rank, why)
         del self._ranks[pid]
         self._prev_proc.pop(pid, None)
+        self._states.pop(pid, None)
 
 
 def _rate(now: int, prev: int, dt_s: float) -> float:

@@ -35,6 +35,7 @@ class ProcStat:
 
     pid: int
     comm: str
+    state: str  # R running, S sleeping, D disk (uninterruptible) wait, T/t stopped, Z zombie
     ppid: int
     cpu_ticks: int  # utime + stime
     start_ticks: int
@@ -48,6 +49,7 @@ def parse_stat(text: str) -> ProcStat:
     return ProcStat(
         pid=int(text[:open_at]),
         comm=text[open_at + 1 : close_at],
+        state=fields[0],
         ppid=int(fields[1]),
         cpu_ticks=int(fields[11]) + int(fields[12]),
         start_ticks=int(fields[19]),

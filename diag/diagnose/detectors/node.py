@@ -74,7 +74,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from diag.diagnose.detectors import node_evidence, node_groups, node_stall
+from diag.diagnose.detectors import node_evidence, node_groups, node_stall, node_stopped
 from diag.diagnose.detectors.node_slow import (
     UNKNOWN_LAYOUT_FROM_START,
     Frames,
@@ -149,6 +149,23 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
         min_wait_explained=cfg.min_wait_explained,
     ):
         out.append(_stall_finding(stall, features, hosts, layout, cfg))
+    # Ranks found stopped by the daemon: evidence for a finding that names them, else their own.
+    for stopped in node_stopped.find_stopped(
+        features.proc,
+        features.steps,
+        job_step,
+        classes,
+        min_stopped=cfg.stopped_min,
+        min_share=cfg.stopped_min_share,
+    ):
+        ev = _stopped_ev(stopped, layout)
+        at = next((i for i, f in enumerate(out) if stopped.rank in f.ranks), None)
+        if at is not None:
+            f = out[at]
+            conf = min(0.99, f.confidence + 0.05)
+            out[at] = replace(f, confidence=conf, evidence=(*f.evidence, ev))
+        else:
+            out.append(_stopped_finding(stopped, ev, features, hosts, layout, cfg))
     # A layout group's own imbalance is the one its other ranks share: ranks already found
     # slow against the ranks doing the same work are left out of their group's median.
     rest = [int(r) for r in compute.columns if int(r) not in slow]
@@ -320,6 +337,59 @@ def _stall_finding(
         confidence=min(0.99, finding.confidence + 0.05 * len(found.sources)),
         evidence=(*finding.evidence, *found.evidence),
     )
+
+
+def _stopped_ev(stopped: node_stopped.Stopped, layout: Layout) -> Evidence:
+    peers = "its peers doing the same work" if layout.known else "the other ranks"
+    return Evidence(
+        metric="stopped_samples",
+        subject=f"rank {stopped.rank}",
+        value=float(stopped.num_stopped),
+        reference=float(stopped.peers_stopped),
+        unit="samples",
+        note=f"times its training thread was found stopped (T: SIGSTOP, a suspend, a tracer) "
+        f"in {stopped.num_samples} reads of its state from step {stopped.onset}, against the "
+        f"most of any of {peers}",
+    )
+
+
+def _stopped_finding(
+    stopped: node_stopped.Stopped,
+    ev: Evidence,
+    features: Features,
+    hosts: dict[int, str],
+    layout: Layout,
+    cfg: NodeConfig,
+) -> Finding:
+    """One finding for a rank the daemon found stopped again and again (:mod:`node_stopped`)."""
+    culprits = node_groups.single(stopped.rank, hosts, layout)
+    peers = _peers(culprits.ranks, layout, hosts)
+    share = stopped.num_stopped / stopped.num_samples
+    summary = (
+        f"{culprits.who} was found stopped in {stopped.num_stopped} of {stopped.num_samples} "
+        f"reads of its state ({share:.0%}) from step {stopped.onset}, its peers "
+        f"{'never' if stopped.peers_stopped == 0 else 'at most once'}: frozen by a signal "
+        "(SIGSTOP, a job-control or scheduler suspend) or a tracer (a debugger, a blocking stack "
+        f"sampler); job steps {stopped.slowdown:.0%} slower"
+    )
+    finding = Finding(
+        id=f"{culprits.id}-stopped",
+        symptom="slowdown",
+        cause="node",
+        severity=severity(stopped.slowdown, cfg.warning, cfg.critical),
+        ranks=culprits.ranks,
+        hosts=tuple(sorted({h for r in culprits.ranks if (h := hosts.get(r, ""))})),
+        onset_step=stopped.onset,
+        detected_step=stopped.detected,
+        slowdown=stopped.slowdown,
+        confidence=0.9,  # the state itself, read by the daemon: no statistics in between
+        summary=summary,
+        evidence=(
+            ev,
+            _layout_ev(culprits.who, layout, len(peers), "the ranks doing the same work"),
+        ),
+    )
+    return finding
 
 
 def _layout_finding(

@@ -50,6 +50,9 @@ class NodeConfig:
     stall_min_share_z: float = 3.0  # its class's slowest more often than chance, binomial sigmas
     stall_min_loss: float = 0.05  # its mean excess compute / the job's mean step
     stall_min_steps: int = 10  # steps from the onset the tests need
+    # a rank process found stopped (node_stopped)
+    stopped_min: int = 3  # state reads that found it stopped
+    stopped_min_share: float = 0.05  # ... of its reads from the first such read to the last
 
 
 def severity(slowdown: float, warning: float, critical: float) -> str:

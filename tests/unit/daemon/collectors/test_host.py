@@ -143,3 +143,38 @@ def test_a_process_started_since_the_last_cycle_is_reported_over_its_life(proc: 
     assert hog.cmd == "python3 hog.py" and hog.last_cpu == 1
     # the reused pid 6161 (started long ago by this clock, 20 ticks) stays under the floor
     assert 6161 not in {e.pid for e in others}
+
+
+def _set_state(proc: Path, pid: int, state: str) -> None:
+    stat = proc / str(pid) / "stat"
+    text = stat.read_text()
+    close = text.rfind(")")
+    stat.write_text(text[: close + 2] + state + text[close + 3 :])
+
+
+def test_a_rank_found_stopped_or_in_io_wait_between_samples(proc: Path) -> None:
+    """The state of a rank's main thread is read every state interval; the next full sample
+    counts how often it was stopped (T, t) or in uninterruptible I/O wait (D)."""
+    clock = FakeClock()
+    c = HostCollector(proc, clock, interval_s=1.0, state_interval_s=0.25, clock_ticks_per_s=100)
+    assert c.interval_s == 0.25  # called this often
+    c.track(4242, rank=3, local_rank=1)
+    c.collect(1)  # primes
+    _advance(proc, clock)
+    clock.ns -= 2_000_000_000  # back to the first sample's time: the calls below are 0.25 s
+    states = ["T", "S", "t", "D"]  # three calls between the full samples, and the full one
+    events: list[schema.Event] = []
+    for i, state in enumerate(states):
+        clock.ns += 250_000_000
+        _set_state(proc, 4242, state)
+        events = list(c.collect(2 + i))
+        if i < 3:
+            assert events == []  # between full samples: states only
+    (p,) = [e for e in events if isinstance(e, schema.ProcSample)]
+    assert (p.num_state_samples, p.num_stopped, p.num_disk_wait) == (4, 2, 1)
+    for i, state in enumerate(["R", "S", "R", "T"]):  # counts start again after a full sample
+        clock.ns += 250_000_000
+        _set_state(proc, 4242, state)
+        events = list(c.collect(10 + i))
+    (p,) = [e for e in events if isinstance(e, schema.ProcSample)]
+    assert (p.num_state_samples, p.num_stopped, p.num_disk_wait) == (4, 1, 0)
