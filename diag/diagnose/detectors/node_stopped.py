@@ -10,9 +10,11 @@ its compute is its peers', its run-queue delay too. The state says it directly.
 A rank is *stopped* when it was found stopped in at least ``min_stopped`` reads and in at least
 ``min_share`` of its reads from the first to the last time it was, while no other rank of its
 work class was found stopped more than once (a suspend of the whole job stops every rank: that
-is not one rank's fault). Onset: the step running when it was first found stopped; detected: the
-step running at the read that made ``min_stopped``. Slowdown: the growth of the job's median
-step from before the onset to after it, as the other node findings.
+is not one rank's fault). Onset: within the host interval of the first sample that found it
+stopped (many short steps), the change point of the job's step time, else that interval's last
+step; detected: the step running at the end of the sample that made ``min_stopped``.
+Slowdown: the growth of the job's median step from before the onset to after it, as the other
+node findings.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from diag.diagnose.features import change_point
+
+#: steps of context on each side of the sample interval when dating the onset
+CONTEXT = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +85,8 @@ def find_stopped(
             continue
         counted = hit["num_stopped"].cumsum().to_numpy()
         interval = int(hit["interval_ns"].iloc[0]) if "interval_ns" in hit.columns else 0
-        first_ts = int(hit["ts_ns"].iloc[0]) - interval
         detected_ts = int(hit["ts_ns"].iloc[int(np.argmax(counted >= min_stopped))])
-        onset = _step_at(ends, first_ts)
+        onset = _onset(ends, job_step, first - interval, first)
         detected = max(onset, _step_at(ends, detected_ts))
         steps_index = job_step.index.to_numpy()
         before = job_step[job_step.index < onset]
@@ -102,6 +108,25 @@ def find_stopped(
             )
         )
     return out
+
+
+def _onset(ends: pd.Series, job_step: pd.Series, lo_ns: int, hi_ns: int) -> int:
+    """The step the stops began: the first sample that found the rank stopped covers
+    ``[lo_ns, hi_ns]`` (one host interval: many short steps); within it, the step at which the
+    job's step time rises (robust change point, ``window`` steps of context each side), else
+    the interval's last step."""
+    last = _step_at(ends, hi_ns)
+    inside = ends.index[(ends.to_numpy() >= lo_ns) & (ends.to_numpy() <= hi_ns)]
+    x = job_step.to_numpy(dtype=float)
+    pos = {int(st): i for i, st in enumerate(job_step.index)}
+    cands = sorted(pos[int(st)] for st in inside if int(st) in pos and pos[int(st)] > 0)
+    if not cands:
+        return last
+    found = change_point(
+        np.nan_to_num(x), range(cands[0], cands[-1] + 1), max(0, cands[0] - CONTEXT),
+        min(len(x), cands[-1] + CONTEXT),
+    )  # fmt: skip
+    return last if found is None else int(job_step.index[found])
 
 
 def _step_at(ends: pd.Series, ts_ns: int) -> int:

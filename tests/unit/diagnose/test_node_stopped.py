@@ -34,10 +34,10 @@ def _with_states(
             n = stopped.get(r, 0) if ts >= start_at and hits[r] < limit else 0
             hits[r] += n > 0
             env = {**daemons[sc.host(r)].env(ts), "rank": r}
-            events.append(
-                schema.ProcSample(**env, pid=1000 + r, interval_ns=SECOND, cpu_pct=90.0,
-                                  num_state_samples=4, num_stopped=n)  # fmt: skip
+            sample = schema.ProcSample(
+                **env, pid=1000 + r, interval_ns=SECOND, num_state_samples=4, num_stopped=n
             )
+            events.append(sample)
     store = RunStore.create(run_dir)
     store.append(events)
     store.flush()
@@ -53,7 +53,7 @@ def test_a_rank_found_stopped_is_a_node_finding_without_a_timing_signal(tmp_path
     (ev,) = [e for e in found.evidence if e.metric == "stopped_samples"]
     assert ev.value >= 3 and ev.reference == 0
     assert "found stopped" in found.summary
-    assert [x.id for x in run_all(f)][0] == "node-rank2-stopped"
+    assert run_all(f)[0].id == "node-rank2-stopped"
 
 
 def test_a_stalling_rank_found_stopped_is_one_finding(tmp_path: Path) -> None:
