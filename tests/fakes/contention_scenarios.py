@@ -54,6 +54,8 @@ class ContentionRun:
     mild: tuple[int, ...] = ()  # ranks that wait ``mild_ms`` more (every step) while it runs
     mild_ms: float = 0.0
     daemon_every_s: float = 1.0
+    early: tuple[int, int] = (0, 0)  # steps [a, b) the contended ranks wait ``early_ms`` more
+    early_ms: float = 0.0
     extra_events: list[schema.Event] = field(default_factory=list)
 
     def events(self) -> list[schema.Event]:
@@ -74,6 +76,9 @@ class ContentionRun:
                     wait_cpu[r] += self.extra_ms / self.extra_p * hit[r]
                 for r in self.mild:
                     wait_cpu[r] += self.mild_ms
+            if self.early[0] <= step < self.early[1]:
+                for r in self.contended:
+                    wait_cpu[r] += self.early_ms
             compute = self.compute_ms * (1 + 0.03 * rng.standard_normal(n))
             busy = compute + wait_cpu
             wait = busy.max() - busy + self.comm_ms

@@ -65,6 +65,12 @@ def _hog_step(run_dir: Path, started_ns: int) -> int:
     return int(after["step"].min())
 
 
+def _step_end(run_dir: Path, step: int) -> int:
+    """When rank 2 finished ``step`` (wall-clock ns)."""
+    steps = RunStore.open(run_dir).frame("step")
+    return int(steps[(steps["rank"] == 2) & (steps["step"] == step)]["end_ns"].min())
+
+
 def _check(run_dir: Path, hog_pid: int, started_ns: int) -> None:
     findings = _triage(run_dir)
     shown = "\n".join(
@@ -80,9 +86,12 @@ def _check(run_dir: Path, hog_pid: int, started_ns: int) -> None:
     assert not ahead, shown
     top = findings[hogged[0]]
     # The onset is where rank 2's delay stood out: on this 2-core VM the scheduler keeps moving
-    # the other sessions' work about for a while, so it can trail the hog by a few seconds.
+    # the other sessions' work about for a while, so it can trail the hog by a few seconds
+    # (seen: 1.4 s, 33 steps of this job, with a busy loop beside it).
     at = _hog_step(run_dir, started_ns)
-    assert top["onset_step"] is not None and at - 3 <= top["onset_step"] <= at + 30, (at, shown)
+    assert top["onset_step"] is not None and at - 3 <= top["onset_step"], (at, shown)
+    trail_s = (_step_end(run_dir, top["onset_step"]) - started_ns) / 1e9
+    assert trail_s <= 3.0, (at, trail_s, shown)
     named = [e for e in top["evidence"] if e["metric"] == "host_process_cpu_pct"]
     hog = [e for e in named if e["subject"].startswith(f"pid {hog_pid} ")]
     assert hog and "CPU 1" in hog[0]["note"], json.dumps(top["evidence"], indent=1)

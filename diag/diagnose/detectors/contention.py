@@ -363,10 +363,12 @@ def _contended(
     position (another rank's onset on its host) instead of the rank's own change point."""
     col = list(cpu.columns).index(rank)
     flags = flagged[:, col]
+    x = excess[rank].to_numpy()
+    if onset_at is None:
+        flags = _main_episode(flags, x, cfg)
     run = persistence(flags, cfg.window, cfg.min_frac)
     if run is None:
         return None
-    x = excess[rank].to_numpy()
     if onset_at is None:
         # Two datings: the split near the first persistent flags (searched up to three windows
         # past them, at most one window past them: a later, larger step up is the contention
@@ -448,6 +450,30 @@ def _detected(flags: np.ndarray, onset_pos: int, end_pos: int, cfg: ContentionCo
     first one the detector could have said it at); the anomaly's end when none does."""
     run = persistence(flags[onset_pos : end_pos + 1], cfg.window, cfg.min_frac)
     return onset_pos + run.detected_pos if run is not None else end_pos
+
+
+def _main_episode(flags: np.ndarray, x: np.ndarray, cfg: ContentionConfig) -> np.ndarray:
+    """``flags`` from the start of the episode of persistent flags that loses the most (summed
+    excess): contention that came, went for a window or more, and came back stronger (a
+    neighbour on the rank's CPU for a while, then a hog) is dated where the larger one began,
+    not where the first did; with one episode, ``flags`` unchanged."""
+    w = cfg.window
+    if len(flags) < w:
+        return flags
+    counts = np.convolve(flags.astype(float), np.ones(w), mode="valid")
+    passing = counts >= cfg.min_frac * w - 1e-9  # windows [i, i + w)
+    covered = np.zeros(len(flags), dtype=bool)
+    for i in np.flatnonzero(passing):
+        covered[i : i + w] = True
+    edges = np.flatnonzero(np.diff(np.r_[0, covered.astype(int), 0]))
+    episodes = list(zip(edges[::2], edges[1::2], strict=True))  # [start, stop)
+    if len(episodes) < 2:
+        return flags
+    gain = np.nan_to_num(np.clip(x, 0, None))
+    start, _ = max(episodes, key=lambda e: float(gain[e[0] : e[1]].sum()))
+    out = flags.copy()
+    out[:start] = False
+    return out
 
 
 def _change_point(

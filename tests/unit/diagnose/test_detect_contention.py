@@ -141,3 +141,15 @@ def test_ranks_pinned_to_the_competitors_cpu_are_one_finding(tmp_path: Path, see
     (f,) = contention.detect(Features.from_store(run.write(tmp_path)))
     assert (f.cause, f.ranks) == ("node", (1, 3))
     assert "CPU 1, a culprit's CPU" in f.summary
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_contention_that_came_went_and_came_back_stronger_is_dated_at_the_stronger(
+    tmp_path: Path, seed: int
+) -> None:
+    # a neighbour on rank 2's CPU for 20 steps (+6 ms), gone for 30, then the hog (+12 ms):
+    # the finding is the hog's, from where it began (seen live with a busy loop beside a job)
+    run = replace(HOG, seed=seed, onset=80, steps=160, early=(20, 45), early_ms=6.0)
+    (f,) = _findings(run, tmp_path)
+    assert (f.cause, f.ranks) == ("node", (2,))
+    assert f.onset_step is not None and abs(f.onset_step - 80) <= 3
