@@ -70,7 +70,9 @@ telemetry corroboration (no device is at fault); a group that became slower at a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 
@@ -323,20 +325,7 @@ def _stall_finding(
         summary=summary,
         evidence=tuple(anomaly_ev),
     )
-    befores = [stall.before] if stall.before is not None else []
-    found = node_evidence.corroborate(
-        features,
-        ranks=finding.ranks,
-        host=culprits.host,
-        anomaly=stall.anomaly,
-        before=befores[0] if befores else None,
-        peers=tuple(peers),
-    )
-    return replace(
-        finding,
-        confidence=min(0.99, finding.confidence + 0.05 * len(found.sources)),
-        evidence=(*finding.evidence, *found.evidence),
-    )
+    return _corroborated(finding, [stall], culprits.host, features, peers)
 
 
 def _stopped_ev(stopped: node_stopped.Stopped, layout: Layout) -> Evidence:
@@ -503,11 +492,20 @@ def _layout_ev(who: str, layout: Layout, num_peers: int, compared: str) -> Evide
     )
 
 
+class _Spans(Protocol):
+    """What corroboration needs of a slow column: its anomaly and its steps before onset."""
+
+    @property
+    def anomaly(self) -> tuple[int, int]: ...
+    @property
+    def before(self) -> tuple[int, int] | None: ...
+
+
 def _corroborated(
-    finding: Finding, group: list[Slow], host: str, features: Features, peers: list[int]
+    finding: Finding, group: Sequence[_Spans], host: str, features: Features, peers: list[int]
 ) -> Finding:
     """The finding with what telemetry corroborates (:mod:`node_evidence`): +0.05 confidence
-    per independent source, at most 0.99."""
+    per independent source, at most 0.99. ``group``: the slow ranks, sets or stalls it names."""
     befores = [s.before for s in group if s.before is not None]
     found = node_evidence.corroborate(
         features,

@@ -123,7 +123,7 @@ def find_stalls(
     for j in candidates:
         mates = [k for k in class_of[int(j)] if k != j]
         found = _one(int(j), frames, ex[:, j], lead[:, j], slowest[:, j], size[j], peers,
-                     pauses[:, j], pauses[:, mates].sum(axis=1), max_p,
+                     mates, pauses[:, j], pauses[:, mates].sum(axis=1), max_p,
                      min_t=min_t, min_share_z=min_share_z, min_loss=min_loss,
                      min_steps=min_steps, min_wait_explained=min_wait_explained)  # fmt: skip
         if found is not None:
@@ -139,6 +139,7 @@ def _one(
     slowest: np.ndarray,
     size: int,
     peers: pd.DataFrame,
+    mates: list[int],
     own_pauses: np.ndarray,
     mates_pauses: np.ndarray,
     max_p: float,
@@ -161,8 +162,7 @@ def _one(
         return None
     job = frames.job_step.to_numpy(dtype=float)
     col = frames.compute.columns[j]
-    others = [c for c in frames.compute.columns if c != col and _same_class(frames, c, col)]
-    peers_wait = frames.wait[others].median(axis=1).to_numpy(dtype=float)
+    peers_wait = frames.wait.iloc[:, mates].median(axis=1).to_numpy(dtype=float)
     own_wait = frames.wait[col].to_numpy(dtype=float)
 
     p0 = 1.0 / size
@@ -257,12 +257,6 @@ def _corrected(z: float, tests: int) -> float:
     normal = NormalDist()
     tail = (1.0 - normal.cdf(z)) / max(1, tests)
     return max(z, normal.inv_cdf(1.0 - tail)) if tail > 0 else z
-
-
-def _same_class(frames: StallFrames, a: object, b: object) -> bool:
-    if frames.classes is None:
-        return True
-    return frames.classes.get(int(a)) == frames.classes.get(int(b))  # type: ignore[call-overload]
 
 
 def _t_stat(x: np.ndarray) -> np.ndarray:
