@@ -14,7 +14,7 @@ other replicas), every other rank when the layout is unknown.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -385,7 +385,7 @@ def persistence(
 
 
 def change_point(
-    x: np.ndarray, candidates: range, start: int = 0, stop: int | None = None
+    x: np.ndarray, candidates: Iterable[int], start: int = 0, stop: int | None = None
 ) -> int | None:
     """The split ``t`` among ``candidates`` of ``x[start:stop]`` into the two most homogeneous
     segments, ``x[start:t]`` and ``x[t:stop]`` (least summed absolute deviation from each

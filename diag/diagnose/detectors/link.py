@@ -88,6 +88,7 @@ class LinkConfig:
     smooth_steps: int = 5  # centered rolling median of the per-step cost (1: none)
     baseline_steps: int = 10  # the steps before a candidate onset whose median is its reference
     min_slow_steps: int = 5  # fewer slow steps is noise
+    max_later_starts: int = 32  # later rises in a period tried as its onset (the steepest)
     persist_frac: float = 0.8  # share of steps from the onset on that must be slow
     max_compute_ratio: float = 1.15  # own work max/median above this: maybe a late rank
     max_compute_share: float = 0.5  # ... when its excess is this share of the excess transfer
@@ -333,23 +334,35 @@ def _slow_period(
         assert peer is not None
         ref = float(np.nanmedian(peer[start:][flags[start:]]))
     elif start > 0:
-        start = _refine_onset(values, flags, start, cfg)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            jump = values / before
+        later = [int(t) for t in starts if t > start and np.isfinite(jump[t])]
+        later = sorted(later, key=lambda t: -jump[t])[: cfg.max_later_starts]
+        start = _refine_onset(values, flags, start, later, cfg)
     return start, flags, ref
 
 
-def _refine_onset(values: np.ndarray, flags: np.ndarray, start: int, cfg: LinkConfig) -> int:
-    """The change point of the log cost near the candidate's start: the split ``t`` of one fixed
-    span (``baseline_steps`` before the start to ``2 x baseline_steps`` after it) into the two
-    most homogeneous segments (least summed absolute deviation from each segment's median) with
-    a higher median after, searched from the start to ``baseline_steps`` after it; the onset is
-    the first slow step at or after it. A few noisy steps just before the real change (a busy
-    host, the proxy's coarse waits) would otherwise date the onset early, before the fault."""
+def _refine_onset(
+    values: np.ndarray, flags: np.ndarray, start: int, later: list[int], cfg: LinkConfig
+) -> int:
+    """The change point of the log cost in the candidate's period: the split ``t`` of one fixed
+    span (``baseline_steps`` before the start to the end) into the two most homogeneous segments
+    (least summed absolute deviation from each segment's median) with a higher median after,
+    searched from the start to ``baseline_steps`` after it and at the ``later`` candidate starts
+    inside the period; the onset is the first slow step at or after it. Noisy steps just before
+    the real change (a busy host, the proxy's coarse waits), or a milder rise long before it
+    (a busy host's gloo collectives 1.6x slower 23 steps before the link limit: CI), would
+    otherwise date the onset early, before the fault: the biggest change is the fault's."""
     w = cfg.baseline_steps
     with np.errstate(divide="ignore", invalid="ignore"):
         x = np.log(np.where(values > 0, values, np.nan))
     x = np.nan_to_num(x, nan=float(np.nanmin(x)) if np.isfinite(x).any() else 0.0)
-    hi = min(start + w, len(x) - cfg.min_slow_steps)
-    found = change_point(x, range(start, hi + 1), max(0, start - w), min(len(x), start + 2 * w))
+    last = len(x) - cfg.min_slow_steps
+    hi = min(start + w, last)
+    near = list(range(start, hi + 1))
+    found = change_point(
+        x, [*near, *(t for t in later if hi < t <= last)], max(0, start - w), len(x)
+    )
     best = start if found is None else found
     onset = best + int(np.argmax(flags[best:])) if flags[best:].any() else start
     tail = flags[onset:]
