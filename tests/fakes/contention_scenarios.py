@@ -12,6 +12,9 @@ and 1 in turn) and, while the hog
 runs, a ``HostProcess`` for it (pid ``HOG_PID``, 95% of a core on ``hog_cpu``), plus a
 background process at 20% on CPU 0 throughout. ``hog_seen``: the hog is reported while it runs
 even with no ``contended`` rank (with ``shared_ms``: a foreign process slowing the whole host).
+``heavier``: ranks that compute ``heavier_x`` x longer from the onset on a host the job
+oversubscribes, so that they wait for a CPU that much longer too (a slower kernel, no
+competitor).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class ContentionRun:
     daemon_every_s: float = 1.0
     early: tuple[int, int] = (0, 0)  # steps [a, b) the contended ranks wait ``early_ms`` more
     early_ms: float = 0.0
+    heavier: tuple[int, ...] = ()  # ranks computing ``heavier_x`` x longer from the onset ...
+    heavier_x: float = 1.0  # ... and so runnable, and waiting for a CPU, that much longer
     extra_events: list[schema.Event] = field(default_factory=list)
 
     def events(self) -> list[schema.Event]:
@@ -80,6 +85,10 @@ class ContentionRun:
                 for r in self.contended:
                     wait_cpu[r] += self.early_ms
             compute = self.compute_ms * (1 + 0.03 * rng.standard_normal(n))
+            if step >= self.onset:
+                for r in self.heavier:
+                    compute[r] *= self.heavier_x
+                    wait_cpu[r] *= self.heavier_x
             busy = compute + wait_cpu
             wait = busy.max() - busy + self.comm_ms
             dur_ms = float(busy.max() + self.comm_ms)

@@ -31,7 +31,13 @@ the anomaly:
   scheduler burst of a few hundred milliseconds on a busy host is weather, not a fault (a
   job of 20 ms steps contended for 50 steps is not);
 - its peers wait for it: their median collective wait grows (onset: after - before; from the
-  start: theirs - its own) by at least ``min_wait_explained`` x the mean excess.
+  start: theirs - its own) by at least ``min_wait_explained`` x the mean excess;
+- its demand does not explain it (:func:`_beyond_demand`): on a host the job oversubscribes, a
+  rank that computes longer (a slower kernel, more work) is runnable longer and waits for a CPU
+  longer in proportion. Its delay beyond its own compute times its peers' delay per millisecond
+  of compute must still reach the floor (a float64 matmul on one rank: 7.5 ms/step against its
+  peers' 2.5 ms, yet no more per millisecond of compute than theirs; a competitor raises that
+  rate itself).
 
 A whole host can be contended with no calm peer to show it (every rank of a one-host job shares
 its CPUs with the competitor; the scheduler spreads the loss over them): then the reference is the
@@ -165,6 +171,8 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
             if r is not None:
                 found = [f for f in found if f.rank != rank] + [r]
                 break
+    comp = features.wide("compute_ms", cfg.warmup_steps).reindex_like(cpu)
+    found = [r for r in found if _beyond_demand(r, cpu, comp, step, cfg)]
     by_host: dict[str, list[_Rank]] = {}
     for r in found:
         by_host.setdefault(hosts.get(r.rank, ""), []).append(r)
@@ -179,6 +187,27 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
         if group:
             out.append(_finding(group, host, hosts, features, cfg, reference="before"))
     return out
+
+
+def _beyond_demand(
+    r: _Rank, cpu: pd.DataFrame, comp: pd.DataFrame, step: pd.Series, cfg: ContentionConfig
+) -> bool:
+    """The rank's run-queue delay over its anomaly is more than its own demand explains: on a
+    host the job oversubscribes, a rank that computes longer (a slower kernel, more work) is
+    runnable longer and waits longer in proportion, with its peers' share of waiting. Expected:
+    its mean compute (on-CPU) times its peers' delay per millisecond of compute (the median over
+    the other ranks of their sums over the same steps); the delay beyond that must reach the
+    floor. Without compute times there is nothing to scale by and the rank stands."""
+    rows = (cpu.index >= r.anomaly[0]) & (cpu.index <= r.anomaly[1])
+    others = [c for c in cpu.columns if c != r.rank]
+    demand = comp.loc[rows, others].sum()
+    if not others or not (demand > 0).all() or not (comp.loc[rows, r.rank] > 0).any():
+        return True
+    per_ms = float((cpu.loc[rows, others].sum() / demand).median())
+    expected = per_ms * float(comp.loc[rows, r.rank].mean())
+    beyond = float(cpu.loc[rows, r.rank].mean()) - expected
+    floor = max(cfg.min_excess_ms, cfg.min_excess_frac * float(step[rows].mean()))
+    return beyond >= floor
 
 
 def _host_arrival(
@@ -201,7 +230,48 @@ def _host_arrival(
     ranks = sorted(r for r, h in hosts.items() if h == host and r in cpu.columns)
     if not ranks or len(cpu) < (cfg.min_blocks + 1) * cfg.window:
         return []
-    x = cpu[ranks].median(axis=1).to_numpy(dtype=float)
+    found = _arrival(ranks, ranks, host, features, cpu, wait, step, cfg)
+    if found:
+        return found
+    # Ranks pinned to CPUs: a competitor on one CPU delays only the ranks pinned there (half of
+    # a host's ranks on two CPUs: their median delay moves the host's median by half or less).
+    for mates in _pinned_groups(features.proc, ranks):
+        found = _arrival(mates, ranks, host, features, cpu, wait, step, cfg)
+        if found:
+            return found
+    return []
+
+
+def _pinned_groups(proc: pd.DataFrame, ranks: list[int]) -> list[list[int]]:
+    """The host's ranks grouped by the one CPU each ran on in its later samples (the second half
+    of each rank's samples: pinning can come after the start), when there are several groups."""
+    if proc.empty or "last_cpu" not in proc.columns:
+        return []
+    p = proc[proc["rank"].isin(ranks) & (proc["last_cpu"] >= 0)].sort_values("ts_ns")
+    cpus: dict[int, set[int]] = {}
+    for r, c in p.groupby("rank")["last_cpu"]:
+        cpus[int(r)] = set(c.iloc[len(c) // 2 :].astype(int))
+    if set(cpus) != set(ranks) or any(len(c) != 1 for c in cpus.values()):
+        return []
+    groups: dict[int, list[int]] = {}
+    for r in ranks:
+        groups.setdefault(next(iter(cpus[r])), []).append(r)
+    return list(groups.values()) if len(groups) > 1 else []
+
+
+def _arrival(
+    mates: list[int],
+    ranks: list[int],
+    host: str,
+    features: Features,
+    cpu: pd.DataFrame,
+    wait: pd.DataFrame,
+    step: pd.Series,
+    cfg: ContentionConfig,
+) -> list[_Rank]:
+    """:func:`_host_arrival` for the ranks ``mates`` of the host's ``ranks`` (all of them, or
+    the ones pinned to one CPU: then the competitor must have run on that CPU)."""
+    x = cpu[mates].median(axis=1).to_numpy(dtype=float)
     if np.isnan(x).all():
         return []
     t = _change_point(x, len(x))
@@ -228,7 +298,7 @@ def _host_arrival(
         return []
     foreign = [
         p
-        for p in _processes(features, host, ranks, span, before_span)
+        for p in _processes(features, host, mates, span, before_span)
         if p.pct >= cfg.min_process_pct
         and 2 * (p.pct_before or 0.0) <= p.pct
         and not _of_the_job(p, features, ranks)
@@ -236,6 +306,8 @@ def _host_arrival(
     if not foreign:
         return []
     named = _pinned_with(foreign[0].cpu, features.proc, ranks, span) or ranks
+    if len(mates) < len(ranks) and named != mates:
+        return []  # the competitor is not where the delay is
     wait_before = wait[ranks].median(axis=1)
     flags = np.r_[np.zeros(t, dtype=bool), x[t:] - level >= floor]
     return [

@@ -153,3 +153,19 @@ def test_contention_that_came_went_and_came_back_stronger_is_dated_at_the_strong
     (f,) = _findings(run, tmp_path)
     assert (f.cause, f.ranks) == ("node", (2,))
     assert f.onset_step is not None and abs(f.onset_step - 80) <= 3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rank_computing_longer_waits_longer_and_that_is_not_contention(
+    tmp_path: Path, seed: int
+) -> None:
+    # held-out kernel.float64: one rank's matmul in float64 from step 30 on a host the job
+    # oversubscribes; that rank, runnable twice as long, waited 7.5 ms/step for a CPU against
+    # its peers' 2.5 ms and came out as contention above the kernel finding. Its delay per ms of
+    # compute was its peers'; a competitor's raises it.
+    busy = {"burst_ms": 16.0, "burst_p": 0.6, "seed": seed}
+    run = ContentionRun(heavier=(2,), heavier_x=2.0, **busy)
+    assert contention.detect(Features.from_store(run.write(tmp_path / "heavy"))) == []
+    hog = ContentionRun(contended=(2,), **busy)
+    (f,) = contention.detect(Features.from_store(hog.write(tmp_path / "hog")))
+    assert f.ranks == (2,)
