@@ -280,6 +280,20 @@ def _stall_finding(
     )
     strength = min(stall.lead_t / cfg.stall_min_t, 2.0) - 1.0  # 0 at the threshold, 1 at 2x
     conf = 0.5 + 0.4 * max(0.0, strength)
+    level = severity(stall.slowdown, cfg.warning, cfg.critical)
+    if stall.chance_p is not None:  # a few long pauses, all its own: a suggestion
+        summary = (
+            f"{culprits.who} paused {stall.pauses} times {when} ({stall.pause_ms:.0f} ms longer "
+            f"than {like} each time, {stall.pause_ms / max(stall.culprit_ms, 1e-9):.1f}x its mean "
+            f"step compute; {stall.pauses} of the {stall.class_pauses} such pauses of its "
+            f"class): a stop-the-world pause (garbage collection), a page-in, a frozen "
+            f"process; peers wait {stall.wait_after:.1f} ms/step in collectives; job steps "
+            f"{stall.slowdown:.0%} slower. Too few pauses for a warning (chance puts pauses "
+            f"like these on one rank of its class 1 time in "
+            f"{1 / max(stall.chance_p, 1e-9):,.0f}): watch for more"
+        )
+        conf = 0.5 * (1.0 - stall.chance_p)
+        level = "info"
     anomaly_ev = [
         Evidence(
             metric="compute_ms",
@@ -315,7 +329,7 @@ def _stall_finding(
         id=f"{culprits.id}-stalls",
         symptom="slowdown",
         cause="node",
-        severity=severity(stall.slowdown, cfg.warning, cfg.critical),
+        severity=level,
         ranks=culprits.ranks,
         hosts=tuple(sorted({h for r in culprits.ranks if (h := hosts.get(r, ""))})),
         onset_step=stall.onset,

@@ -72,3 +72,17 @@ def test_rare_long_pauses_on_one_rank_are_a_node_finding(tmp_path: Path, seed: i
     assert (found.cause, found.ranks, found.id) == ("node", (1,), "node-rank1-stalls")
     # dated at the change in its lead: the first pauses (random: some come late)
     assert found.onset_step is not None and 36 <= found.onset_step <= 70
+
+
+@pytest.mark.parametrize("seed", [2, 4, 6])
+def test_a_few_long_pauses_on_one_rank_are_a_suggestion(tmp_path: Path, seed: int) -> None:
+    # held-out node.gc_pauses: 3 to 7 full collections of ~170 ms on one rank cost the job a
+    # third of its time, too few to pass the corrected pause test (3 of 3 on one of 4 ranks is
+    # 1 chance in 16). Reported, as info: what it costs is what a user asks about.
+    sc = Scenario(stall_ranks=(1,), stall_share=0.04, onset_step=40, severity=0.2, seed=seed,
+                  noise=0.08)  # fmt: skip
+    (found,) = node.detect(_features(sc, tmp_path))
+    assert (found.cause, found.ranks, found.id) == ("node", (1,), "node-rank1-stalls")
+    assert found.severity == "info" and "paused" in found.summary and "1 time in" in found.summary
+    assert isinstance(found.confidence, float) and 0.0 < found.confidence <= 0.5
+    assert found.onset_step is not None and found.onset_step >= 40
