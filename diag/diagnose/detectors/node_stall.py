@@ -130,8 +130,8 @@ def find_stalls(
     class_of = {j: cols for cols in members.values() for j in cols}
     # Candidates: a lead that could pass, or pauses that fall on it (too few for a t test).
     mine, theirs = pauses.sum(axis=0), np.zeros(compute.shape[1], dtype=int)
-    for j in range(compute.shape[1]):
-        theirs[j] = sum(int(mine[k]) for k in class_of.get(j, []) if k != j)
+    for c in range(compute.shape[1]):
+        theirs[c] = sum(int(mine[k]) for k in class_of.get(c, []) if k != c)
     exclusive = np.array(
         [
             mine[j] >= MIN_PAUSES
