@@ -33,9 +33,10 @@ summed ``cpu_op`` time).
   calls the kernel more often, e.g. with an eval pass, does more work, it does not run a slower
   kernel), in the windows of the same work only (calls within ``max_calls_ratio`` of the
   baseline's: 600 extra calls on larger tensors need not cost per call what 8 did). A rank's
-  baseline is its median per-call time over the first ``baseline_windows`` windows; a later window regresses when per call / baseline >= ``regress_ratio`` and the time
-  lost, ``(per call - baseline) x calls``, is >= ``min_excess_frac`` of the window; a rank
-  regresses when, from an onset window on, >= ``consistent_frac`` of the windows do. One finding
+  baseline is its median per-call time over the first ``baseline_windows`` windows; a later
+  window regresses when per call / baseline >= ``regress_ratio`` and the time lost,
+  ``(per call - baseline) x calls``, is >= ``min_excess_frac`` of the window; a rank regresses
+  when, from an onset window on, >= ``consistent_frac`` of the windows do. One finding
   lists every regressing rank (not already flagged cross-rank for that kernel); its excess is the
   time lost, its reference the baseline x calls.
 
