@@ -134,8 +134,10 @@ def test_a_regression_is_judged_on_windows_of_the_same_work(tmp_path):
     # regression (it moves between replicas).
     kernel_run(tmp_path, _with(60.0, "aten::add", {1}, {2, 3, 4}))
     k, w = _frames(tmp_path)
-    later = (k["rank"] == 1) & (k["name"] == "aten::add") & k["window_id"].isin(
-        ["p110", "p160", "p210"]
+    later = (
+        (k["rank"] == 1)
+        & (k["name"] == "aten::add")
+        & k["window_id"].isin(["p110", "p160", "p210"])
     )
     k.loc[later, "num_calls"] = 300  # 30x the calls, each 2x the baseline's
     assert kernel.detect(k, w, CFG) == []
