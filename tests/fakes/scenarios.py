@@ -38,6 +38,7 @@ class Scenario:
     warmup_steps: int = 3  # first steps are warmup_factor x slower on every rank
     warmup_factor: float = 3.0
     slow_ranks: tuple[int, ...] = ()  # compute gets slower from onset_step
+    slower: tuple[int, ...] = ()  # ... and these slow ranks twice as much
     data_ranks: tuple[int, ...] = ()  # data-loader wait gets longer from onset_step
     onset_step: int = 0
     severity: float = 0.0
@@ -73,6 +74,7 @@ class Scenario:
                 compute *= self.warmup_factor
             if step >= self.onset_step:
                 compute[list(self.slow_ranks)] += self.extra_ms
+                compute[list(self.slower)] += self.extra_ms
                 data[list(self.data_ranks)] += self.extra_ms
             if self.moving_imbalance:
                 compute[rng.integers(self.ranks)] += self.moving_imbalance * self.compute_ms

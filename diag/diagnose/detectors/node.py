@@ -41,7 +41,8 @@ over each stage's ranks against the median of the other stages'), as are the TP 
 stage (and, for a layout inferred from time profiles, the work classes), with the same flags,
 persistence and onset as ranks; ranks already found slow against their peers are left out of
 their group. A group slower from the start is cause ``structural`` (the imbalance follows the
-layout, across all of its replicas), one finding naming the group and its ranks, with no
+layout, across all of its replicas), one finding naming the group and all its ranks (those left
+out as slow on their own too: the stage is heavier for every replica), with no
 telemetry corroboration (no device is at fault); a group that became slower at an onset is
 ``node``.
 
@@ -409,6 +410,12 @@ def _layout_finding(
     label = partition.labels[found.key]
     others = [r for k in partition.peers[found.key] for r in partition.members[k]]
     structural = found.onset is None
+    if structural:  # the layout's imbalance is every replica's, one also slow on its own too
+        whole = [
+            p for p in node_groups.partitions(layout, sorted(hosts)) if p.kind == partition.kind
+        ]
+        if whole and found.key in whole[0].members:
+            ranks = tuple(sorted(set(ranks) | set(whole[0].members[found.key])))
     when = (
         "from the start (structural: the layout's imbalance)"
         if structural

@@ -158,5 +158,20 @@ def test_live_process_groups_make_a_heavy_stage_structural(tmp_path: Path) -> No
     assert peers.note.startswith("layout from process groups: 2 stages x 2 replicas")
 
 
+def test_a_heavier_stage_names_every_replica_one_also_slow_on_its_own_too(tmp_path: Path) -> None:
+    # held-out structural.pipeline_stage: stage 0 heavier on both replicas and rank 0 30% slower
+    # than its replica peer besides came out as "stage 0 (rank 1)": the rank found slow on its
+    # own was left out of the stage's finding. The stage is heavier for every replica.
+    sc = Scenario(ranks=4, steps=80, slow_ranks=(1, 3), slower=(3,), onset_step=0, severity=0.2)
+    groups = [("1", "pp", [0, 1]), ("2", "pp", [2, 3]), ("3", "dp", [0, 2]), ("4", "dp", [1, 3])]
+    store = RunStore.create(tmp_path)
+    store.append([*sc.events(), *pg_events(sources(4), groups)])
+    store.flush()
+    findings = run_all(Features.from_store(RunStore.open(tmp_path)))
+    structural = [f for f in findings if f.cause == "structural"]
+    assert [f.ranks for f in structural] == [(1, 3)], _show(findings)
+    assert [f.ranks for f in findings if f.cause == "node"] == [(3,)], _show(findings)
+
+
 def _fields(spec: Spec) -> dict[str, object]:
     return {name: getattr(spec, name) for name in Spec.__dataclass_fields__}
