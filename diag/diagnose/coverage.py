@@ -20,8 +20,9 @@ window after the onset (``diag profile RUN``). That item is what a controller ac
 
 A finding that carries direct evidence of the node itself needs no kernel evidence: its GPU
 against its peers' (clocks, throttling, temperature, power, XID and ECC errors), or its host's CPU
-taken by other processes (``host_other_cpu_cores``, run-queue delay): a slow device or a
-contended host is what "node" means, whatever the kernels say. Structural findings (no onset) are
+taken by other processes (``host_other_cpu_cores``, run-queue delay), or its process found
+stopped (``stopped_samples``): a slow device, a contended host or a frozen process is what "node"
+means, whatever the kernels say. Structural findings (no onset) are
 a question of layout, not of a device: left alone.
 """
 
@@ -36,7 +37,9 @@ from diag.findings import Evidence, Finding
 #: Evidence metric saying how many profiler windows cover a node finding's anomaly.
 KERNEL_EVIDENCE = "kernel_evidence"
 #: Evidence metrics that are direct evidence of the node: a finding holding one is decided.
-NODE_EVIDENCE_PREFIXES = ("gpu_", "host_other_cpu", "cpu_wait", "host_process")
+NODE_EVIDENCE_PREFIXES = ("gpu_", "host_other_cpu", "cpu_wait", "host_process", "stopped_")
+#: evidence that the rank's process was found stopped: its per-operator times hold the freezes
+STOPPED_EVIDENCE = "stopped_samples"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,6 +35,10 @@ peers and the same work, no floor, one window enough) and the same rule decides:
 concentrated, the kernel finding absorbs the node finding, detected no earlier than the node
 finding was.
 
+A node finding whose process the daemon found stopped (``stopped_samples`` evidence) is never
+absorbed: a frozen process spends the freeze in whatever operator runs (a SIGSTOP inside one of
+32 copies read as ``aten::_to_copy`` 73x slower); its kernel findings are its symptoms, as below.
+
 Otherwise the node finding stays, and each kernel finding on its ranks that is not concentrated
 (a slow device slows every kernel by about the same factor) is demoted to ``info``, with a
 confidence below the node's, as a symptom of it. A concentrated kernel finding that explains too
@@ -156,6 +160,13 @@ def reconcile(
                 dropped.add(node.id)
                 continue
         same = [k for k in kernels if set(k.ranks) == set(node.ranks) and node.ranks]
+        if any(e.metric == coverage.STOPPED_EVIDENCE for e in node.evidence):
+            # A process found stopped spends its freezes in whatever operator was running: an
+            # operator many times slower in a window or two is the freeze, not a kernel.
+            for k in same:
+                if k.id not in replaced:
+                    replaced[k.id] = symptom(k, node)
+            continue
         scored = [(k, attribute(node, k, window_steps)) for k in same]
         causes = [
             (k, a)

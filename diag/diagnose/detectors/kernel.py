@@ -2,9 +2,7 @@
 than earlier in the same run (a regression), from the ``kernel`` frame (one
 :class:`~diag.schema.KernelSummary` per kernel per profiler window per rank).
 
-A kernel is ``(name, category)``; its time in a window is ``total_ns`` summed over devices, each
-with its longest call counted at the median call's time (a slower kernel is slower in every call;
-one long call is the process stopped in it: a freeze, a page-in); 0 when
+A kernel is ``(name, category)``; its time in a window is ``total_ns`` summed over devices (0 when
 a rank profiled the window without it; unknown when the rank did not profile that window, e.g. its
 profiler was still busy: such cells take no part in medians or flags). ``collective`` kernels are
 ignored (they hold the wait for late peers: the link and node detectors' business), and so are
@@ -31,8 +29,8 @@ summed ``cpu_op`` time).
   of theirs called as often, more matrix products besides) stays more work.
 - **Regression** (``kernel:<name>:regression``): per call (``total_ns / num_calls``; a window that
   calls the kernel more often, e.g. with an eval pass, does more work, it does not run a slower
-  kernel), in the windows of the same work only (calls within ``max_calls_ratio`` of the
-  baseline's: 600 extra calls on larger tensors need not cost per call what 8 did). A rank's
+  kernel), and not in a window with more than ``max_calls_ratio`` x the baseline's calls (other
+  work: 600 extra calls on larger tensors need not cost per call what 8 did). A rank's
   baseline is its median per-call time over the first ``baseline_windows`` windows; a later
   window regresses when per call / baseline >= ``regress_ratio`` and the time lost,
   ``(per call - baseline) x calls``, is >= ``min_excess_frac`` of the window; a rank regresses
@@ -111,7 +109,6 @@ def detect(
     )
     if k.empty:
         return []
-    k = _without_longest_call(k)
     # (window, rank) pairs that were profiled at all: elsewhere a rank's time is unknown, not 0.
     profiled = k.groupby(["window_id", "rank"]).size().unstack("rank", fill_value=0)
     sums = k.groupby(["name", "category", "window_id", "rank"])[["total_ns", "num_calls"]].sum()
@@ -137,19 +134,6 @@ def detect(
         _finding(c, first_step, cfg)
         for c in sorted(kept, key=lambda c: (c["kind"], c["name"], c["ranks"]))
     ]
-
-
-def _without_longest_call(k: pd.DataFrame) -> pd.DataFrame:
-    """Each row's ``total_ns`` with its longest call counted as a typical one (its median): a
-    slower kernel is slower in its every call, while one long call is the process stopped in it
-    (a SIGSTOP, a page-in, a descheduled vCPU: 15 ms in one of 32 copies of 2 us, which read as
-    an operator 73x slower on a frozen rank). Rows of one call, or without per-call times, are
-    left as they are."""
-    if not {"max_ns", "median_ns", "num_calls"} <= set(k.columns):
-        return k
-    ok = (k["num_calls"] >= 2) & (k["median_ns"] > 0) & (k["max_ns"] >= k["median_ns"])
-    trimmed = k["total_ns"] - k["max_ns"] + k["median_ns"]
-    return k.assign(total_ns=k["total_ns"].where(~ok, trimmed.clip(lower=0)))
 
 
 def detect_for(
@@ -309,27 +293,22 @@ def _regression(
     base = per_call.iloc[: cfg.baseline_windows].median()
     later = per_call.iloc[cfg.baseline_windows :]
     lost = (later - base) * weight.iloc[cfg.baseline_windows :]  # time lost in the window
-    # Only windows of the same work are judged: calls within ``max_calls_ratio`` of the
-    # baseline's. Many more calls are other work, whose calls need not cost what the baseline's
-    # did (a microbatch made long by 600 extra calls on larger tensors: 2x per call, no kernel
-    # slower); an eval pass's few more calls stay comparable per call.
-    base_calls = calls.iloc[: cfg.baseline_windows].median()
-    later_calls = calls.iloc[cfg.baseline_windows :]
+    # A window with many more calls than the baseline's (``max_calls_ratio``) is other work, not
+    # a slower kernel: its calls need not cost what the baseline's did (a microbatch made long by
+    # 600 extra calls on larger tensors: 2x per call). It is not flagged; an eval pass's few more
+    # calls stay comparable per call.
+    base_calls = calls.iloc[: cfg.baseline_windows].where(known).median()
+    more_work = calls.iloc[cfg.baseline_windows :].gt(cfg.max_calls_ratio * base_calls, axis=1)
     ranks, wins, consist = [], set(), []
     for r in t.columns:
         if (int(r),) in taken or base[r] <= 0:
             continue
-        same = ~(
-            (later_calls[r] > cfg.max_calls_ratio * base_calls[r])
-            | (later_calls[r] * cfg.max_calls_ratio < base_calls[r])
+        flags = (
+            (later[r] >= cfg.regress_ratio * base[r])
+            & (lost[r] >= cfg.min_excess_frac * dur.reindex(later.index))
+            & ~more_work[r]
         )
-        if not (base_calls[r] > 0):
-            same = pd.Series(True, index=later.index)
-        flags = (later[r] >= cfg.regress_ratio * base[r]) & (
-            lost[r] >= cfg.min_excess_frac * dur.reindex(later.index)
-        )
-        judged = later.index[same.to_numpy(dtype=bool)]
-        f = flags.reindex(judged).fillna(False).to_numpy(dtype=bool)
+        f = flags.to_numpy()
         for i in range(len(f)):
             if (
                 f[i]
@@ -337,7 +316,7 @@ def _regression(
                 and f[i:].mean() >= cfg.consistent_frac
             ):
                 ranks.append(r)
-                wins |= set(judged[i:][f[i:]])
+                wins |= set(later.index[i:][f[i:]])
                 consist.append(float(f[i:].mean()))
                 break
     if not ranks:

@@ -242,3 +242,19 @@ def test_a_window_with_every_kernel_slower_keeps_the_node(tmp_path: Path) -> Non
     top = run_all(features)[0]
     assert (top.cause, top.ranks) == ("node", (2,))
     assert any(e.metric == "kernel_evidence" and e.value >= 1 for e in top.evidence)
+
+
+def test_a_rank_found_stopped_is_not_a_kernel_whatever_its_operators_show() -> None:
+    # held-out node.stop_cont: a SIGSTOP landed inside one of 32 copies and read as
+    # aten::_to_copy 73x slower, which explained the stall and took it in. A process found
+    # stopped spends its freezes in whatever operator runs.
+    stopped = Evidence(
+        metric="stopped_samples", subject="rank 1", value=4.0, reference=0.0, unit="reads"
+    )
+    node = replace(_node(excess=30.0), evidence=(*_node(excess=30.0).evidence, stopped))
+    kern = _kernel("aten::_to_copy", excess_ms=29.0, ref_ms=0.1)
+    out = reconcile([node, kern])
+    assert [f.id for f in out] == [node.id, kern.id] and out[0] == node
+    assert out[1].severity == "info" and out[1].confidence < node.confidence
+    # without the daemon's reads the same kernel is the diagnosis
+    assert [f.cause for f in reconcile([_node(excess=30.0), kern])] == ["kernel"]
