@@ -16,7 +16,8 @@ rank is a candidate when flagged in ``>= min_frac`` of a ``window``-step sliding
 steps skipped). Its anomaly starts at the change point of its per-step excess over the peers'
 median, from the first analysed step to the end of its last flagged window (the split with the
 least summed absolute deviation from each side's median, a higher median after: one step change
-stands out of bursty noise over the whole span, where a window's worth of it does not); it is
+stands out of bursty noise over the whole span, where a window's worth of it does not; a split
+found at the end of a search range that cut it short gives way to the whole span's); it is
 contention "from the start" (``onset_step`` None, the anomaly from the first analysed step) when
 that split is within the first ``window`` steps or the mean excess before it is already half the
 mean excess after. The anomaly ends at its last step above the floor. It is contended when, over
@@ -446,8 +447,13 @@ def _contended(
         # past them, at most one window past them: a later, larger step up is the contention
         # growing, not starting), then the split over the whole span; the first that holds.
         stop = min(run.end_pos + 1, run.onset_pos + 3 * cfg.window)
-        near = _change_point(x, stop, last=run.onset_pos + cfg.window)
-        for pos in dict.fromkeys((near, _change_point(x, run.end_pos + 1))):
+        last = run.onset_pos + cfg.window
+        near = _change_point(x, stop, last=last)
+        whole = _change_point(x, run.end_pos + 1)
+        # A split at the end of its search range is no change point found but a cut-off one
+        # (noise flagged the rank 15 steps before the hog arrived): the whole span's comes first.
+        first = (whole, near) if near >= min(last, stop - 1) else (near, whole)
+        for pos in dict.fromkeys(first):
             found = _contended(rank, cpu, excess, above, wait, step, flagged, cfg, onset_at=pos)
             if found is not None:
                 return found
