@@ -69,10 +69,12 @@ def run_suite(
     verbose: bool,
     skipped: list[str] | None = None,
     keep: Path | None = None,
+    keep_all: bool = False,
 ) -> Summary:
     """Run and judge every case; a case the runner cannot run here (a link fault without root,
     a job that failed) is left out of the summary and listed in ``skipped`` with the reason.
-    ``keep``: a wrong case's work directory (its run directory, logs) is copied under it."""
+    ``keep``: a wrong case's work directory (its run directory, logs) is copied under it (every
+    case's with ``keep_all``: to replay the detectors on the same runs)."""
     outcomes: list[Outcome] = []
     for i, case in enumerate(cases, 1):
         start = time.perf_counter()
@@ -85,7 +87,7 @@ def run_suite(
                 print(f"[{i}/{len(cases)}] skip {case.name}: {exc}", file=sys.stderr)
                 continue
             outcome = judge(prepared, findings)
-            if keep is not None and not outcome.ok:
+            if keep is not None and (keep_all or not outcome.ok):
                 shutil.copytree(tmp, keep / case.name.replace("/", "_"), dirs_exist_ok=True)
         outcomes.append(outcome)
         if verbose:
@@ -232,8 +234,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="copy each wrongly diagnosed case's work directory (run directory, logs) under DIR",
     )
+    p.add_argument(
+        "--keep-all",
+        action="store_true",
+        help="with --keep-failed: keep every case's work directory, right or wrong",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="one line per case on stderr")
     args = p.parse_args(argv)
+    if args.keep_all and args.keep_failed is None:
+        p.error("--keep-all keeps under the --keep-failed DIR: give both")
     severities, causes = tuple(args.severities), tuple(args.causes)
     chosen = _mechanisms(args)
     if chosen is not None and args.mode != "live":
@@ -251,7 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     runner = simulate_runner if args.mode == "simulate" else live_runner
     start = time.perf_counter()
     skipped: list[str] = []
-    summary = run_suite(cases, runner, verbose=args.verbose, skipped=skipped, keep=args.keep_failed)
+    summary = run_suite(
+        cases,
+        runner,
+        verbose=args.verbose,
+        skipped=skipped,
+        keep=args.keep_failed,
+        keep_all=args.keep_all,
+    )
     elapsed = time.perf_counter() - start
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))

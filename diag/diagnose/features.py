@@ -320,9 +320,16 @@ def class_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) -
     return pd.DataFrame(out, index=wide.index, columns=wide.columns)
 
 
-def persistent_columns(flags: np.ndarray, window: int, min_frac: float, run: int = 0) -> np.ndarray:
+def persistent_columns(
+    flags: np.ndarray,
+    window: int,
+    min_frac: float,
+    run: int = 0,
+    quick: np.ndarray | None = None,
+) -> np.ndarray:
     """For a steps x columns bool table, which columns :func:`persistence` would find a
-    persistent run in (``persistence(flags[:, j], ...) is not None``), all columns at once."""
+    persistent run in (``persistence(flags[:, j], ...) is not None``), all columns at once;
+    ``quick``: :func:`quick_runs` of the same table (a quick run makes a column persistent)."""
     n = flags.shape[0]
     found = np.zeros(flags.shape[1], dtype=bool)
     sums = np.zeros((n + 1, flags.shape[1]), dtype=np.int64)
@@ -332,7 +339,63 @@ def persistent_columns(flags: np.ndarray, window: int, min_frac: float, run: int
         found |= (counts >= min_frac * window - 1e-9).any(axis=0)
     if 1 <= run <= n:
         found |= (sums[run:] - sums[:-run] >= run).any(axis=0)
+    if quick is not None and len(quick):
+        found |= (quick >= 0).any(axis=0)
     return np.asarray(found, dtype=bool)
+
+
+#: Strength levels (multiples of the flag's own threshold) a quick run is tried at.
+QUICK_LEVELS = (2.0, 3.0, 4.0, 6.0, 8.0)
+
+
+def quick_runs(
+    strength: np.ndarray,
+    flags: np.ndarray,
+    *,
+    alpha: float,
+    min_run: int,
+    max_run: int,
+    levels: tuple[float, ...] = QUICK_LEVELS,
+) -> np.ndarray:
+    """Where a step x column table holds a *quick run*: a few steps in a row, each far beyond
+    the flag's threshold, that noise makes too rarely to wait for a whole window.
+
+    ``strength`` (steps x columns): how far each step is beyond its flag's threshold (1: just
+    flagged; NaN: unknown); ``flags``: the flags themselves (a quick step is flagged too).
+    At a level ``S`` the chance that noise puts one step of column ``j`` at ``>= S`` is taken
+    from the *other* columns' steps (add-one: a level no other step reached is ``1 / (N + 1)``;
+    a slow column does not raise its own odds, other slow columns only make its runs longer);
+    ``k`` steps in a row at ``>= S`` is then ``p ** k`` per position, and a run counts when
+    that, over every position of the table and every level tried, is at most ``alpha``:
+    ``k = max(min_run, ceil(log(alpha / (positions x levels)) / log(p)))``, levels needing more
+    than ``max_run`` steps not tried (the plain run finds those as soon). Returns a steps x
+    columns int table: at each position that ends a quick run, the run's first position (the
+    earliest over the levels); -1 elsewhere. With fewer than two columns there are no others to
+    judge by: no quick runs."""
+    n, m = strength.shape
+    out = np.full((n, m), -1, dtype=np.int64)
+    if m < 2 or n < min_run:
+        return out
+    known = ~np.isnan(strength)
+    positions = int(known.sum())
+    budget = np.log(alpha / max(1, positions * len(levels)))
+    others = positions - known.sum(axis=0)  # each column's count of the other columns' steps
+    with np.errstate(invalid="ignore"):
+        for level in levels:
+            at = known & flags & (strength >= level)
+            hits = at.sum(axis=0)
+            p = (hits.sum() - hits + 1.0) / (others + 1.0)
+            need = np.ceil(budget / np.log(np.minimum(p, 0.5)))  # p >= 0.5: never within max_run
+            k = np.where(p < 0.5, np.maximum(min_run, need), max_run + 1).astype(np.int64)
+            length = np.zeros(m, dtype=np.int64)
+            for i in range(n):
+                length = np.where(at[i], length + 1, 0)
+                ends = (length >= k) & (k <= max_run)
+                if ends.any():
+                    start = i - k + 1
+                    cur = out[i]
+                    out[i] = np.where(ends & ((cur < 0) | (start < cur)), start, cur)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,14 +415,31 @@ class Persistence:
 
 
 def persistence(
-    flags: np.ndarray, window: int, min_frac: float, run: int = 0
+    flags: np.ndarray,
+    window: int,
+    min_frac: float,
+    run: int = 0,
+    quick: np.ndarray | None = None,
 ) -> Persistence | None:
     """The persistent run of ``flags`` (bool per analysed step), or ``None`` if there is none.
 
     Persistent: flagged in ``>= min_frac`` of a ``window``-step window, or (``run`` > 0) in
-    ``run`` steps in a row. The two hold about as rarely on noise (6 in a row at a flag rate of
-    0.3 per step: 7e-4 per position; 8 of 10: 1.6e-3), but a run says so sooner: a rank flagged
-    on every step from its onset is found ``run`` steps in, not ``min_frac * window``."""
+    ``run`` steps in a row, or (``quick``: this column of :func:`quick_runs`) in a quick run.
+    The first two hold about as rarely on noise (6 in a row at a flag rate of 0.3 per step: 7e-4
+    per position; 8 of 10: 1.6e-3), but a run says so sooner: a rank flagged on every step from
+    its onset is found ``run`` steps in, not ``min_frac * window``; a quick run, a few steps far
+    beyond the threshold, sooner still, but only when the column stays flagged like a window
+    (``consistency >= min_frac``): a rank that stalls now and then also has a few bad steps in
+    a row at times, and that is not a persistent slowdown."""
+    found = _persistence(flags, window, min_frac, run, quick)
+    if quick is not None and found is not None and found.consistency < min_frac:
+        return _persistence(flags, window, min_frac, run, None)
+    return found
+
+
+def _persistence(
+    flags: np.ndarray, window: int, min_frac: float, run: int, quick: np.ndarray | None
+) -> Persistence | None:
     n = len(flags)
     f = flags.astype(float)
     ends: list[int] = []  # last positions of the passing windows
@@ -370,15 +450,18 @@ def persistence(
     if 1 <= run <= n:
         in_a_row = np.convolve(f, np.ones(run), mode="valid")
         run_ends = [int(i) + run - 1 for i in np.flatnonzero(in_a_row >= run - 1e-9)]
-    if not ends and not run_ends:
+    quick_ends = [] if quick is None else [int(i) for i in np.flatnonzero(quick >= 0)]
+    if not ends and not run_ends and not quick_ends:
         return None
-    first_end = min([*ends[:1], *run_ends[:1]])
-    if run_ends and run_ends[0] == first_end and (not ends or ends[0] > first_end):
+    first_end = min([*ends[:1], *run_ends[:1], *quick_ends[:1]])
+    if quick_ends and quick_ends[0] == first_end and quick is not None:
+        onset = int(quick[first_end])  # every step of the quick run is flagged
+    elif run_ends and run_ends[0] == first_end and (not ends or ends[0] > first_end):
         onset = first_end - run + 1  # every step of the run is flagged
     else:
         start = first_end - window + 1
         onset = start + int(np.argmax(flags[start : first_end + 1]))
-    end = max([*ends[-1:], *run_ends[-1:]])
+    end = max([*ends[-1:], *run_ends[-1:], *quick_ends[-1:]])
     end = onset + int(np.flatnonzero(flags[onset : end + 1])[-1])  # last flagged step
     consistency = float(flags[onset : end + 1].mean())
     return Persistence(onset, first_end, end, consistency)

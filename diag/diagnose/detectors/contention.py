@@ -30,7 +30,9 @@ the anomaly:
   ``window``-step blocks (a burst moves one block, not many steps);
 - it lasts ``min_blocks`` (3) such blocks and ``min_duration_s`` (1 s) of the job's time: a
   scheduler burst of a few hundred milliseconds on a busy host is weather, not a fault (a
-  job of 20 ms steps contended for 50 steps is not);
+  job of 20 ms steps contended for 50 steps is not). ``detected_step`` is therefore the first
+  step at which all of this held over the anomaly so far (three windows in at the earliest: a
+  live triage before it would not have named the rank), not its first flagged window;
 - its peers wait for it: their median collective wait grows (onset: after - before; from the
   start: theirs - its own) by at least ``min_wait_explained`` x the mean excess;
 - its demand does not explain it (:func:`_beyond_demand`): on a host the job oversubscribes, a
@@ -315,7 +317,7 @@ def _arrival(
         _Rank(
             rank=r,
             onset=anomaly[0],
-            detected=int(steps[_detected(flags, t, len(x) - 1, cfg)]),
+            detected=int(steps[_detected(flags, t, len(x) - 1, cfg, x - level, step, cfg.sigmas)]),
             anomaly=anomaly,
             before=before,
             waits_ms=float(cpu[r].iloc[t:].mean()),
@@ -499,7 +501,7 @@ def _contended(
     return _Rank(
         rank=rank,
         onset=None if start else int(steps[onset_pos]),
-        detected=int(steps[_detected(flags, onset_pos, end_pos, cfg)]),
+        detected=int(steps[_detected(flags, onset_pos, end_pos, cfg, x, step, sigmas)]),
         anomaly=(int(steps[onset_pos]), int(steps[end_pos])),
         before=None if start else (int(steps[0]), int(steps[onset_pos - 1])),
         waits_ms=float(cpu[rank].iloc[anomaly].mean()),
@@ -523,11 +525,37 @@ def _stderr(d: np.ndarray, block: int) -> float:
     return max(per_step, float(means.std(ddof=1)) / np.sqrt(n))
 
 
-def _detected(flags: np.ndarray, onset_pos: int, end_pos: int, cfg: ContentionConfig) -> int:
-    """The first step, from the onset on, that completes a persistent window of flags (the
-    first one the detector could have said it at); the anomaly's end when none does."""
+def _detected(
+    flags: np.ndarray,
+    onset_pos: int,
+    end_pos: int,
+    cfg: ContentionConfig,
+    excess: np.ndarray,
+    step: pd.Series,
+    sigmas: float,
+) -> int:
+    """The first step, from the onset on, at which the detector could have said it: a persistent
+    window of flags completed, and the anomaly so far (``excess``: per step, ms above its
+    reference) as long as a finding needs (``min_blocks`` windows, ``min_duration_s``) with its
+    mean excess ``sigmas`` standard errors above the floor; the anomaly's end when that is
+    first found only there. A later step than the first flags on a contended rank: a live
+    triage before it would not have named the rank."""
     run = persistence(flags[onset_pos : end_pos + 1], cfg.window, cfg.min_frac)
-    return onset_pos + run.detected_pos if run is not None else end_pos
+    first = onset_pos + run.detected_pos if run is not None else end_pos
+    first = max(first, onset_pos + cfg.min_blocks * cfg.window - 1)
+    ms = step.to_numpy(dtype=float)
+    elapsed = np.cumsum(np.nan_to_num(ms[onset_pos : end_pos + 1]))
+    long_enough = np.flatnonzero(elapsed >= 1e3 * cfg.min_duration_s)
+    first = max(first, onset_pos + int(long_enough[0]) if len(long_enough) else end_pos)
+    for pos in range(first, end_pos + 1):
+        d = excess[onset_pos : pos + 1]
+        d = d[~np.isnan(d)]
+        floor = max(
+            cfg.min_excess_ms, cfg.min_excess_frac * float(np.nanmean(ms[onset_pos : pos + 1]))
+        )
+        if len(d) > 1 and float(d.mean()) - sigmas * _stderr(d, cfg.window) >= floor:
+            return pos
+    return end_pos
 
 
 def _main_episode(flags: np.ndarray, x: np.ndarray, cfg: ContentionConfig) -> np.ndarray:

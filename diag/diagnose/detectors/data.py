@@ -8,7 +8,9 @@ stage may load data that the others do not, and a heavier stage computes longer 
 
 1. *One rank's loader* (``data-rank<r>``): the rank's ``data_ms`` exceeds its peers' median by
    more than ``max(min_excess_ms, min_excess_frac x job step)`` in ``>= min_frac`` of a sliding
-   ``window``. ``slowdown`` as in the node detector: job step after vs before onset (or, from the
+   ``window``, in ``min_run`` steps in a row, or in a quick run (a few steps far beyond that
+   floor, as the node detector's: :func:`~diag.diagnose.features.quick_runs`).
+   ``slowdown`` as in the node detector: job step after vs before onset (or, from the
    start, the excess divided by the job step).
 2. *Every rank's loader* (``data-all``): the per-step median over ranks of ``data_ms /
    duration_ms`` (the data share) is above ``share_threshold`` and above its own baseline (the
@@ -51,6 +53,7 @@ from diag.diagnose.features import (
     peer_median,
     persistence,
     persistent_columns,
+    quick_runs,
 )
 from diag.findings import Evidence, Finding
 
@@ -63,6 +66,8 @@ class DataConfig:
     window: int = 10
     min_frac: float = 0.8
     min_run: int = 6  # ... or this many flagged steps in a row (found sooner)
+    quick_min_run: int = 3  # ... or a quick run (steps far beyond the floor): at least this long
+    quick_alpha: float = 0.01  # ... that noise makes this rarely over the whole table
     min_excess_ms: float = 2.0  # one rank: absolute floor of the data-wait excess
     min_excess_frac: float = 0.05  # one rank: excess as a fraction of the job step
     share_threshold: float = 0.15  # all ranks: data share of the step
@@ -146,9 +151,18 @@ def _one_rank(
     out = []
     # Only ranks with a persistent run of flagged steps can be named: find them all at once.
     flagged = excess.to_numpy() > floor[:, None]
-    for rank in data.columns[persistent_columns(flagged, cfg.window, cfg.min_frac, cfg.min_run)]:
-        flags = excess[rank].to_numpy() > floor
-        run = persistence(flags, cfg.window, cfg.min_frac, cfg.min_run)
+    quick = quick_runs(
+        excess.to_numpy() / floor[:, None],
+        flagged,
+        alpha=cfg.quick_alpha,
+        min_run=cfg.quick_min_run,
+        max_run=cfg.min_run - 1,
+    )
+    persistent = persistent_columns(flagged, cfg.window, cfg.min_frac, cfg.min_run, quick)
+    for j in np.flatnonzero(persistent):
+        rank = data.columns[j]
+        flags = flagged[:, j]
+        run = persistence(flags, cfg.window, cfg.min_frac, cfg.min_run, quick[:, j])
         if run is None:
             continue
         span = slice(run.onset_pos, run.end_pos + 1)

@@ -19,15 +19,21 @@ ranks do not reach even when they are up to half of the class; then the median o
 steps; classes of 4 or more): where the work itself varies a lot from step to step (uneven
 batches), a rank above its peers for a few steps in a row is not yet a slow node; in a steady job
 (3% noise) this changes nothing. The rank is slow when flagged in ``>= min_frac`` of a sliding
-window of ``window`` steps (warm-up steps skipped). ``onset_step`` is the change point of the
-rank's ratio near the first such window (the step that best separates a lower median ratio before
-from a higher one after, ``window`` steps each side); when it is within the first ``window``
+window of ``window`` steps (warm-up steps skipped), or in ``min_run`` steps in a row, or in a
+*quick run* (:func:`~diag.diagnose.features.quick_runs`): a few steps in a row (at least
+``quick_min_run``), each far beyond the flag (its strength: the least of ``ratio - 1`` over
+``min_ratio - 1``, the excess over its floor, ``ratio - 1`` over ``min_z`` sigmas), as long as the
+other ranks' steps make that chance ``quick_alpha`` over the whole table, and the rank stays
+flagged after it like a window (a rank that stalls in bursts is not slow: node_stall). A rank 30%
+slower is named three steps after its onset instead of six. ``onset_step`` is the change point of
+the rank's ratio near the first such window (the step that best separates a lower median ratio
+before from a higher one after, ``window`` steps each side); when it is within the first ``window``
 analysed steps, or the rank was flagged from the first window on, or its median ratio before the
 onset already held ``structural_share`` (half) of the gap after it (noise hid early flags), the
-rank was slow from the start: ``onset_step`` None. A rank slow from the start among peers doing
-the same work is still cause ``node`` (its replicas are not slow: it is not the layout); when
-the layout is unknown it is ``node`` too (every rank presumed to do the same work), with the
-confidence times ``UNKNOWN_LAYOUT_FROM_START`` (0.8) and a summary that says so.
+rank was slow from the start: ``onset_step`` None. A rank slow from the start among peers doing the
+same work is still cause ``node`` (its replicas are not slow: it is not the layout); when the
+layout is unknown it is ``node`` too (every rank presumed to do the same work), with the confidence
+times ``UNKNOWN_LAYOUT_FROM_START`` (0.8) and a summary that says so.
 
 One culprit set, one finding (:mod:`~diag.diagnose.detectors.node_groups`): slow ranks that
 fill a whole host, replica or TP group are one finding naming the group and all its ranks

@@ -13,7 +13,13 @@ import numpy as np
 import pandas as pd
 
 from diag.diagnose.detectors import node_groups
-from diag.diagnose.features import Persistence, change_point, persistence, persistent_columns
+from diag.diagnose.features import (
+    Persistence,
+    change_point,
+    persistence,
+    persistent_columns,
+    quick_runs,
+)
 
 #: A set of ranks is slow as a whole when this quantile of its ranks' ratios is (see set_slow).
 SET_QUANTILE = 0.25
@@ -39,6 +45,8 @@ class NodeConfig:
     window: int = 10  # sliding window, in steps
     min_frac: float = 0.8  # flagged fraction of a window that makes it persistent
     min_run: int = 6  # ... or this many flagged steps in a row (found sooner)
+    quick_min_run: int = 3  # ... or a quick run (steps far beyond the flag): at least this long
+    quick_alpha: float = 0.01  # ... that noise makes this rarely over the whole table
     min_wait_explained: float = 0.5  # peers' wait growth / culprit's excess compute
     confident_gap: float = 0.2  # compute gap (ratio - 1) that counts fully toward confidence
     structural_share: float = 0.5  # gap before the onset / gap after it that means "no onset"
@@ -187,20 +195,40 @@ def find_slow(frames: Frames, cfg: NodeConfig) -> list[Slow]:
         beyond = np.isnan(spread) | (ratio.to_numpy() - 1.0 >= cfg.min_z * spread)
         flagged_frame &= beyond
     flagged = flagged_frame.to_numpy()
+    # How far beyond the flag each step is (the least of its criteria): a few steps far beyond
+    # it, rarer on noise than the whole window, say so sooner (features.quick_runs).
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = ratio.to_numpy() - 1.0
+        strength = np.minimum(
+            over / (cfg.min_ratio - 1.0), (compute - peers).to_numpy() / floor[:, None]
+        )
+        if frames.spread is not None:
+            strength = np.where(
+                np.isnan(spread), strength, np.minimum(strength, over / (cfg.min_z * spread))
+            )
+    quick = quick_runs(
+        strength, flagged, alpha=cfg.quick_alpha, min_run=cfg.quick_min_run, max_run=cfg.min_run - 1
+    )
     slow = []
     # Only columns with a persistent run of flagged steps can be slow: find them all at once.
-    for j in np.flatnonzero(persistent_columns(flagged, cfg.window, cfg.min_frac, cfg.min_run)):
-        found = _slow_one(int(j), frames, ratio, flagged[:, j], cfg)
+    persistent = persistent_columns(flagged, cfg.window, cfg.min_frac, cfg.min_run, quick)
+    for j in np.flatnonzero(persistent):
+        found = _slow_one(int(j), frames, ratio, flagged[:, j], quick[:, j], cfg)
         if found is not None:
             slow.append(found)
     return slow
 
 
 def _slow_one(
-    j: int, frames: Frames, ratio_frame: pd.DataFrame, flags: np.ndarray, cfg: NodeConfig
+    j: int,
+    frames: Frames,
+    ratio_frame: pd.DataFrame,
+    flags: np.ndarray,
+    quick: np.ndarray,
+    cfg: NodeConfig,
 ) -> Slow | None:
     key = frames.compute.columns[j]
-    run = persistence(flags, cfg.window, cfg.min_frac, cfg.min_run)
+    run = persistence(flags, cfg.window, cfg.min_frac, cfg.min_run, quick)
     if run is None:
         return None
     ratio = ratio_frame.iloc[:, j]

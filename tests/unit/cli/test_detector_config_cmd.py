@@ -53,9 +53,9 @@ def test_triage_with_a_bad_config_is_one_line_and_writes_nothing(tmp_path: Path)
     assert res.stderr.strip().splitlines() == [
         f"diag triage: error: {bad}: unknown key 'windw' in [node] (known: confident_gap, "
         "critical, min_excess_frac, min_excess_ms, min_frac, min_ratio, min_run, "
-        "min_wait_explained, min_z, stall_min_loss, stall_min_share_z, stall_min_steps, "
-        "stall_min_t, stopped_min, stopped_min_share, structural_share, warmup_steps, warning, "
-        "window)"
+        "min_wait_explained, min_z, quick_alpha, quick_min_run, stall_min_loss, "
+        "stall_min_share_z, stall_min_steps, stall_min_t, stopped_min, stopped_min_share, "
+        "structural_share, warmup_steps, warning, window)"
     ]
     assert not (run / "findings.jsonl").exists()
 

@@ -88,7 +88,8 @@ def test_a_foreign_process_slowing_every_rank_of_the_host_is_node(
     (f,) = [f for f in _findings(run, tmp_path) if f.severity != "info"]
     assert (f.id, f.cause, f.ranks, f.hosts) == ("contention-vm", "node", (0, 1, 2, 3), ("vm",))
     assert f.onset_step is not None and abs(f.onset_step - 50) <= 3
-    assert f.detected_step is not None and f.onset_step <= f.detected_step <= 60
+    # detected once three windows of it stand above the noise: no live triage said it sooner
+    assert f.detected_step is not None and f.onset_step + 29 <= f.detected_step <= 85
     assert f"pid {HOG_PID}" in f.summary and "before from step" in f.summary
     (wait,) = [e for e in f.evidence if e.metric == "own_cpu_wait_ms" and e.subject == "rank 0"]
     assert wait.value > (wait.reference or 0) + 6

@@ -31,6 +31,17 @@ def test_slow_rank_with_onset(tmp_path: Path) -> None:
     assert [x.id for x in run_all(f)] == ["node-rank2"]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_clearly_slow_rank_is_found_within_three_steps_of_its_onset(
+    tmp_path: Path, seed: int
+) -> None:
+    # 30% of the job lost: each step of rank 1 is far beyond the flag, three in a row say it
+    sc = Scenario(slow_ranks=(1,), onset_step=50, severity=0.3, noise=0.05, seed=seed)
+    (found,) = node.detect(_features(sc, tmp_path))
+    assert (found.cause, found.ranks, found.onset_step) == ("node", (1,), 50)
+    assert found.detected_step is not None and 50 <= found.detected_step <= 53
+
+
 def test_slow_host_names_the_host(tmp_path: Path) -> None:
     f = _features(Scenario(slow_ranks=(2, 3), onset_step=50, severity=0.35), tmp_path)
     (found,) = node.detect(f)

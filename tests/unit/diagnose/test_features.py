@@ -14,6 +14,7 @@ from diag.diagnose.features import (
     peer_median,
     persistence,
     persistent_columns,
+    quick_runs,
 )
 from tests.fakes.scenarios import Scenario
 
@@ -71,6 +72,49 @@ def test_a_run_of_flagged_steps_is_found_sooner_than_the_window() -> None:
     table = np.stack([flags[:16], broken[:16]], axis=1)
     assert persistent_columns(table, 10, 0.8, 6).tolist() == [True, False]
     assert persistent_columns(table, 10, 0.8).tolist() == [False, False]
+
+
+def _noise_table(steps: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Strengths of a clean run: mostly below the flag (1), now and then just over it."""
+    return np.random.default_rng(seed).normal(0.0, 0.6, size=(steps, cols))
+
+
+def test_a_few_steps_far_beyond_the_flag_are_a_quick_run() -> None:
+    strength = _noise_table(60, 4)
+    strength[30:, 2] = 5.0  # column 2 from position 30 on: five times its flag's threshold
+    quick = quick_runs(strength, strength >= 1, alpha=0.01, min_run=3, max_run=5)
+    assert np.flatnonzero(quick[:, 2] >= 0)[0] == 32 and quick[32, 2] == 30  # three in a row
+    assert (quick[:, [0, 1, 3]] < 0).all()
+    run = persistence(strength[:, 2] >= 1, 10, 0.8, 6, quick[:, 2])
+    assert run is not None and (run.onset_pos, run.detected_pos, run.end_pos) == (30, 32, 59)
+    slower = persistence(strength[:, 2] >= 1, 10, 0.8, 6)
+    assert slower is not None and slower.detected_pos == 35  # the plain run: the sixth step
+    assert persistent_columns(strength[:33] >= 1, 10, 0.8, 6, quick[:33]).tolist() == [
+        False, False, True, False,
+    ]  # fmt: skip
+
+
+def test_a_level_the_other_columns_reach_often_needs_a_longer_run() -> None:
+    strength = _noise_table(60, 4)
+    strength[::3, [0, 1, 3]] = 5.0  # the other columns reach 5 on a third of their steps
+    strength[30:34, 2] = 5.0
+    strength[34:, 2] = 1.5
+    quick = quick_runs(strength, strength >= 1, alpha=0.01, min_run=3, max_run=5)
+    assert (quick[:, 2] < 0).all()  # 4 in a row at 5 is as common as noise makes it here
+    single = quick_runs(strength[:, 2:3], strength[:, 2:3] >= 1, alpha=0.01, min_run=3, max_run=5)
+    assert (single < 0).all()  # no other column: nothing to judge the odds by
+
+
+def test_bursts_are_not_a_persistent_slowdown_however_strong() -> None:
+    strength = _noise_table(80, 4, seed=1)
+    burst = np.zeros(80, dtype=bool)
+    for start in (20, 35, 50, 65):  # three bad steps in a row now and then, fine between
+        burst[start : start + 3] = True
+    strength[:, 1] = np.where(burst, 6.0, strength[:, 1])
+    flags = strength >= 1
+    quick = quick_runs(strength, flags, alpha=0.01, min_run=3, max_run=5)
+    assert (quick[:, 1] >= 0).any()  # each burst is a quick run ...
+    assert persistence(flags[:, 1], 10, 0.8, 6, quick[:, 1]) is None  # ... but not persistent
 
 
 def test_compute_is_the_ranks_own_less_its_run_queue_delay(tmp_path: Path) -> None:
