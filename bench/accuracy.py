@@ -31,6 +31,7 @@ severities >= 20% and within 50 steps at 10%.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import statistics
@@ -56,10 +57,12 @@ def simulate_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
     return prepare(case), run_simulated(case, workdir / "run")
 
 
-def live_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
+def live_runner(
+    case: Case, workdir: Path, auto_capture: str | None = None
+) -> tuple[Case, list[Finding]]:
     from diag.selftest.runner import run_case  # lazily: it needs torch and starts real jobs
 
-    return run_case(case, workdir)
+    return run_case(case, workdir, auto_capture=auto_capture)
 
 
 def run_suite(
@@ -227,6 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--onset", type=int, default=30)
     p.add_argument("--world-size", type=int, default=4)
     p.add_argument("--clean-runs", type=int, default=None, help="default: seeds x severities")
+    p.add_argument(
+        "--auto-capture",
+        choices=("on", "observe", "off"),
+        default=None,
+        help="live mode: one profiler window at step 10 and none after (as in production), the "
+        "closed loop in this mode, live triage every second (default: a window every 10 steps)",
+    )
     p.add_argument("--json", action="store_true", help="print Summary.to_json()")
     p.add_argument(
         "--keep-failed",
@@ -257,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         clean_runs=args.clean_runs,
         mechanisms=chosen,
     )
-    runner = simulate_runner if args.mode == "simulate" else live_runner
+    if args.auto_capture is not None and args.mode != "live":
+        p.error("--auto-capture runs real jobs: use --mode live")
+    runner: Runner = simulate_runner
+    if args.mode == "live":
+        runner = functools.partial(live_runner, auto_capture=args.auto_capture)
     start = time.perf_counter()
     skipped: list[str] = []
     summary = run_suite(

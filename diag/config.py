@@ -106,6 +106,10 @@ class AnalyzerConfig:
     run_dir: str = ""
     flush_interval_s: float = 1.0
     triage_interval_s: float = 5.0  # run the detectors on the live run this often (0 = never)
+    # the closed loop (diag.analyzer.autocapture): on | observe | off, at most one automatic
+    # profiler window per job this often
+    auto_capture: str = "on"
+    auto_capture_interval_s: float = 120.0
     max_message_bytes: int = 64 * 1024 * 1024
 
 

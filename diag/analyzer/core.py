@@ -30,7 +30,9 @@ from google.protobuf.message import DecodeError
 
 from diag import schema
 from diag.analyzer import wal as wal_mod
+from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig
 from diag.analyzer.control import CONTROL_FILE, ControlBoard
+from diag.diagnose.capture_evidence import annotate
 from diag.diagnose.detectors.registry import run_all
 from diag.diagnose.features import Features
 from diag.diagnose.triage import TriageResult
@@ -97,6 +99,8 @@ class AnalyzerCore:
     ``control`` is the board of on-demand requests (default: one on ``RUN_DIR/control.json`` with
     ``clock``); the core feeds it every accepted ``StepEvent`` (and, at start-up, the stored ones).
     ``detectors`` (name -> config) are the detector configs :meth:`triage` runs with.
+    ``auto_capture``: the closed loop's settings (:mod:`diag.analyzer.autocapture`; ``None`` or
+    mode ``off``: no loop); :meth:`capture` runs it on a triage result.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class AnalyzerCore:
         *,
         control: ControlBoard | None = None,
         detectors: Mapping[str, object] | None = None,
+        auto_capture: AutoCaptureConfig | None = None,
     ) -> None:
         self.store = store
         self.detectors = dict(detectors or {})
@@ -113,6 +118,15 @@ class AnalyzerCore:
         self.control = control or ControlBoard(clock, state_path=store.run_dir / CONTROL_FILE)
         self._lock = threading.RLock()
         self.latest_triage: TriageResult | None = None
+        self.autocapture: AutoCapture | None = None
+        if auto_capture is not None and auto_capture.mode != "off":
+            self.autocapture = AutoCapture(
+                request=lambda n, ranks: self.request_profile(n, ranks),
+                run_dir=store.run_dir,
+                cfg=auto_capture,
+            )
+        self._classes: dict[int, int] | None = None  # work classes seen by the last triage
+        self._ranks: list[int] = []
         #: set when an event arrives that a finding should follow at once (a hang report, an
         #: exception, a rank exit): the live triage runs then instead of at its next interval.
         self.urgent = threading.Event()
@@ -319,15 +333,32 @@ class AnalyzerCore:
         with self._lock:
             return summarize(self.store)
 
-    def triage(self) -> TriageResult:
+    def triage(self, *, final: bool = False) -> TriageResult:
         """The detectors on the store as it is now: the frames are read under the lock, the
-        detectors run outside it (ingest goes on meanwhile). Remembered as ``latest_triage``."""
+        detectors run outside it (ingest goes on meanwhile). Remembered as ``latest_triage``.
+        ``final``: the run's last triage, after :meth:`close`: the closed loop records what it
+        decided for the requests still pending (:meth:`AutoCapture.settle`)."""
         with self._lock:
             features = Features.from_store(self.store)
             run = summarize(self.store).to_json()["run"]
-        result = TriageResult(run=run, findings=tuple(run_all(features, self.detectors)))
+        findings = run_all(features, self.detectors)
+        layout = features.work_layout()
+        self._classes = dict(layout.work_class) if layout.known else None
+        steps = features.steps
+        self._ranks = sorted(int(r) for r in steps["rank"].unique()) if len(steps) else []
+        if self.autocapture is not None:
+            if final:
+                self.autocapture.settle(findings)
+            findings = annotate(findings, self.autocapture.records)
+        result = TriageResult(run=run, findings=tuple(findings))
         self.latest_triage = result
         return result
+
+    def capture(self, result: TriageResult) -> None:
+        """The closed loop on one live triage ``result``: request the evidence an undecided
+        finding lacks, record what came back (:mod:`diag.analyzer.autocapture`)."""
+        if self.autocapture is not None and not self._closed:
+            self.autocapture.step(result.findings, self._classes, self._ranks)
 
     def summary_json(self) -> dict[str, Any]:
         """``summarize().to_json()``: the ``diag report --json`` object (works after close too)."""

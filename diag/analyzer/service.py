@@ -23,6 +23,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from diag import schema
+from diag.analyzer.autocapture import AutoCaptureConfig
 from diag.analyzer.core import AnalyzerCore
 from diag.config import AnalyzerConfig
 from diag.diagnose.triage import write_findings
@@ -184,6 +185,10 @@ def _triage_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) -
         except Exception:  # a half-written run, a detector bug: the analyzer keeps ingesting
             log.exception("live triage failed; will retry")
             continue
+        try:
+            core.capture(result)
+        except Exception:  # the loop's failure leaves ingest and triage running
+            log.exception("automatic capture failed; will retry")
         current = [f.to_json() for f in result.findings]
         if current != seen:
             write_findings(core.store.run_dir, result.findings)
@@ -206,7 +211,8 @@ def serve(
     """
     if not cfg.run_dir:
         raise TransportError("the analyzer needs a run directory")
-    core = AnalyzerCore(RunStore.create(cfg.run_dir), detectors=detectors)
+    auto = AutoCaptureConfig(mode=cfg.auto_capture, min_interval_s=cfg.auto_capture_interval_s)
+    core = AnalyzerCore(RunStore.create(cfg.run_dir), detectors=detectors, auto_capture=auto)
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),

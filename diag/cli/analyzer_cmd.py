@@ -29,6 +29,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port-file", default=None, help="write the bound port to this file")
     parser.add_argument("--config", default=None, help="TOML config file ([analyzer] table)")
     parser.add_argument(
+        "--auto-capture",
+        choices=("on", "observe", "off"),
+        default=None,
+        help="fetch the evidence a live finding lacks (a profiler window on the suspect and its "
+        "peers, at most one per 2 minutes): on (default), observe (only log it), off",
+    )
+    parser.add_argument(
         "--detector-config",
         default=None,
         metavar="FILE.toml",
@@ -72,7 +79,13 @@ def _log_to_file(run_dir: Path) -> logging.Handler:
 
 def run(args: argparse.Namespace) -> int:
     cfg: AnalyzerConfig = load_config(
-        "analyzer", file=args.config, overrides={"run_dir": args.run_dir, "bind": args.bind}
+        "analyzer",
+        file=args.config,
+        overrides={
+            "run_dir": args.run_dir,
+            "bind": args.bind,
+            "auto_capture": args.auto_capture,
+        },
     )
     detectors = None
     if args.detector_config:

@@ -27,7 +27,7 @@ from typing import Any
 
 from diag.attach import AttachError, discover, inject
 from diag.cli import runtime
-from diag.cli.run_cmd import new_run_id
+from diag.cli.run_cmd import add_auto_capture_argument, new_run_id
 from diag.config import HookConfig, default_host, load_config
 
 STATUS_WAIT_S = 10.0  # the most an injected worker may take to report that its hook runs
@@ -44,6 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--analyzer", metavar="HOST:PORT", help="ship to this analyzer instead of an embedded one"
     )
+    add_auto_capture_argument(parser)
     parser.add_argument(
         "--hang-min-s",
         type=float,
@@ -101,7 +102,7 @@ def attach(
     injected: list[discover.Worker] = []
     try:
         if target is None:
-            analyzer = runtime.EmbeddedAnalyzer.start(out)
+            analyzer = runtime.EmbeddedAnalyzer.start(out, auto_capture=args.auto_capture or "on")
             target = analyzer.target
         daemon = runtime.start_daemon(
             listen_sock=sock_path,

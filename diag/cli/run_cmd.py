@@ -50,11 +50,31 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.toml",
         help="detector thresholds for the embedded analyzer's triage ([node] min_ratio = 1.1)",
     )
+    add_auto_capture_argument(parser)
+    parser.add_argument(
+        "--triage-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="run the live triage every S seconds (default 5)",
+    )
     parser.add_argument(
         "--live",
         choices=("auto", "on", "off"),
         default="auto",
         help="live view while the job runs (auto: only on a terminal)",
+    )
+
+
+def add_auto_capture_argument(parser: argparse.ArgumentParser) -> None:
+    """``--auto-capture``: ``diag run``, ``diag attach``, ``diag analyzer``."""
+    parser.add_argument(
+        "--auto-capture",
+        choices=("on", "observe", "off"),
+        default=None,
+        help="fetch the evidence a live finding lacks (a profiler window on the suspect and its "
+        "peers, at most one per 2 minutes): on (default), observe (only log what it would "
+        "request), off",
     )
 
 
@@ -95,7 +115,12 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
     try:
         if target is None:
             try:
-                analyzer = runtime.EmbeddedAnalyzer.start(out, detectors)
+                analyzer = runtime.EmbeddedAnalyzer.start(
+                    out,
+                    detectors,
+                    auto_capture=args.auto_capture or "on",
+                    triage_interval_s=args.triage_interval,
+                )
                 target = analyzer.target
             except Exception as exc:  # diag failing must not stop the job
                 print(f"diag run: analyzer failed ({exc}); running without it", file=sys.stderr)

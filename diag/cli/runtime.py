@@ -139,13 +139,24 @@ class EmbeddedAnalyzer:
 
     @classmethod
     def start(
-        cls, run_dir: Path, detectors: Mapping[str, object] | None = None
+        cls,
+        run_dir: Path,
+        detectors: Mapping[str, object] | None = None,
+        *,
+        auto_capture: str = "on",
+        triage_interval_s: float = 5.0,
     ) -> EmbeddedAnalyzer:
-        """Serve ``run_dir``; live and final triage use ``detectors`` (name -> config)."""
+        """Serve ``run_dir``; live and final triage use ``detectors`` (name -> config), the live
+        one every ``triage_interval_s`` with the closed loop in mode ``auto_capture``."""
         from diag.analyzer.service import serve
         from diag.config import AnalyzerConfig
 
-        cfg = AnalyzerConfig(bind="127.0.0.1:0", run_dir=str(run_dir))
+        cfg = AnalyzerConfig(
+            bind="127.0.0.1:0",
+            run_dir=str(run_dir),
+            triage_interval_s=triage_interval_s,
+            auto_capture=auto_capture,
+        )
         server, port, core = serve(cfg, detectors=detectors)
         return cls(server, port, core, run_dir)
 
@@ -168,7 +179,7 @@ class EmbeddedAnalyzer:
         try:
             from diag.diagnose.triage import write_findings
 
-            write_findings(self.run_dir, self._core.triage().findings)
+            write_findings(self.run_dir, self._core.triage(final=True).findings)
         except Exception as exc:  # the run is stored; only the findings are missing
             print(f"diag run: triage of the run failed: {exc}", file=sys.stderr)
         return self.summary()

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diag.diagnose.capture_evidence import annotate
 from diag.diagnose.detectors.registry import run_all
 from diag.diagnose.features import Features
 from diag.diagnose.timing_table import features_from_table, read_timing_table, run_info
@@ -35,8 +37,11 @@ from diag.postmortem.discover import collect
 from diag.postmortem.from_store import dumps_from_collectives
 from diag.postmortem.messages import NO_DUMPS
 from diag.postmortem.progress import steps_stopped
+from diag.store import captures
 from diag.store.run_store import RunStore
 from diag.store.summary import summarize
+
+log = logging.getLogger(__name__)
 
 FINDINGS_FILE = "findings.jsonl"
 _FAILED = ("hang", "crash")
@@ -66,7 +71,11 @@ def triage(store: RunStore, detectors: Mapping[str, object] | None = None) -> Tr
     :class:`~diag.errors.InputError` on bad parts."""
     features = Features.from_store(store)
     run = summarize(store).to_json()["run"]
-    return TriageResult(run=run, findings=tuple(run_all(features, detectors)))
+    findings = run_all(features, detectors)
+    done, problems = captures.read(store.run_dir)
+    for problem in problems:
+        log.warning("%s", problem)
+    return TriageResult(run=run, findings=tuple(annotate(findings, done)))
 
 
 def triage_table(path: Path, detectors: Mapping[str, object] | None = None) -> TriageResult:

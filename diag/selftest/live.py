@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -100,10 +101,17 @@ def prepare(case: Case) -> Case:
 
 
 def run_local_case(
-    case: Case, workdir: Path, *, timeout_s: float = 600.0
+    case: Case,
+    workdir: Path,
+    *,
+    timeout_s: float = 600.0,
+    profile: tuple[int, int] = (PROFILE_EVERY, PROFILE_EVERY),
+    diag_args: Sequence[str] = (),
 ) -> tuple[Case, list[Finding]]:
     """Run ``case`` under ``diag run`` on this node in ``workdir`` (its run directory is
-    ``workdir/run``) and return the prepared case and ``diag triage``'s findings, ranked."""
+    ``workdir/run``) and return the prepared case and ``diag triage``'s findings, ranked.
+    ``profile``: the periodic profiler windows' first step and period; ``diag_args``: more
+    ``diag run`` options (``--auto-capture off``)."""
     from diag.diagnose.triage import triage
     from diag.store.run_store import RunStore
 
@@ -117,11 +125,14 @@ def run_local_case(
         *job_args(case, workdir / "ckpt"),
     ]  # fmt: skip
     env = dict(os.environ)
-    env["DIAG_HOOK_PROFILE_FIRST_STEP"] = str(PROFILE_EVERY)
-    env["DIAG_HOOK_PROFILE_EVERY_STEPS"] = str(PROFILE_EVERY)
+    env["DIAG_HOOK_PROFILE_FIRST_STEP"] = str(profile[0])
+    env["DIAG_HOOK_PROFILE_EVERY_STEPS"] = str(profile[1])
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
-    cmd = [sys.executable, "-m", "diag.cli.main", "run", "--out", str(out), "--live", "off"]
+    cmd = [
+        sys.executable, "-m", "diag.cli.main", "run", "--out", str(out), "--live", "off",
+        *diag_args,
+    ]  # fmt: skip
     mech = mechanism_of(case)
     actor = mech.actor(case) if mech is not None and mech.actor is not None else None
     log = workdir / "diag-run.log"

@@ -16,9 +16,26 @@ def prepare(case: Case) -> Case:
     return link.prepare(case) if case.cause == "link" else live.prepare(case)
 
 
-def run_case(case: Case, workdir: Path, *, timeout_s: float = 600.0) -> tuple[Case, list[Finding]]:
+def run_case(
+    case: Case,
+    workdir: Path,
+    *,
+    timeout_s: float = 600.0,
+    auto_capture: str | None = None,
+) -> tuple[Case, list[Finding]]:
     """Run ``case`` in ``workdir`` (its run directory is ``workdir/run``); the prepared case and
-    ``diag triage``'s findings, ranked."""
+    ``diag triage``'s findings, ranked. ``auto_capture`` (on, observe, off; local cases): the
+    closed loop's mode, with one profiler window at step 10 and none after (as in production,
+    where the next periodic one is 1,000 steps on) and the live triage every second; ``None``:
+    the suite's usual window every 10 steps, loop on."""
     if case.cause == "link":
         return link.run_link_case(case, workdir, timeout_s=timeout_s)
-    return live.run_local_case(case, workdir, timeout_s=timeout_s)
+    if auto_capture is None:
+        return live.run_local_case(case, workdir, timeout_s=timeout_s)
+    return live.run_local_case(
+        case,
+        workdir,
+        timeout_s=timeout_s,
+        profile=(live.PROFILE_EVERY, 100_000),
+        diag_args=("--auto-capture", auto_capture, "--triage-interval", "1"),
+    )

@@ -44,7 +44,8 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     e = env()
     e.update(DIAG_HOOK_PROFILE_FIRST_STEP="5", DIAG_HOOK_PROFILE_EVERY_STEPS="1000")
     proc = subprocess.Popen(
-        diag("run", "--out", str(out), "--live", "off", "--", *job),
+        # the windows asked for by hand only: no automatic one beside them
+        diag("run", "--out", str(out), "--live", "off", "--auto-capture", "off", "--", *job),
         env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120

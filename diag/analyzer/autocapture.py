@@ -1,0 +1,249 @@
+"""The closed loop: when live triage holds a slowdown whose cause depends on evidence it lacks,
+the analyzer asks for that evidence itself.
+
+A node slowdown with no kernel trace covering it (:mod:`diag.diagnose.coverage` marks it with a
+``kernel_evidence`` item of value 0: undecided between ``node`` and ``kernel``) gets a profiler
+window through the existing control path (:meth:`AnalyzerCore.request_profile`): on its ranks
+and on up to ``max_peers`` healthy ranks of the same work class (a rank named in no finding at
+``warning`` or above), at the control board's next step (every listed rank opens it at the same
+step). The next triage passes decide from it (:mod:`diag.diagnose.reconcile`: one operator that
+explains the excess makes it ``kernel``, naming the operator; else it stays ``node``, now
+decided); the loop records that outcome.
+
+Budget: at most one automatic window per job every ``min_interval_s`` (120 s), ``num_steps``
+(1) steps long: a window step costs about 40% more on CPU, so at 1 s steps that is 0.4 s in
+120 s, 0.33% of the job's time, and nothing while nothing is undecided.
+
+Modes (``--auto-capture``): ``on`` requests; ``observe`` records what it would request and
+requests nothing; ``off`` does neither (diag before the loop). Every request, budget deferral,
+observation and outcome is one line of ``RUN_DIR/auto_capture.jsonl``
+(:mod:`diag.store.captures`), and triage shows it on the finding
+(:mod:`diag.diagnose.capture_evidence`). A request that fails (the analyzer shutting down) is
+logged and the job goes on: the loop never signals, pauses or slows the job beyond its budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diag.diagnose.coverage import KERNEL_EVIDENCE
+from diag.errors import ConfigError, DiagError
+from diag.findings import SEVERITIES, Finding
+from diag.proto import diag_pb2 as pb
+from diag.store import captures
+from diag.store.captures import Capture
+
+log = logging.getLogger(__name__)
+
+MODES = ("on", "observe", "off")
+
+#: (num_steps, ranks) -> the request as sent (its ``request_id`` and ``at_step``).
+Requester = Callable[[int, Sequence[int]], pb.ProfileRequest]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AutoCaptureConfig:
+    """How the loop acts (module docstring)."""
+
+    mode: str = "on"
+    min_interval_s: float = 120.0  # one automatic window per job at most this often
+    num_steps: int = 1  # steps a window covers
+    max_peers: int = 3  # healthy ranks of the suspects' work class profiled beside them
+    min_severity: str = "warning"  # findings below this are not worth a window
+    outcome_timeout_s: float = 300.0  # a window not back by then is recorded as lost
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"auto capture mode {self.mode!r}: choose one of {', '.join(MODES)}")
+        if not self.min_interval_s >= 0 or self.num_steps < 1 or self.max_peers < 1:
+            raise ConfigError("auto capture: interval >= 0 s, at least 1 step and 1 peer")
+        if self.min_severity not in SEVERITIES:
+            raise ConfigError(f"auto capture: unknown severity {self.min_severity!r}")
+
+
+@dataclass(slots=True)
+class _Pending:
+    capture: Capture
+    since_ns: int
+
+
+@dataclass(slots=True)
+class AutoCapture:
+    """The loop's state across live triage passes. ``request`` sends a profile request (the
+    analyzer's control board); ``run_dir`` is where the record goes (``None``: memory only);
+    ``clock`` is monotonic ns (the budget), ``wall`` the record's timestamps."""
+
+    request: Requester
+    run_dir: Path | None
+    cfg: AutoCaptureConfig = field(default_factory=AutoCaptureConfig)
+    clock: Callable[[], int] = time.monotonic_ns
+    wall: Callable[[], int] = time.time_ns
+    records: list[Capture] = field(default_factory=list)
+    _last_request_ns: int | None = None
+    _pending: dict[str, _Pending] = field(default_factory=dict)
+    _noted: set[tuple[str, str]] = field(default_factory=set)  # (finding id, status) recorded
+
+    def step(
+        self, findings: Sequence[Finding], classes: Mapping[int, int] | None, ranks: Sequence[int]
+    ) -> list[Capture]:
+        """Act on one triage pass's ``findings`` (``classes``: rank -> work class, ``None`` when
+        every rank does the same work; ``ranks``: every rank seen). The new records."""
+        new: list[Capture] = []
+        self._outcomes(findings, new)
+        if self.cfg.mode == "off":
+            return new
+        named = _named_ranks(findings, self.cfg.min_severity)
+        for f in findings:
+            if not _undecided(f, self.cfg.min_severity):
+                continue
+            suspects = tuple(sorted(f.ranks))
+            if any(set(suspects) <= set(p.capture.ranks) for p in self._pending.values()):
+                continue  # a window for these ranks is on its way
+            peers = _peers(suspects, classes, ranks, named, self.cfg.max_peers)
+            after = f.onset_step if f.onset_step is not None else -1
+            reason = f"no kernel evidence after step {after} for {f.id}"
+            if not peers:
+                self._note(f, "deferred", suspects, (), after, reason, "no healthy peer", new)
+                continue
+            if self.cfg.mode == "observe":
+                self._note(f, "observed", suspects, peers, after, reason, "", new)
+                continue
+            now = self.clock()
+            wait_ns = int(self.cfg.min_interval_s * 1e9)
+            if self._last_request_ns is not None and now - self._last_request_ns < wait_ns:
+                left = (wait_ns - (now - self._last_request_ns)) / 1e9
+                why = f"one per job every {self.cfg.min_interval_s:g} s; next in {left:.0f} s"
+                self._note(f, "deferred", suspects, peers, after, reason, why, new)
+                continue
+            try:
+                req = self.request(self.cfg.num_steps, [*suspects, *peers])
+            except DiagError as exc:  # the analyzer shutting down: the job goes on
+                log.warning("automatic profiler window not requested: %s", exc)
+                continue
+            self._last_request_ns = now
+            c = Capture(
+                ts_ns=self.wall(), status="requested", finding_id=f.id, kind="profile",
+                reason=reason, ranks=suspects, peers=peers, after_step=after,
+                at_step=int(req.at_step) if req.at_step > 0 else -1, request_id=req.request_id,
+            )  # fmt: skip
+            self._pending[req.request_id] = _Pending(c, now)
+            self._record(c, new)
+            log.warning(
+                "automatic profiler window for step %s on ranks %s (peers %s): %s",
+                c.at_step, list(suspects), list(peers), reason,
+            )  # fmt: skip
+        return new
+
+    def settle(self, findings: Sequence[Finding]) -> list[Capture]:
+        """The run's final triage: record what its ``findings`` decided for every request still
+        pending (or that nothing came back before the run ended); nothing new is requested."""
+        new: list[Capture] = []
+        self._outcomes(findings, new, final=True)
+        return new
+
+    # -- records ----------------------------------------------------------------------------
+
+    def _outcomes(
+        self, findings: Sequence[Finding], new: list[Capture], final: bool = False
+    ) -> None:
+        now = self.clock()
+        for rid, p in list(self._pending.items()):
+            outcome = _outcome(p.capture, findings)
+            if outcome is None and now - p.since_ns > self.cfg.outcome_timeout_s * 1e9:
+                outcome = f"no window came back within {self.cfg.outcome_timeout_s:g} s"
+            if outcome is None and final:
+                outcome = "undecided when the run ended (the window did not come back in time)"
+            if outcome is None:
+                continue
+            del self._pending[rid]
+            c = p.capture
+            done = Capture(
+                ts_ns=self.wall(), status="decided", finding_id=c.finding_id, kind=c.kind,
+                reason=c.reason, ranks=c.ranks, peers=c.peers, after_step=c.after_step,
+                at_step=c.at_step, request_id=rid, outcome=outcome,
+            )  # fmt: skip
+            self._record(done, new)
+            log.warning("automatic profiler window %s: %s", rid, outcome)
+
+    def _note(
+        self,
+        f: Finding,
+        status: str,
+        ranks: tuple[int, ...],
+        peers: tuple[int, ...],
+        after: int,
+        reason: str,
+        outcome: str,
+        new: list[Capture],
+    ) -> None:
+        if (f.id, status) in self._noted:
+            return
+        self._noted.add((f.id, status))
+        c = Capture(
+            ts_ns=self.wall(), status=status, finding_id=f.id, kind="profile", reason=reason,
+            ranks=ranks, peers=peers, after_step=after, outcome=outcome,
+        )  # fmt: skip
+        self._record(c, new)
+        if status == "observed":
+            log.warning("auto capture (observe): would request a profiler window: %s", reason)
+
+    def _record(self, c: Capture, new: list[Capture]) -> None:
+        self.records.append(c)
+        new.append(c)
+        if self.run_dir is None:
+            return
+        try:
+            captures.append(self.run_dir, c)
+        except OSError as exc:  # a full disk must not stop the loop (nor the analyzer)
+            log.warning("cannot record the automatic capture: %s", exc)
+
+
+def _at_least(severity: str, floor: str) -> bool:
+    return SEVERITIES.index(severity) >= SEVERITIES.index(floor)
+
+
+def _undecided(f: Finding, floor: str) -> bool:
+    """A slowdown that a profiler window would decide: node, undecided (no covering window)."""
+    if f.symptom != "slowdown" or f.cause != "node" or not _at_least(f.severity, floor):
+        return False
+    return any(e.metric == KERNEL_EVIDENCE and e.value == 0 for e in f.evidence)
+
+
+def _named_ranks(findings: Sequence[Finding], floor: str) -> set[int]:
+    return {r for f in findings if _at_least(f.severity, floor) for r in f.ranks}
+
+
+def _peers(
+    suspects: tuple[int, ...],
+    classes: Mapping[int, int] | None,
+    ranks: Sequence[int],
+    named: set[int],
+    most: int,
+) -> tuple[int, ...]:
+    """Up to ``most`` healthy ranks of the suspects' work class, nearest rank numbers first."""
+    mine = {classes.get(r) for r in suspects} if classes else {None}
+    pool = [
+        r
+        for r in ranks
+        if r not in named and r not in suspects and (classes.get(r) if classes else None) in mine
+    ]
+    pool.sort(key=lambda r: (min(abs(r - s) for s in suspects), r))
+    return tuple(sorted(pool[:most]))
+
+
+def _outcome(c: Capture, findings: Sequence[Finding]) -> str | None:
+    """What the evidence decided for ``c``'s ranks, ``None`` while undecided."""
+    for f in findings:
+        if f.symptom != "slowdown" or not set(c.ranks) <= set(f.ranks):
+            continue
+        if f.cause == "kernel":
+            return f"kernel: {f.summary}"
+        if f.cause == "node" and any(
+            e.metric == KERNEL_EVIDENCE and e.value >= 1 for e in f.evidence
+        ):
+            return "node: no one operator explains it (the rank is slower throughout)"
+    return None

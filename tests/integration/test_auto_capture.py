@@ -1,0 +1,59 @@
+"""The closed loop on a real job: one operator slowed on one rank mid-run, no periodic profiler
+window after the onset. With ``--auto-capture on`` the analyzer asks for a window by itself and
+the run comes out ``kernel`` naming the operator, the request and its outcome on the finding;
+with ``off`` it stays ``node``, undecided between node and kernel. One torchrun launch each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diag.diagnose.capture_evidence import AUTO_CAPTURE
+from diag.diagnose.coverage import KERNEL_EVIDENCE
+from diag.findings import Finding
+from diag.selftest.cases import Case
+from diag.selftest.live import KERNEL, run_local_case
+from diag.store import captures
+
+pytestmark = pytest.mark.integration
+
+ONSET = 40
+# one window at step 10, none after; the live triage every second
+ONLY_EARLY_WINDOW = (10, 100_000)
+
+
+def _show(findings: list[Finding]) -> str:
+    return "\n".join(f"{f.cause} {f.severity} ranks={f.ranks}: {f.summary}" for f in findings)
+
+
+def _run(tmp_path: Path, mode: str) -> list[Finding]:
+    case = Case(cause="kernel", severity=0.3, ranks=(2,), onset_step=ONSET, steps=500)
+    _, findings = run_local_case(
+        case, tmp_path, profile=ONLY_EARLY_WINDOW,
+        diag_args=("--auto-capture", mode, "--triage-interval", "1"),
+    )  # fmt: skip
+    return findings
+
+
+def test_auto_capture_fetches_the_window_that_names_the_kernel(tmp_path: Path) -> None:
+    findings = _run(tmp_path, "on")
+    top = findings[0]
+    assert (top.cause, top.ranks) == ("kernel", (2,)), _show(findings)
+    assert KERNEL in top.summary or any(KERNEL in e.subject for e in top.evidence), _show(findings)
+    (ev,) = [e for e in top.evidence if e.metric == AUTO_CAPTURE]
+    assert "requested automatically" in ev.note and "decided it: kernel" in ev.note, ev
+    done, problems = captures.read(tmp_path / "run")
+    assert problems == []
+    (asked,) = [c for c in done if c.status == "requested"]
+    assert 2 in asked.ranks and asked.peers and asked.at_step > ONSET
+    assert [c.request_id for c in done if c.status == "decided"] == [asked.request_id]
+
+
+def test_without_auto_capture_it_stays_undecided(tmp_path: Path) -> None:
+    findings = _run(tmp_path, "off")
+    top = findings[0]
+    assert (top.cause, top.ranks) == ("node", (2,)), _show(findings)
+    (kev,) = [e for e in top.evidence if e.metric == KERNEL_EVIDENCE]
+    assert kev.value == 0 and "undecided between node and kernel" in top.summary
+    assert not (tmp_path / "run" / captures.CAPTURES_FILE).exists()

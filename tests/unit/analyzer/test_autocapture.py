@@ -1,0 +1,176 @@
+"""The closed loop's decisions: what it requests, for whom, how often, and what it records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig
+from diag.diagnose.capture_evidence import AUTO_CAPTURE, annotate
+from diag.diagnose.coverage import KERNEL_EVIDENCE
+from diag.errors import ConfigError, TransportError
+from diag.findings import Evidence, Finding
+from diag.proto import diag_pb2 as pb
+from diag.store import captures
+
+S = 1_000_000_000
+
+
+def _node(ranks: tuple[int, ...] = (2,), windows: float = 0.0, onset: int = 40) -> Finding:
+    return Finding(
+        id=f"node-rank{ranks[0]}", symptom="slowdown", cause="node", severity="warning",
+        ranks=ranks, onset_step=onset, detected_step=onset + 3, slowdown=0.3, confidence=0.6,
+        summary=f"rank {ranks[0]} computes longer than its peers",
+        evidence=(Evidence(metric=KERNEL_EVIDENCE, subject="rank 2 and peers", value=windows,
+                           reference=1.0, unit="windows"),),
+    )  # fmt: skip
+
+
+class Board:
+    """Stands in for the analyzer's control board: numbers the requests it is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, tuple[int, ...]]] = []
+
+    def __call__(self, num_steps: int, ranks: Sequence[int]) -> pb.ProfileRequest:
+        self.sent.append((num_steps, tuple(ranks)))
+        return pb.ProfileRequest(request_id=f"r{len(self.sent)}", at_step=100 + len(self.sent))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000 * S
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _loop(tmp_path: Path, mode: str = "on") -> tuple[AutoCapture, Board, Clock]:
+    board, clock = Board(), Clock()
+    loop = AutoCapture(
+        request=board, run_dir=tmp_path, cfg=AutoCaptureConfig(mode=mode), clock=clock,
+        wall=clock,
+    )  # fmt: skip
+    return loop, board, clock
+
+
+RANKS = list(range(8))
+CLASSES = {r: r % 2 for r in RANKS}  # two work classes: even and odd ranks (two stages)
+
+
+def test_an_undecided_node_slowdown_gets_a_window_on_it_and_healthy_peers_of_its_class(
+    tmp_path: Path,
+) -> None:
+    loop, board, _ = _loop(tmp_path)
+    other = replace(_node((4,)), id="node-rank4", evidence=())  # named elsewhere: not healthy
+    new = loop.step([_node((2,)), other], CLASSES, RANKS)
+    assert board.sent == [(1, (2, 0, 6))]  # rank 2 and its class's healthy ranks (not 4)
+    (c,) = new
+    assert (c.status, c.finding_id, c.ranks, c.peers, c.at_step, c.after_step) == (
+        "requested", "node-rank2", (2,), (0, 6), 101, 40,
+    )  # fmt: skip
+    assert captures.read(tmp_path) == ([c], [])
+    assert loop.step([_node((2,))], CLASSES, RANKS) == []  # on its way: not asked again
+    assert len(board.sent) == 1
+
+
+def test_the_outcome_is_recorded_once_the_window_decides(tmp_path: Path) -> None:
+    loop, _, _ = _loop(tmp_path)
+    loop.step([_node((2,))], CLASSES, RANKS)
+    kernel = replace(
+        _node((2,)), id="kernel-aten::mm", cause="kernel", evidence=(),
+        summary="aten::mm 9.8 ms on rank 2 vs 2.4 ms on its peers",
+    )  # fmt: skip
+    (done,) = loop.step([kernel], CLASSES, RANKS)
+    assert (done.status, done.request_id, done.outcome) == (
+        "decided", "r1", "kernel: aten::mm 9.8 ms on rank 2 vs 2.4 ms on its peers",
+    )  # fmt: skip
+    (f,) = annotate([kernel], captures.read(tmp_path)[0])
+    (ev,) = [e for e in f.evidence if e.metric == AUTO_CAPTURE]
+    assert ev.value == 101 and ev.subject == "rank 2 (peers 0, 4, 6)"
+    assert "requested automatically" in ev.note and "decided it: kernel: aten::mm" in ev.note
+    assert loop.step([kernel], CLASSES, RANKS) == []  # decided: nothing more to fetch
+
+
+def test_a_decided_node_finding_is_recorded_as_node(tmp_path: Path) -> None:
+    loop, _, _ = _loop(tmp_path)
+    loop.step([_node((3,))], CLASSES, RANKS)
+    (done,) = loop.step([_node((3,), windows=1.0)], CLASSES, RANKS)
+    assert done.status == "decided" and done.outcome.startswith("node:")
+
+
+def test_one_window_per_job_every_two_minutes(tmp_path: Path) -> None:
+    loop, board, clock = _loop(tmp_path)
+    loop.step([_node((2,))], CLASSES, RANKS)
+    clock.now += 30 * S
+    (held,) = loop.step([_node((2,)), _node((3,))], CLASSES, RANKS)
+    assert held.status == "deferred" and held.finding_id == "node-rank3"
+    assert "one per job every 120 s" in held.outcome and len(board.sent) == 1
+    assert loop.step([_node((2,)), _node((3,))], CLASSES, RANKS) == []  # noted once
+    clock.now += 91 * S
+    (asked,) = loop.step([_node((2,)), _node((3,))], CLASSES, RANKS)
+    assert asked.status == "requested" and board.sent[-1] == (1, (3, 1, 5, 7))
+
+
+def test_observe_only_records_and_off_does_nothing(tmp_path: Path) -> None:
+    loop, board, _ = _loop(tmp_path / "o", "observe")
+    (tmp_path / "o").mkdir()
+    (seen,) = loop.step([_node((2,))], CLASSES, RANKS)
+    assert seen.status == "observed" and board.sent == [] and seen.peers == (0, 4, 6)
+    off, board_off, _ = _loop(tmp_path, "off")
+    assert off.step([_node((2,))], CLASSES, RANKS) == [] and board_off.sent == []
+    assert not (tmp_path / captures.CAPTURES_FILE).exists()
+
+
+def test_decided_or_small_findings_need_no_window(tmp_path: Path) -> None:
+    loop, board, _ = _loop(tmp_path)
+    info = replace(_node((2,)), severity="info")
+    kernel = replace(_node((2,)), cause="kernel")
+    assert loop.step([_node((2,), windows=2.0), info, kernel], CLASSES, RANKS) == []
+    assert board.sent == []
+
+
+def test_a_failed_request_leaves_the_loop_running(tmp_path: Path) -> None:
+    def refuse(num_steps: int, ranks: Sequence[int]) -> pb.ProfileRequest:
+        raise TransportError("the analyzer is shutting down")
+
+    loop = AutoCapture(request=refuse, run_dir=tmp_path)
+    assert loop.step([_node((2,))], None, [0, 1, 2, 3]) == []
+
+
+def test_bad_modes_are_one_line_errors() -> None:
+    with pytest.raises(ConfigError, match="choose one of on, observe, off"):
+        AutoCaptureConfig(mode="sometimes")
+
+
+def test_a_damaged_record_is_skipped_and_named(tmp_path: Path) -> None:
+    loop, _, _ = _loop(tmp_path)
+    loop.step([_node((2,))], CLASSES, RANKS)
+    with (tmp_path / captures.CAPTURES_FILE).open("ab") as fh:
+        fh.write(b'{"ts_ns": 1, "status": "requested", "finding_id": 7}\n\xff\xfe\n{"ts_n')
+    done, problems = captures.read(tmp_path)
+    assert len(done) == 1
+    assert [p.split(": skipped")[0] for p in problems] == [
+        f"{captures.CAPTURES_FILE} line {n}" for n in (2, 3, 4)
+    ]
+
+
+def test_the_final_triage_settles_what_is_still_pending(tmp_path: Path) -> None:
+    loop, _, _ = _loop(tmp_path)
+    loop.step([_node((2,)), _node((5,))], CLASSES, RANKS)  # rank 2 asked; rank 5 deferred
+    kernel = replace(_node((2,)), id="kernel-x", cause="kernel", evidence=(), summary="x slower")
+    (done,) = loop.settle([kernel, _node((5,))])
+    assert (done.status, done.finding_id, done.outcome) == (
+        "decided",
+        "node-rank2",
+        "kernel: x slower",
+    )
+    loop2, _, _ = _loop(tmp_path / "b")
+    (tmp_path / "b").mkdir()
+    loop2.step([_node((2,))], CLASSES, RANKS)
+    (lost,) = loop2.settle([_node((2,))])
+    assert lost.outcome.startswith("undecided when the run ended")
+    assert loop2.settle([_node((2,))]) == []  # settled once
