@@ -4,8 +4,8 @@ the analyzer asks for that evidence itself.
 A node slowdown with no kernel trace covering it (:mod:`diag.diagnose.coverage` marks it with a
 ``kernel_evidence`` item of value 0: undecided between ``node`` and ``kernel``) gets a profiler
 window through the existing control path (:meth:`AnalyzerCore.request_profile`): on its ranks
-and on up to ``max_peers`` healthy ranks of the same work class (a rank named in no finding at
-``warning`` or above), at the control board's next step (every listed rank opens it at the same
+and on up to ``max_peers`` ranks of the same work class (healthy ones first: named in no
+finding), at the control board's next step (every listed rank opens it at the same
 step). The next triage passes decide from it (:mod:`diag.diagnose.reconcile`: one operator that
 explains the excess makes it ``kernel``, naming the operator; else it stays ``node``, now
 decided); the loop records that outcome.
@@ -53,7 +53,7 @@ class AutoCaptureConfig:
     min_interval_s: float = 120.0  # one automatic window per job at most this often
     num_steps: int = 1  # steps a window covers
     max_peers: int = 3  # healthy ranks of the suspects' work class profiled beside them
-    min_severity: str = "warning"  # findings below this are not worth a window
+    min_severity: str = "info"  # findings below this are not worth a window
     outcome_timeout_s: float = 300.0  # a window not back by then is recorded as lost
 
     def __post_init__(self) -> None:
@@ -224,14 +224,13 @@ def _peers(
     named: set[int],
     most: int,
 ) -> tuple[int, ...]:
-    """Up to ``most`` healthy ranks of the suspects' work class, nearest rank numbers first."""
+    """Up to ``most`` ranks of the suspects' work class to profile beside them: healthy ones
+    (named in no finding) first, nearest rank numbers first; then, when there are fewer, ranks
+    other findings name (a moving imbalance names ranks that are no slower on average): the
+    kernel detector compares a rank with the median of three or more."""
     mine = {classes.get(r) for r in suspects} if classes else {None}
-    pool = [
-        r
-        for r in ranks
-        if r not in named and r not in suspects and (classes.get(r) if classes else None) in mine
-    ]
-    pool.sort(key=lambda r: (min(abs(r - s) for s in suspects), r))
+    pool = [r for r in ranks if r not in suspects and (classes.get(r) if classes else None) in mine]
+    pool.sort(key=lambda r: (r in named, min(abs(r - s) for s in suspects), r))
     return tuple(sorted(pool[:most]))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig
+from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig, _peers
 from diag.diagnose.capture_evidence import AUTO_CAPTURE, annotate
 from diag.diagnose.coverage import KERNEL_EVIDENCE
 from diag.errors import ConfigError, TransportError
@@ -67,14 +67,21 @@ def test_an_undecided_node_slowdown_gets_a_window_on_it_and_healthy_peers_of_its
     loop, board, _ = _loop(tmp_path)
     other = replace(_node((4,)), id="node-rank4", evidence=())  # named elsewhere: not healthy
     new = loop.step([_node((2,)), other], CLASSES, RANKS)
-    assert board.sent == [(1, (2, 0, 6))]  # rank 2 and its class's healthy ranks (not 4)
+    assert board.sent == [(1, (2, 0, 4, 6))]  # rank 2 and its class's other ranks
     (c,) = new
     assert (c.status, c.finding_id, c.ranks, c.peers, c.at_step, c.after_step) == (
-        "requested", "node-rank2", (2,), (0, 6), 101, 40,
+        "requested", "node-rank2", (2,), (0, 4, 6), 101, 40,
     )  # fmt: skip
     assert captures.read(tmp_path) == ([c], [])
     assert loop.step([_node((2,))], CLASSES, RANKS) == []  # on its way: not asked again
     assert len(board.sent) == 1
+
+
+def test_peers_are_healthy_ranks_of_the_class_first_then_others_to_make_up_a_median() -> None:
+    classes = {r: r % 2 for r in range(10)}
+    assert _peers((2,), classes, range(10), named={2, 4}, most=2) == (0, 6)  # not 4: named
+    assert _peers((2,), classes, range(10), named={0, 2, 6, 8}, most=3) == (0, 4, 6)
+    assert _peers((3,), None, range(5), named={3}, most=3) == (1, 2, 4)  # one class: all
 
 
 def test_the_outcome_is_recorded_once_the_window_decides(tmp_path: Path) -> None:
@@ -127,9 +134,9 @@ def test_observe_only_records_and_off_does_nothing(tmp_path: Path) -> None:
 
 def test_decided_or_small_findings_need_no_window(tmp_path: Path) -> None:
     loop, board, _ = _loop(tmp_path)
-    info = replace(_node((2,)), severity="info")
     kernel = replace(_node((2,)), cause="kernel")
-    assert loop.step([_node((2,), windows=2.0), info, kernel], CLASSES, RANKS) == []
+    hang = replace(_node((2,)), symptom="hang")
+    assert loop.step([_node((2,), windows=2.0), kernel, hang], CLASSES, RANKS) == []
     assert board.sent == []
 
 
