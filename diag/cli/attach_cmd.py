@@ -102,7 +102,9 @@ def attach(
     injected: list[discover.Worker] = []
     try:
         if target is None:
-            analyzer = runtime.EmbeddedAnalyzer.start(out, auto_capture=args.auto_capture or "on")
+            analyzer = runtime.EmbeddedAnalyzer.start(
+                out, auto_capture=getattr(args, "auto_capture", None) or "on"
+            )
             target = analyzer.target
         daemon = runtime.start_daemon(
             listen_sock=sock_path,

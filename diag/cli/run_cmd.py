@@ -118,8 +118,8 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
                 analyzer = runtime.EmbeddedAnalyzer.start(
                     out,
                     detectors,
-                    auto_capture=args.auto_capture or "on",
-                    triage_interval_s=args.triage_interval,
+                    auto_capture=getattr(args, "auto_capture", None) or "on",
+                    triage_interval_s=getattr(args, "triage_interval", 5.0),
                 )
                 target = analyzer.target
             except Exception as exc:  # diag failing must not stop the job

@@ -13,6 +13,11 @@ all of these hold:
 2. **the same culprits**: ``B``'s ranks are among ``A``'s, or ``B``'s hosts among ``A``'s;
 3. **the same time**: both have an onset and they are at most ``onset_steps`` (10) steps apart
    (a node detector window: an echo starts with its cause, within the steps it takes to see it);
+   for a data loader and contention with no competitor outside the job (evidence
+   ``foreign_processes`` 0: the job's own load), any time from ``onset_steps`` before the
+   loader's onset on: the loader's own CPU demand builds up, and contention is dated on bursty
+   run-queue delay, often well after (CI: a CPU-bound loader from step 30, its rank's contention
+   dated 45);
 4. **its loss accounted for**: ``B``'s slowdown is at most ``A``'s x ``(1 + slack)`` (0.25):
    what ``B`` says the job loses is what ``A`` already says it loses, up to measurement error
    (an echo cannot lose more than its cause; a second fault on the same ranks can).
@@ -31,6 +36,9 @@ import math
 from dataclasses import dataclass, replace
 
 from diag.findings import SEVERITIES, Evidence, Finding, ranked
+
+#: contention's evidence of competitors outside the job (diag.diagnose.detectors.contention)
+FOREIGN_PROCESSES = "foreign_processes"
 
 #: explainer cause -> the causes of the findings it can explain on its own culprits.
 ECHOES: dict[str, tuple[str, ...]] = {"link": ("node",), "node": ("node",), "data": ("node",)}
@@ -60,7 +68,12 @@ def explains(a: Finding, b: Finding, cfg: ExplainConfig | None = None) -> bool:
         return False
     if a.onset_step is None or b.onset_step is None:
         return False
-    if abs(a.onset_step - b.onset_step) > cfg.onset_steps:
+    own_load = a.cause == "data" and any(
+        e.metric == FOREIGN_PROCESSES and e.value == 0 for e in b.evidence
+    )
+    if own_load and b.onset_step < a.onset_step - cfg.onset_steps:
+        return False
+    if not own_load and abs(a.onset_step - b.onset_step) > cfg.onset_steps:
         return False
     if a.slowdown is None or b.slowdown is None:
         return False

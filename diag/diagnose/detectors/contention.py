@@ -92,6 +92,9 @@ from diag.diagnose.features import (
 )
 from diag.findings import Evidence, Finding
 
+#: Evidence metric: how many processes outside the job and diag compete (0: the job's own load).
+FOREIGN_PROCESSES = "foreign_processes"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContentionConfig:
@@ -760,7 +763,17 @@ def _finding(
         slowdown=lead.slowdown,
         confidence=min(0.95, conf),
         summary=summary,
-        evidence=tuple(_evidence(group, who, named, host)),
+        evidence=(
+            *_evidence(group, who, named, host),
+            Evidence(
+                metric=FOREIGN_PROCESSES,
+                subject=f"host {host}" if host else who,
+                value=float(len(foreign)),
+                unit="processes",
+                note=f"processes outside the job and diag taking >= {cfg.min_process_pct:g}% of "
+                "a core over the anomaly (0: the job's own load or a CPU limit on the rank)",
+            ),
+        ),
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from diag.diagnose.detectors.registry import DEFAULT_CONFIGS, DETECTORS, run_all
 from diag.diagnose.explain import EXPLAINS, explains, fold
 from diag.diagnose.features import Features
-from diag.findings import Finding, impact, ranked
+from diag.findings import Evidence, Finding, impact, ranked
 from tests.fakes.echo_scenarios import echo_run
 
 
@@ -85,3 +85,20 @@ def test_a_cpu_bound_loader_explains_its_ranks_wait_for_a_cpu() -> None:
     assert not explains(data, replace(contention, ranks=(1,), hosts=("other",)))
     assert not explains(data, replace(contention, slowdown=0.6))
     assert not explains(contention, data)
+
+
+def test_the_loaders_own_load_is_explained_whenever_it_is_dated_after_the_loader() -> None:
+    # CI: a CPU-bound loader from step 30; its rank's contention, with no competitor outside the
+    # job, dated at step 45 (run-queue delay is bursty, the loader's demand builds up)
+    data = _f("data-rank3", "data", "critical", ranks=(3,), hosts=("vm",), slowdown=0.42,
+              onset_step=30)  # fmt: skip
+    own = Evidence(metric="foreign_processes", subject="host vm", value=0.0)
+    contention = _f("contention-rank3", "node", "warning", ranks=(3,), hosts=("vm",),
+                    slowdown=0.17, onset_step=45, evidence=(own,))  # fmt: skip
+    assert explains(data, contention)
+    (out,) = fold([contention, data])
+    assert out.id == "data-rank3"
+    # a competitor outside the job dated later is a fault of its own; nor can an echo come first
+    hog = replace(contention, evidence=(replace(own, value=1.0),))
+    assert not explains(data, hog)
+    assert not explains(data, replace(contention, onset_step=15))
