@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from diag.cli.run_cmd import add_auto_capture_argument
 from diag.config import AnalyzerConfig, load_config
 from diag.errors import InputError
 from diag.fsutil import atomic_write
@@ -28,13 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bind", default=None, help="HOST:PORT to listen on (127.0.0.1:0)")
     parser.add_argument("--port-file", default=None, help="write the bound port to this file")
     parser.add_argument("--config", default=None, help="TOML config file ([analyzer] table)")
-    parser.add_argument(
-        "--auto-capture",
-        choices=("on", "observe", "off"),
-        default=None,
-        help="fetch the evidence a live finding lacks (a profiler window on the suspect and its "
-        "peers, at most one per 2 minutes): on (default), observe (only log it), off",
-    )
+    add_auto_capture_argument(parser)
     parser.add_argument(
         "--detector-config",
         default=None,
