@@ -22,7 +22,11 @@ A finding that carries direct evidence of the node itself needs no kernel eviden
 against its peers' (clocks, throttling, temperature, power, XID and ECC errors), or its host's CPU
 taken by other processes (``host_other_cpu_cores``, run-queue delay), or its process found
 stopped (``stopped_samples``): a slow device, a contended host or a frozen process is what "node"
-means, whatever the kernels say. Structural findings (no onset) are
+means, whatever the kernels say. So does a node finding whose ranks another (dated) finding
+shows contended by processes outside the job (contention with ``foreign_processes`` > 0): it is
+marked with that finding's id (evidence ``contended_by``), not undecided, and the closed loop
+(:mod:`diag.analyzer.autocapture`) requests no window for it (CI: a window on a rank whose CPU a
+hog took showed ``aten::mm`` 33x slower, preempted). Structural findings (no onset) are
 a question of layout, not of a device: left alone.
 """
 
@@ -37,9 +41,15 @@ from diag.findings import Evidence, Finding
 #: Evidence metric saying how many profiler windows cover a node finding's anomaly.
 KERNEL_EVIDENCE = "kernel_evidence"
 #: Evidence metrics that are direct evidence of the node: a finding holding one is decided.
-NODE_EVIDENCE_PREFIXES = ("gpu_", "host_other_cpu", "cpu_wait", "host_process", "stopped_")
+NODE_EVIDENCE_PREFIXES = (
+    "gpu_", "host_other_cpu", "cpu_wait", "host_process", "stopped_", "foreign_processes",
+)  # fmt: skip
 #: evidence that the rank's process was found stopped: its per-operator times hold the freezes
 STOPPED_EVIDENCE = "stopped_samples"
+#: a kernel finding's share of what its rank lost in its profiler windows (detectors.kernel)
+RANK_SHARE = "rank_excess_share"
+#: contention's count of competitors outside the job (diag.diagnose.detectors.contention)
+FOREIGN_PROCESSES = "foreign_processes"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +81,25 @@ def has_node_evidence(f: Finding) -> bool:
     return any(e.metric.startswith(NODE_EVIDENCE_PREFIXES) for e in f.evidence)
 
 
+def contended_by(f: Finding, findings: list[Finding]) -> Finding | None:
+    """Another slowdown finding, dated, that shows a process outside the job taking the CPU of
+    every rank of ``f`` (contention with ``foreign_processes`` > 0): direct evidence of their
+    node, so ``f``'s slower compute needs no profiler window to be the node's (a CPU operator
+    preempted in a window is what that process does); ``None`` when there is none."""
+    for g in findings:
+        if (
+            g.id != f.id
+            and g.symptom == "slowdown"
+            and g.cause == "node"
+            and g.onset_step is not None
+            and f.ranks
+            and set(f.ranks) <= set(g.ranks)
+            and any(e.metric == FOREIGN_PROCESSES and e.value > 0 for e in g.evidence)
+        ):
+            return g
+    return None
+
+
 def check(
     findings: list[Finding], windows: pd.DataFrame, cfg: CoverageConfig | None = None
 ) -> list[Finding]:
@@ -81,6 +110,9 @@ def check(
         onset = f.onset_step
         if f.symptom != "slowdown" or f.cause != "node" or onset is None or has_node_evidence(f):
             out.append(f)
+            continue
+        if (g := contended_by(f, findings)) is not None:
+            out.append(contended(f, g))
             continue
         wins = covering_windows(windows, f.ranks, onset)
         out.append(decided(f, len(wins)) if wins else undecided(f, cfg))
@@ -105,6 +137,25 @@ def decided(f: Finding, num_windows: int) -> Finding:
                 unit="windows",
                 note="profiler windows after the onset on the culprit and its peers; no single "
                 "kernel explains the slowdown in them",
+            ),
+        ),
+    )
+
+
+def contended(f: Finding, g: Finding) -> Finding:
+    """``f`` decided by ``g``'s evidence of a process outside the job on its ranks' CPUs."""
+    foreign = next(e.value for e in g.evidence if e.metric == FOREIGN_PROCESSES)
+    return replace(
+        f,
+        evidence=(
+            *f.evidence,
+            Evidence(
+                metric="contended_by",
+                subject=g.id,
+                value=foreign,
+                unit="processes",
+                note=f"{g.id} shows processes outside the job taking the CPU of {_who(f)}: the "
+                "node's, no profiler window needed",
             ),
         ),
     )

@@ -35,10 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from diag.diagnose.coverage import FOREIGN_PROCESSES
 from diag.findings import SEVERITIES, Evidence, Finding, ranked
-
-#: contention's evidence of competitors outside the job (diag.diagnose.detectors.contention)
-FOREIGN_PROCESSES = "foreign_processes"
 
 #: explainer cause -> the causes of the findings it can explain on its own culprits.
 ECHOES: dict[str, tuple[str, ...]] = {"link": ("node",), "node": ("node",), "data": ("node",)}

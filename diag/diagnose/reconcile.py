@@ -18,7 +18,13 @@ The kernel is the cause when (1) it was found against the other ranks, as the no
 (a cross-rank finding; a regression compares the rank with its own first windows, a different
 reference), (2) it explains most of the extra compute, ``explained >= min_explained`` (0.5), and
 (3) it is *concentrated*: it slowed down well beyond the rest of the rank's compute, ``e / b >=
-concentration x (E - e) / (B - b)`` (2). Then the kernel finding absorbs the node finding: it
+concentration x (E - e) / (B - b)`` (2), and (4) in its own profiler windows it holds most of
+what the rank lost there: its excess over the peers' median is ``>= min_explained`` of the
+rank's largest excess of any operator in those windows (evidence ``rank_excess_share``, see
+:func:`~diag.diagnose.detectors.kernel.rank_excess`): the steps' excess ``E`` and the windows'
+``e`` come from different steps, and a tiny operator preempted in a window or two (41x its
+peers' time, CI) can match a small ``E`` while the rank's matrix products lost ten times more
+beside it. Then the kernel finding absorbs the node finding: it
 keeps its kernel, ranks and excess, takes the higher confidence, the more severe severity and the
 node's evidence; its ``onset_step`` becomes the node finding's when that has one (the node
 detector sees every step, the kernel detector only profiled ones, so it dates the change more
@@ -27,9 +33,10 @@ once its windows show it). The node finding is dropped.
 
 The kernel detector asks for a kernel to be slow in two windows, by at least 5% of a window: a
 floor against noise, which costs a window or more of detection and misses a small kernel excess.
-A node finding of one rank with an onset (and no direct evidence of the node: its GPU, its host's
-CPU) already proves the excess is real, in every step; so before the pairing above, the profiler
-windows from its onset on are searched for the kernel that takes it (the registry passes
+A node finding of one rank with an onset (and no direct evidence of the node: its GPU, its
+host's CPU, nor another finding showing a process outside the job on its CPU) already proves
+the excess is real, in every step; so before the pairing above, the profiler windows from its
+onset on are searched for the kernel that takes it (the registry passes
 ``kernels_for``: :func:`~diag.diagnose.detectors.kernel.detect_for`, the same ratio to the
 peers and the same work, no floor, one window enough) and the same rule decides: explained and
 concentrated, the kernel finding absorbs the node finding, detected no earlier than the node
@@ -41,8 +48,11 @@ absorbed: a frozen process spends the freeze in whatever operator runs (a SIGSTO
 
 Otherwise the node finding stays, and each kernel finding on its ranks that is not concentrated
 (a slow device slows every kernel by about the same factor) is demoted to ``info``, with a
-confidence below the node's, as a symptom of it. A concentrated kernel finding that explains too
-little, or a regression, is left as it is: a second issue, not the diagnosis.
+confidence below the node's, as a symptom of it; so is one that is concentrated but holds less
+than ``min_explained`` of what the rank lost in its own windows (evidence ``part_of``: the rank
+lost more elsewhere there, e.g. in more matrix products, and the operator is a part of that).
+A concentrated kernel finding that explains too little of the steps' excess while holding most
+of the windows', or a regression, is left as it is: a second issue, not the diagnosis.
 
 Then every other kernel finding above ``info`` is checked against the steps (profiler windows
 sample a step in ``profile_every``; the step events cover them all): a slow kernel makes every
@@ -70,6 +80,7 @@ Findings of other causes pass through unchanged by these rules. Three more steps
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -100,12 +111,14 @@ class Attribution:
     explained: float  # e / E
     kernel_rel: float  # e / b
     rest_rel: float  # (E - e) / (B - b)
+    rank_share: float | None = None  # of the rank's excess in the kernel's own windows
 
     def concentrated(self, cfg: ReconcileConfig) -> bool:
         return self.kernel_rel >= cfg.concentration * self.rest_rel
 
     def is_kernel(self, cfg: ReconcileConfig) -> bool:
-        return self.explained >= cfg.min_explained and self.concentrated(cfg)
+        in_windows = self.rank_share is None or self.rank_share >= cfg.min_explained
+        return self.explained >= cfg.min_explained and in_windows and self.concentrated(cfg)
 
 
 def steps_per_window(windows: pd.DataFrame) -> float:
@@ -129,7 +142,13 @@ def attribute(node: Finding, kern: Finding, window_steps: float = 1.0) -> Attrib
     if big_e <= 0 or b <= 0:
         return None
     rest = (big_e - e) / (big_b - b) if big_b > b else 0.0
-    return Attribution(explained=e / big_e, kernel_rel=e / b, rest_rel=max(0.0, rest))
+    share = [x.value for x in kern.evidence if x.metric == coverage.RANK_SHARE]
+    return Attribution(
+        explained=e / big_e,
+        kernel_rel=e / b,
+        rest_rel=max(0.0, rest),
+        rank_share=share[0] if share and math.isfinite(share[0]) else None,
+    )
 
 
 #: kernel candidates for a slow rank's node finding, from the windows after its onset
@@ -153,7 +172,7 @@ def reconcile(
     replaced: dict[str, Finding] = {}
     dropped: set[str] = set()
     for node in nodes:
-        if kernels_for is not None and _undecided_slow_rank(node):
+        if kernels_for is not None and _undecided_slow_rank(node, findings):
             found = focused_kernel(node, kernels_for(node), window_steps, cfg)
             if found is not None and found.id not in replaced:
                 replaced[found.id] = found
@@ -179,8 +198,12 @@ def reconcile(
             dropped.add(node.id)
         else:
             for k, a in scored:
-                if a is not None and not a.concentrated(cfg) and k.id not in replaced:
+                if a is None or k.id in replaced:
+                    continue
+                if not a.concentrated(cfg):
                     replaced[k.id] = symptom(k, node)
+                elif a.rank_share is not None and a.rank_share < cfg.min_explained:
+                    replaced[k.id] = minor(k, node, a.rank_share)
     if features is not None:
         compute = features.wide("compute_ms", cfg.warmup_steps)
         for k in kernels:
@@ -198,15 +221,17 @@ def reconcile(
     return explain.fold(out)
 
 
-def _undecided_slow_rank(node: Finding) -> bool:
-    """A node slowdown of one rank with an onset and no direct evidence of the node itself:
-    the profiler windows after its onset are what tells node from kernel."""
+def _undecided_slow_rank(node: Finding, findings: list[Finding]) -> bool:
+    """A node slowdown of one rank with an onset and no direct evidence of the node itself
+    (nor another finding's: a process outside the job on its CPU, which preempts whatever
+    operator runs): the profiler windows after its onset are what tells node from kernel."""
     return (
         node.cause == "node"
         and node.symptom == "slowdown"
         and node.onset_step is not None
         and len(node.ranks) == 1
         and not coverage.has_node_evidence(node)
+        and coverage.contended_by(node, findings) is None
     )
 
 
@@ -293,6 +318,30 @@ def unseen(kern: Finding, seen: float, expected: float) -> Finding:
                 reference=expected,
                 unit="ms",
                 note="median compute excess per step from the onset vs the kernel's excess",
+            ),
+        ),
+    )
+
+
+def minor(kern: Finding, node: Finding, share: float) -> Finding:
+    """The kernel finding as a minor part of a slow rank's excess: ``info``, below the node."""
+    return replace(
+        kern,
+        severity="info",
+        confidence=min(kern.confidence, node.confidence * 0.9),
+        summary=(
+            f"{kern.summary}; in the same windows it holds only {share:.0%} of what the rank "
+            f"lost: a part of {node.id}, not its cause"
+        ),
+        evidence=(
+            *kern.evidence,
+            Evidence(
+                metric="part_of",
+                subject=node.id,
+                value=share,
+                reference=1.0,
+                unit="fraction",
+                note="its share of the rank's excess in its profiler windows",
             ),
         ),
     )

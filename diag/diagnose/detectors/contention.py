@@ -83,6 +83,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from diag.diagnose.coverage import FOREIGN_PROCESSES
 from diag.diagnose.features import (
     Features,
     change_point,
@@ -91,9 +92,6 @@ from diag.diagnose.features import (
     persistent_columns,
 )
 from diag.findings import Evidence, Finding
-
-#: Evidence metric: how many processes outside the job and diag compete (0: the job's own load).
-FOREIGN_PROCESSES = "foreign_processes"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,6 +45,9 @@ excess (its time is inside the wrapper's: ``aten::matmul`` -> ``aten::mm``); the
 in the evidence. Severity: ``critical`` at ``critical_slowdown``, else ``warning`` (an excess
 under ``min_excess_frac`` of the window is never flagged).
 Confidence = 0.4 + 0.4 x consistency + 0.15 x min(1, flagged windows / 4), at most 0.95.
+A cross-rank finding also carries ``rank_excess_share``: its excess over its flagged windows /
+the least the rank lost to its peers in them (:func:`rank_excess`); reconciliation asks a kernel
+that takes over a slow rank's diagnosis to hold most of that.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from diag.diagnose.coverage import RANK_SHARE
 from diag.diagnose.features import class_median
 from diag.findings import Evidence, Finding
 from diag.store.run_store import RunStore
@@ -119,13 +123,14 @@ def detect(
     if len(ranks) < 1 or not order:
         return []
     replaced = _replaced(calls, order, cfg, classes)
+    lost = rank_excess(table, profiled)
     found: list[dict] = []
     for (name, cat), t in table.groupby(level=["name", "category"]):
         seen = profiled.reindex(index=order, columns=t.columns).fillna(0).astype(bool)
         t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float).where(seen)
         n = calls.loc[(name, cat)].reindex(order).fillna(0).astype(float).where(seen)
         if len(ranks) >= cfg.min_ranks:
-            found += _cross_rank(name, cat, t, n, dur, cfg, replaced)
+            found += _cross_rank(name, cat, t, n, dur, cfg, replaced, lost)
         found += _regression(
             name, cat, t, n, dur, cfg, {c["ranks"] for c in found if c["name"] == name}
         )
@@ -212,6 +217,7 @@ def _cross_rank(
     dur: pd.Series,
     cfg: KernelConfig,
     replaced: pd.DataFrame | None = None,
+    lost: pd.DataFrame | None = None,
 ) -> list[dict]:
     med = t.median(axis=1)
     med_calls = n.median(axis=1)
@@ -247,21 +253,44 @@ def _cross_rank(
         # fine by definition and say nothing against it.
         after = slow.iloc[onset:]
         wins = list(after.index[after])
-        out.append(
-            _cand(
-                "rank",
-                name,
-                cat,
-                (int(r),),
-                wins,
-                excess[wins],
-                dur,
-                float(after.mean()),
-                med[wins],
-                t[r][wins],
-            )
-        )
+        c = _cand(
+            "rank", name, cat, (int(r),), wins, excess[wins], dur, float(after.mean()),
+            med[wins], t[r][wins],
+        )  # fmt: skip
+        c["rank_share"] = _rank_share(excess[wins], lost, cat, r)
+        out.append(c)
     return out
+
+
+def rank_excess(table: pd.DataFrame, profiled: pd.DataFrame) -> pd.DataFrame:
+    """Per (category, window) and rank: the least time the rank lost to its peers in the window
+    (0 when none): CPU operators nest (``aten::linear`` holds ``aten::addmm``), so the largest
+    excess of any one over the median over ranks is a lower bound of the rank's whole excess;
+    GPU kernels and copies do not nest, so their excesses add up. ``table``: time per (name,
+    category, window) and rank; ``profiled``: calls per window and rank (0: not profiled)."""
+    if table.empty:
+        return pd.DataFrame()
+    seen = profiled.reindex(columns=table.columns, fill_value=0).gt(0)
+    mask = seen.reindex(table.index.get_level_values("window_id")).fillna(False).to_numpy()
+    t = table.where(mask)
+    exc = t.sub(t.median(axis=1), axis=0).clip(lower=0).fillna(0.0)
+    nested = exc.index.get_level_values("category") == "cpu_op"
+    parts = [
+        exc[nested].groupby(level=["category", "window_id"]).max(),
+        exc[~nested].groupby(level=["category", "window_id"]).sum(),
+    ]
+    return pd.concat([p for p in parts if len(p)])
+
+
+def _rank_share(excess: pd.Series, lost: pd.DataFrame | None, cat: str, rank: object) -> float:
+    """The operator's excess over its flagged windows / the rank's least whole excess in them
+    (:func:`rank_excess`), in (0, 1]; NaN when unknown."""
+    if lost is None or lost.empty or rank not in lost.columns:
+        return float("nan")
+    keys = [(cat, w) for w in excess.index]
+    whole = lost[rank].reindex(pd.MultiIndex.from_tuples(keys)).fillna(0.0).sum()
+    own = float(excess.clip(lower=0).sum())
+    return float(min(1.0, own / whole)) if whole > 0 else float("nan")
 
 
 def _onset(flags: np.ndarray, cfg: KernelConfig) -> int | None:
@@ -432,6 +461,19 @@ def _finding(c: dict, first_step: dict[str, int], cfg: KernelConfig) -> Finding:
             unit="fraction",
         ),
     ]
+    share = c.get("rank_share", float("nan"))
+    if share == share:  # known (not NaN)
+        evidence.append(
+            Evidence(
+                metric=RANK_SHARE,
+                subject=f"rank {ranks[0]}",
+                value=share,
+                reference=1.0,
+                unit="fraction",
+                note="its excess over the peers' median / the rank's largest excess of any "
+                "operator in the same windows (the least the rank lost there), summed over them",
+            )
+        )
     evidence += [
         Evidence(metric="wrapper", subject=w, value=1.0, note=f"caller of {c['name']}")
         for w in c["wrappers"]

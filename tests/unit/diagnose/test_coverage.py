@@ -91,3 +91,40 @@ def test_direct_node_evidence_and_other_findings_are_left_alone() -> None:
     assert check([throttled, structural, crash], empty) == [throttled, structural, crash]
     (out,) = check([node], empty)
     assert out.confidence == pytest.approx(0.63) and out.cause == "node"
+
+
+def _contention(foreign: float) -> Finding:
+    """Contention on ranks 1 and 2; ``foreign`` processes outside the job compete (0: the
+    job's own load)."""
+    return Finding(
+        id="contention-vm", symptom="slowdown", cause="node", severity="warning", ranks=(1, 2),
+        onset_step=35, slowdown=0.25, confidence=0.9, summary="contended",
+        evidence=(Evidence(metric="foreign_processes", subject="host vm", value=foreign),),
+    )  # fmt: skip
+
+
+def test_a_rank_contended_by_a_process_outside_the_job_needs_no_window() -> None:
+    # CI: a hog pinned on rank 2's CPU; the node finding on rank 2 was undecided, the closed
+    # loop profiled it, and a preempted aten::mm (33x) in that window read as a second fault.
+    from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig
+
+    node = Finding(
+        id="node-rank2", symptom="slowdown", cause="node", severity="warning", ranks=(2,),
+        onset_step=31, slowdown=0.2, confidence=0.9, summary="slow",
+    )  # fmt: skip
+    out, hog = check([node, _contention(1.0)], pd.DataFrame())
+    assert not any(e.metric == KERNEL_EVIDENCE for e in out.evidence)
+    (e,) = [e for e in out.evidence if e.metric == "contended_by"]
+    assert (e.subject, e.value) == ("contention-vm", 1.0)
+    assert out.confidence == node.confidence and "undecided" not in out.summary
+    sent: list[tuple[int, ...]] = []
+
+    def board(num_steps: int, ranks: object) -> object:
+        sent.append(tuple(ranks))  # type: ignore[call-overload]
+        raise AssertionError("no window should be requested")
+
+    loop = AutoCapture(request=board, run_dir=None, cfg=AutoCaptureConfig(mode="on"))  # type: ignore[arg-type]
+    assert loop.step([out, hog], None, range(4)) == [] and sent == []
+    # the job's own load is not a competitor: that rank's slowdown stays undecided
+    own, _ = check([node, _contention(0.0)], pd.DataFrame())
+    assert _kernel_evidence(own).value == 0.0
