@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.8"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -666,6 +666,65 @@ class HostProcess(Event):
     last_cpu: int = -1
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TcpPeerSample(Event):
+    """One rank's TCP connections to one remote address over one daemon interval (schema 1.8):
+    the kernel's per-connection statistics (``inet_diag``, what ``ss -ti`` prints) of the
+    sockets the rank's process holds, summed or taken over its ``num_conns`` connections to
+    ``remote_ip`` (from ``local_ip``). Counters are deltas over ``interval_ns``: bytes sent, acked
+    and retransmitted, segments retransmitted. ``rtt_us`` is the largest smoothed RTT of a
+    connection that carried data in the interval (a queue on the path shows there first),
+    ``min_rtt_us`` the smallest minimum RTT (the path's floor); ``send_queue_bytes`` the bytes
+    waiting to go (unacked in flight plus not yet sent, summed) at the sample; ``busy_us`` the
+    time the connections had data to send (``tcpi_busy_time`` delta, summed), of which
+    ``rwnd_limited_us`` the receiver's window and ``sndbuf_limited_us`` the sender's own buffer
+    held it back: the rest is time the network set the pace, so ``bytes_acked`` over it is the
+    path's rate. ``rank`` is the
+    rank; ``remote_host`` is filled by the analysis (the host whose daemon reported that address
+    as its own), empty on the wire."""
+
+    kind: ClassVar[str] = "tcp_peer"
+
+    local_ip: str
+    remote_ip: str
+    remote_host: str = ""
+    interval_ns: int = 0
+    num_conns: int = 0
+    bytes_sent: int = 0
+    bytes_acked: int = 0
+    bytes_retrans: int = 0
+    num_retrans: int = 0
+    rtt_us: float = 0.0
+    min_rtt_us: float = 0.0
+    send_queue_bytes: int = 0
+    busy_us: int = 0
+    rwnd_limited_us: int = 0
+    sndbuf_limited_us: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NicSample(Event):
+    """One network port of a node over one daemon interval (schema 1.8): an Ethernet interface
+    (``/sys/class/net/<dev>/statistics``) or an InfiniBand port
+    (``/sys/class/infiniband/<dev>/ports/<port>/counters``; ``link_layer`` "infiniband").
+    Rates and counts are over ``interval_ns``: bytes received and sent per second, packets
+    dropped, errors (receive and transmit; for InfiniBand also symbol errors and link downs),
+    and for InfiniBand ``num_xmit_wait``: the ``port_xmit_wait`` ticks in the interval (the port
+    had data to send and no credit to send it: a congested or slow peer; -1 when unknown)."""
+
+    kind: ClassVar[str] = "nic"
+
+    device: str
+    port: int = 0
+    link_layer: str = "ethernet"
+    interval_ns: int = 0
+    rx_bytes_per_s: float = 0.0
+    tx_bytes_per_s: float = 0.0
+    num_drops: int = 0
+    num_errors: int = 0
+    num_xmit_wait: int = -1
+
+
 #: Every event kind, by its ``kind`` name. Order is stable (it is the proto oneof order).
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
@@ -695,6 +754,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ProbeResultEvent,
         ProcessGroupInfo,
         HostProcess,
+        TcpPeerSample,
+        NicSample,
     )
 }
 

@@ -132,6 +132,9 @@ class Features:
     #: Processes on the job's hosts that are not its ranks, with their CPU (HostProcess, schema
     #: 1.6), as stored: who competes with the ranks for CPU.
     host_processes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The ranks' TCP connections per remote address (TcpPeerSample, schema 1.8), as stored:
+    #: the link detector narrows a slow group to the host whose connections queue or lose.
+    tcp: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: Which ranks do the same work (:mod:`~diag.diagnose.layout`); None: not inferred yet
     #: (:meth:`work_layout` infers it from the frames above).
     layout: Layout | None = None
@@ -166,6 +169,7 @@ class Features:
             batch_stats=store.frame("batch_stats"),
             process_groups=groups,
             host_processes=store.frame("host_process"),
+            tcp=store.frame("tcp_peer"),
             layout=_layout(steps, step_events, groups, collectives),
         )
 

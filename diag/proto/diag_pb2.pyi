@@ -576,8 +576,64 @@ class HostProcess(_message.Message):
     last_cpu: int
     def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., cmd: _Optional[str] = ..., last_cpu: _Optional[int] = ...) -> None: ...
 
+class TcpPeerSample(_message.Message):
+    __slots__ = ("local_ip", "remote_ip", "remote_host", "interval_ns", "num_conns", "bytes_sent", "bytes_acked", "bytes_retrans", "num_retrans", "rtt_us", "min_rtt_us", "send_queue_bytes", "busy_us", "rwnd_limited_us", "sndbuf_limited_us")
+    LOCAL_IP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_IP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_HOST_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CONNS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_ACKED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RETRANS_FIELD_NUMBER: _ClassVar[int]
+    NUM_RETRANS_FIELD_NUMBER: _ClassVar[int]
+    RTT_US_FIELD_NUMBER: _ClassVar[int]
+    MIN_RTT_US_FIELD_NUMBER: _ClassVar[int]
+    SEND_QUEUE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BUSY_US_FIELD_NUMBER: _ClassVar[int]
+    RWND_LIMITED_US_FIELD_NUMBER: _ClassVar[int]
+    SNDBUF_LIMITED_US_FIELD_NUMBER: _ClassVar[int]
+    local_ip: str
+    remote_ip: str
+    remote_host: str
+    interval_ns: int
+    num_conns: int
+    bytes_sent: int
+    bytes_acked: int
+    bytes_retrans: int
+    num_retrans: int
+    rtt_us: float
+    min_rtt_us: float
+    send_queue_bytes: int
+    busy_us: int
+    rwnd_limited_us: int
+    sndbuf_limited_us: int
+    def __init__(self, local_ip: _Optional[str] = ..., remote_ip: _Optional[str] = ..., remote_host: _Optional[str] = ..., interval_ns: _Optional[int] = ..., num_conns: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_acked: _Optional[int] = ..., bytes_retrans: _Optional[int] = ..., num_retrans: _Optional[int] = ..., rtt_us: _Optional[float] = ..., min_rtt_us: _Optional[float] = ..., send_queue_bytes: _Optional[int] = ..., busy_us: _Optional[int] = ..., rwnd_limited_us: _Optional[int] = ..., sndbuf_limited_us: _Optional[int] = ...) -> None: ...
+
+class NicSample(_message.Message):
+    __slots__ = ("device", "port", "link_layer", "interval_ns", "rx_bytes_per_s", "tx_bytes_per_s", "num_drops", "num_errors", "num_xmit_wait")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    LINK_LAYER_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NUM_DROPS_FIELD_NUMBER: _ClassVar[int]
+    NUM_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    NUM_XMIT_WAIT_FIELD_NUMBER: _ClassVar[int]
+    device: str
+    port: int
+    link_layer: str
+    interval_ns: int
+    rx_bytes_per_s: float
+    tx_bytes_per_s: float
+    num_drops: int
+    num_errors: int
+    num_xmit_wait: int
+    def __init__(self, device: _Optional[str] = ..., port: _Optional[int] = ..., link_layer: _Optional[str] = ..., interval_ns: _Optional[int] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., num_drops: _Optional[int] = ..., num_errors: _Optional[int] = ..., num_xmit_wait: _Optional[int] = ...) -> None: ...
+
 class Event(_message.Message):
-    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result", "process_group", "host_process")
+    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result", "process_group", "host_process", "tcp_peer", "nic")
     ENV_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -604,6 +660,8 @@ class Event(_message.Message):
     PROBE_RESULT_FIELD_NUMBER: _ClassVar[int]
     PROCESS_GROUP_FIELD_NUMBER: _ClassVar[int]
     HOST_PROCESS_FIELD_NUMBER: _ClassVar[int]
+    TCP_PEER_FIELD_NUMBER: _ClassVar[int]
+    NIC_FIELD_NUMBER: _ClassVar[int]
     env: Envelope
     step: StepEvent
     collective: CollectiveEvent
@@ -630,7 +688,9 @@ class Event(_message.Message):
     probe_result: ProbeResultEvent
     process_group: ProcessGroupInfo
     host_process: HostProcess
-    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfo, _Mapping]] = ..., host_process: _Optional[_Union[HostProcess, _Mapping]] = ...) -> None: ...
+    tcp_peer: TcpPeerSample
+    nic: NicSample
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfo, _Mapping]] = ..., host_process: _Optional[_Union[HostProcess, _Mapping]] = ..., tcp_peer: _Optional[_Union[TcpPeerSample, _Mapping]] = ..., nic: _Optional[_Union[NicSample, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("schema_version", "sender", "sent_ns", "events")

@@ -1,28 +1,30 @@
-"""The slow-link fault, live: two emulated nodes, one of their links rate-limited mid-run.
+"""The slow-link fault, live: emulated nodes, one node's link rate-limited mid-run.
 
-:func:`run_link_case` builds the two-node network of :mod:`diag.selftest.netns` (root only), starts
-an analyzer in the root namespace on the bridge address, and runs ``diag run --analyzer`` on each
-node with ``torchrun --nnodes 2 --nproc-per-node world_size/2`` of
-:mod:`diag.selftest.workloads.train_ddp` (gloo over the bridge) with a clean case's irregularities
-(:func:`diag.selftest.live.job_args`: warm-up, eval passes, checkpoint saves, profiler windows),
-printing every step. It watches the ranks' step lines; when the job has finished step ``onset_step -
-1`` it rate-limits the link of
-node B (a ``tbf`` qdisc on the root end of its veth pair: everything sent to node B, i.e. node A's
-half of every gradient all-reduce) to
+:func:`run_link_case` builds an N-node network of :mod:`diag.selftest.netns` (N = ``nodes``, 2 by
+default; root only), starts an analyzer in the root namespace on the bridge address, and runs
+``diag run --analyzer`` on each node with ``torchrun --nnodes N --nproc-per-node world_size/N``
+(c10d rendezvous hosted on node A) of :mod:`diag.selftest.workloads.train_ddp` (gloo over the
+bridge) with a clean case's irregularities (:func:`diag.selftest.live.job_args`: warm-up, eval
+passes, checkpoint saves, profiler windows), printing every step. It watches the ranks' step lines;
+when the job has finished step ``onset_step - 1`` it rate-limits the link of the slow host (a
+``tbf`` qdisc on the root end of its veth pair: everything sent to that node, e.g. on two nodes
+node A's half of every gradient all-reduce). The slow host is ``slow_host`` when given, else
+:func:`default_slow_host`: node B on two nodes; on more, a node other than node A drawn from the
+case's seed. The limit is
 
     rate = bytes_per_step / extra,   extra = base x s / (1 - s)
 
-where ``base`` and ``bytes_per_step`` are the mean step time and the mean bytes that veth carried
-per step over the :data:`CALIBRATE_STEPS` steps before the onset (warm-up left out; means, so
-eval, checkpoint and profiler steps count as much as they cost) and ``s`` is the case's severity:
-a step's bytes then keep the link ``extra`` longer busy, so the step goes from ``base`` to about
-``base / (1 - s)`` and the job loses the fraction ``s`` of its step. How much of the link's time
-shows in the step depends on how the all-reduce overlaps it (measured 0.6 to 1.1 on gloo over a
-veth), so after :data:`SETTLE_STEPS` steps the rate is corrected once from the measured extra
-time ``E`` (mean step since the change - ``base``) when it is more than :data:`DEADBAND` off the
-target: the link's time per step ``x = bytes_per_step / rate`` becomes ``x x extra / E``, within
-[x / 2, 2 x]. The token bucket holds ``burst`` = clamp(bytes_per_step / 64, 16 KiB, 64 KiB) (a
-small share of a step's bytes passes at line rate after each compute phase) and queues up to
+where ``base`` and ``bytes_per_step`` are the mean step time and the mean bytes the slow host's
+veth carried per step over the :data:`CALIBRATE_STEPS` steps before the onset (warm-up left out;
+means, so eval, checkpoint and profiler steps count as much as they cost) and ``s`` is the case's
+severity: a step's bytes then keep the link ``extra`` longer busy, so the step goes from ``base``
+to about ``base / (1 - s)`` and the job loses the fraction ``s`` of its step. How much of the
+link's time shows in the step depends on how the all-reduce overlaps it (measured 0.6 to 1.1 on
+gloo over a veth), so after :data:`SETTLE_STEPS` steps the rate is corrected once from the measured
+extra time ``E`` (mean step since the change - ``base``) when it is more than :data:`DEADBAND` off
+the target: the link's time per step ``x = bytes_per_step / rate`` becomes ``x x extra / E``,
+within [x / 2, 2 x]. The token bucket holds ``burst`` = clamp(bytes_per_step / 64, 16 KiB, 64 KiB)
+(a small share of a step's bytes passes at line rate after each compute phase) and queues up to
 ``latency`` = :data:`TBF_LATENCY_MS` of traffic (long enough that TCP never sees a drop: a
 retransmission timeout would be a stall, not a slow link). The job's pace also drifts with the
 machine's load: on a shared machine the severity reached is only about the one asked for
@@ -34,9 +36,12 @@ packets, so bursts are dropped and TCP retransmits (a lossy link) instead of wai
 queue (``tbf``'s 2 s); sized and corrected like the rate. (``netem`` latency or loss would be
 other natures still, but needs the ``sch_netem`` kernel module, absent on these machines.)
 
-The returned case names the link's hosts (``node-a``, ``node-b``) and the step the limit was in
-place from (the onset asked for, or later when the job was already past it); what was measured and
-applied is kept in ``WORKDIR/link.json``. Needs root, ``ip netns`` and ``tc``: else
+The returned case names the link's hosts and the step the limit was in place from (the onset
+asked for, or later when the job was already past it). On two nodes the hosts are both nodes
+(``node-a``, ``node-b``: the one link between them is slow, whichever end is limited); on more,
+only the slow host (what every other node sends it crosses the limited link; traffic between the
+other nodes does not). What was measured and applied (with the node count, ``num_nodes``, and the
+slow host, ``node``) is kept in ``WORKDIR/link.json``. Needs root, ``ip netns`` and ``tc``: else
 :class:`~diag.selftest.netns.NetnsUnavailable` (an :class:`~diag.selftest.cases.Unsupported`).
 """
 
@@ -58,11 +63,18 @@ from diag.errors import DiagError
 from diag.findings import Finding
 from diag.selftest.cases import CLEAN, Case, Unsupported
 from diag.selftest.live import PROFILE_EVERY, job_args
-from diag.selftest.netns import NetnsUnavailable, Node, TwoNodes, stop, unavailable_reason
+from diag.selftest.netns import (
+    NetnsUnavailable,
+    Node,
+    Nodes,
+    node_hostnames,
+    stop,
+    unavailable_reason,
+)
 from diag.selftest.workloads import TRAIN_DDP
 
 REPO = Path(__file__).resolve().parents[2]
-#: the hosts the slow link joins, as the ranks see them (the nodes' UTS host names).
+#: on two nodes, the hosts the slow link joins, as the ranks see them (the nodes' UTS host names).
 HOSTS = ("node-a", "node-b")
 #: steps at the start left out of the calibration (warm-up).
 SKIP_STEPS = 2
@@ -91,7 +103,7 @@ class Shaping:
     """What the link fault measured and applied (``WORKDIR/link.json``)."""
 
     veth: str  # root-namespace end of the limited node's veth pair
-    node: str  # the node whose incoming traffic is limited
+    node: str  # the slow host: the node whose incoming traffic is limited
     onset_step: int  # first step run under the limit
     base_step_s: float  # mean step time before the onset
     bytes_per_step: float  # mean bytes the veth carried per step before the onset
@@ -102,6 +114,7 @@ class Shaping:
     shaper: str = "tbf"  # "tbf", or "htb" with a short drop-tail queue (the lossy mechanism)
     after_step_s: float | None = None  # mean step time at the final rate (measured)
     achieved_severity: float | None = None  # 1 - base / after
+    num_nodes: int = 2  # nodes the job ran on (world_size / num_nodes ranks each)
 
 
 def link_rate(severity: float, base_step_s: float, bytes_per_step: float) -> float:
@@ -135,14 +148,36 @@ def link_job_args(case: Case, ckpt_dir: Path) -> list[str]:
     return args
 
 
-def prepare(case: Case) -> Case:
-    """The case as injected here (its hosts named); :class:`Unsupported` for shapes it cannot
-    run, :class:`NetnsUnavailable` when the machine cannot host two nodes."""
+def default_slow_host(case: Case, nodes: int) -> str:
+    """The node whose link ``case`` slows on ``nodes`` nodes when none is named: node B on two;
+    on more, node number ``1 + seed mod (nodes - 1)`` (node B, C, ... by seed; never node A, which
+    hosts the rendezvous store and rank 0)."""
+    names = node_hostnames(nodes)
+    return names[1] if nodes == 2 else names[1 + case.seed % (nodes - 1)]
+
+
+def _slow_host(case: Case, nodes: int, slow_host: str | None) -> str:
+    """The slow host checked against the ``nodes`` nodes' names (:class:`Unsupported` if not)."""
+    try:
+        names = node_hostnames(nodes)
+    except ValueError as exc:
+        raise Unsupported(f"a link fault cannot run on {exc}") from exc
+    slow = default_slow_host(case, nodes) if slow_host is None else slow_host
+    if slow not in names:
+        raise Unsupported(f"the slow host {slow!r} is not one of the nodes {', '.join(names)}")
+    return slow
+
+
+def prepare(case: Case, *, nodes: int = 2, slow_host: str | None = None) -> Case:
+    """The case as injected here on ``nodes`` nodes, its hosts named (see the module doc);
+    :class:`Unsupported` for shapes it cannot run, :class:`NetnsUnavailable` when the machine
+    cannot host the nodes."""
     if case.cause != "link":
         raise Unsupported(f"{case.name} is not a link fault")
-    if case.world_size < 2 or case.world_size % 2:
+    slow = _slow_host(case, nodes, slow_host)
+    if case.world_size < nodes or case.world_size % nodes:
         raise Unsupported(
-            f"a link fault runs an even number of ranks on 2 nodes, not {case.world_size}"
+            f"a link fault on {nodes} nodes runs a multiple of {nodes} ranks, not {case.world_size}"
         )
     if case.onset_step is None or case.onset_step < SKIP_STEPS + 3:
         raise Unsupported(f"a link fault needs an onset step >= {SKIP_STEPS + 3}")
@@ -153,53 +188,67 @@ def prepare(case: Case) -> Case:
     reason = unavailable_reason(("tc",))
     if reason is not None:
         raise NetnsUnavailable(reason)
-    return replace(case, hosts=HOSTS)
+    return replace(case, hosts=node_hostnames(2) if nodes == 2 else (slow,))
 
 
 def run_link_case(
-    case: Case, workdir: Path, *, timeout_s: float = 600.0
+    case: Case,
+    workdir: Path,
+    *,
+    nodes: int = 2,
+    slow_host: str | None = None,
+    timeout_s: float = 600.0,
 ) -> tuple[Case, list[Finding]]:
-    """Run the link case ``case`` (see the module doc) in ``workdir`` (the analyzer's run
-    directory is ``workdir/run``) and return the case as run and ``diag triage``'s findings
-    (JSON objects, ranked)."""
+    """Run the link case ``case`` (see the module doc) on ``nodes`` nodes, ``slow_host``'s link
+    limited (``None``: :func:`default_slow_host`), in ``workdir`` (the analyzer's run directory is
+    ``workdir/run``) and return the case as run and ``diag triage``'s findings (JSON objects,
+    ranked)."""
     from diag.diagnose.triage import triage
-    from diag.selftest.netns import two_node_network
+    from diag.selftest.netns import node_network
     from diag.store.run_store import RunStore
 
-    case = prepare(case)
+    case = prepare(case, nodes=nodes, slow_host=slow_host)
+    slow = _slow_host(case, nodes, slow_host)
     workdir.mkdir(parents=True, exist_ok=True)
     logdir = workdir / "logs"
     logdir.mkdir(exist_ok=True)
     (workdir / "ckpt").mkdir(exist_ok=True)
     run_dir = workdir / "run"
-    with two_node_network() as nodes:
-        shaping = _run_job(case, nodes, workdir, run_dir, logdir, timeout_s)
+    with node_network(nodes) as net:
+        shaping = _run_job(case, net, net.node(slow), workdir, run_dir, logdir, timeout_s)
     (workdir / "link.json").write_text(json.dumps(asdict(shaping), indent=2) + "\n")
     case = replace(case, onset_step=shaping.onset_step)
     return case, list(triage(RunStore.open(run_dir)).findings)
 
 
 def _run_job(
-    case: Case, nodes: TwoNodes, workdir: Path, run_dir: Path, logdir: Path, timeout_s: float
+    case: Case,
+    nodes: Nodes,
+    slow: Node,
+    workdir: Path,
+    run_dir: Path,
+    logdir: Path,
+    timeout_s: float,
 ) -> Shaping:
-    """The analyzer and both nodes' ``diag run``; the limit applied at the onset."""
+    """The analyzer and every node's ``diag run``; ``slow``'s link limited at the onset."""
     analyzer, port = _start_analyzer(nodes, run_dir, logdir)
     procs: dict[str, subprocess.Popen[str]] = {}
+    nproc = case.world_size // len(nodes.nodes)
     try:
-        rdzv_port = nodes.free_port(nodes.a)
+        rdzv_port = nodes.free_port(nodes.nodes[0])
         for node in nodes.nodes:
             argv = [
                 *_diag("run", "--analyzer", f"{nodes.bridge_ip}:{port}", "--live", "off"),
                 "--out", str(workdir / node.hostname / "job"), "--",
                 sys.executable, "-m", "torch.distributed.run",
-                *_torchrun_args(nodes, node, rdzv_port, case.world_size // 2),
+                *_torchrun_args(nodes, node, rdzv_port, nproc),
                 str(TRAIN_DDP), *link_job_args(case, workdir / "ckpt"),
             ]  # fmt: skip
             with (logdir / f"{node.hostname}.out").open("w") as out:
                 procs[node.hostname] = nodes.popen(
                     node, argv, env=_node_env(node), cwd=REPO, stdout=out, stderr=subprocess.STDOUT
                 )
-        shaping = _watch(case, nodes, procs, logdir, time.monotonic() + timeout_s)
+        shaping = _watch(case, nodes, slow, procs, logdir, time.monotonic() + timeout_s)
     finally:
         for proc in procs.values():
             stop(proc, timeout=5)
@@ -211,7 +260,7 @@ def _run_job(
             raise DiagError(f"{case.name}: {name}'s job exited {proc.returncode}: {tail[0]}")
     if shaping is None:
         raise DiagError(f"{case.name}: the job ended before step {case.onset_step}")
-    return shaping
+    return replace(shaping, num_nodes=len(nodes.nodes))
 
 
 class _Steps:
@@ -259,22 +308,23 @@ class _Steps:
 
 def _watch(
     case: Case,
-    nodes: TwoNodes,
+    nodes: Nodes,
+    slow: Node,
     procs: dict[str, subprocess.Popen[str]],
     logdir: Path,
     deadline: float,
 ) -> Shaping | None:
-    """Follow the job; limit node B's link once step ``onset - 1`` is done, correct the rate
+    """Follow the job; limit ``slow``'s link once step ``onset - 1`` is done, correct the rate
     while it settles; wait for the end (``None``: the job ended before the onset)."""
     assert case.onset_step is not None
-    steps = _Steps([logdir / f"{n.hostname}.out" for n in nodes.nodes], nodes.b.veth)
+    steps = _Steps([logdir / f"{n.hostname}.out" for n in nodes.nodes], slow.veth)
     limiter: _Limiter | None = None
     try:
         while time.monotonic() < deadline:
             codes = [p.poll() for p in procs.values()]
             last = steps.poll()
             if limiter is None and last >= case.onset_step - 1:
-                limiter = _Limiter.start(case, nodes.b, steps)
+                limiter = _Limiter.start(case, slow, steps)
             elif limiter is not None:
                 limiter.maybe_correct(steps)
             if all(c is not None for c in codes):
@@ -283,7 +333,7 @@ def _watch(
                 deadline = min(deadline, time.monotonic() + FAILED_PEER_GRACE_S)
             time.sleep(POLL_S)
         else:
-            raise DiagError(f"{case.name}: the two-node job did not finish in time")
+            raise DiagError(f"{case.name}: the {len(nodes.nodes)}-node job did not finish in time")
         steps.poll()
     finally:
         steps.close()
@@ -374,12 +424,13 @@ def _diag(*args: str) -> list[str]:
     return [sys.executable, "-m", "diag.cli.main", *args]
 
 
-def _torchrun_args(nodes: TwoNodes, node: Node, port: int, nproc: int) -> list[str]:
-    """torchrun options for one of the two nodes: c10d rendezvous hosted on node A."""
+def _torchrun_args(nodes: Nodes, node: Node, port: int, nproc: int) -> list[str]:
+    """torchrun options for one of the nodes: c10d rendezvous hosted on node A."""
+    host = nodes.nodes[0]
     return [
-        "--nnodes=2", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={nodes.a.ip}:{port}", f"--rdzv-id=link-{nodes.bridge}",
-        f"--rdzv-conf=is_host={int(node is nodes.a)},join_timeout=60",
+        f"--nnodes={len(nodes.nodes)}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={host.ip}:{port}", f"--rdzv-id=link-{nodes.bridge}",
+        f"--rdzv-conf=is_host={int(node is host)},join_timeout=60",
         f"--local-addr={node.ip}",  # the node's bridge address, not getfqdn() of its name
         "--max-restarts=0", "--monitor-interval=0.5",
     ]  # fmt: skip
@@ -399,7 +450,7 @@ def _node_env(node: Node) -> dict[str, str]:
 
 
 def _start_analyzer(
-    nodes: TwoNodes, run_dir: Path, logdir: Path
+    nodes: Nodes, run_dir: Path, logdir: Path
 ) -> tuple[subprocess.Popen[bytes], int]:
     """The analyzer in the root namespace on the bridge address: it and its port."""
     port_file = logdir / "analyzer.port"

@@ -1,28 +1,32 @@
-"""Two "nodes" on one machine: network namespaces joined by a Linux bridge.
+"""Emulated nodes on one machine: network namespaces joined by a Linux bridge.
 
-Layout of one :func:`two_node_network` (names carry a random 4-hex suffix ``XXXX``)::
+Layout of one :func:`node_network` of ``n`` nodes (2 to :data:`MAX_NODES`; names carry a random
+4-hex suffix ``XXXX``; :func:`two_node_network` is the same with ``n = 2``)::
 
-    root namespace                       diag-a-XXXX (node-a)      diag-b-XXXX (node-b)
+    root namespace                       diag-a-XXXX (node-a)   diag-b-XXXX (node-b)   ...
     diagbrXXXX  10.231.N.1/24  <-veth->  eth0 10.231.N.2/24
-                               <-veth->                           eth0 10.231.N.3/24
+                               <-veth->                         eth0 10.231.N.3/24
+                               <-veth->                                                ... .4, .5
 
-The bridge address is in the root namespace, so a server started there (the analyzer) is reachable
-from both nodes at :attr:`TwoNodes.bridge_ip`. The namespaces have no default route and the root
-namespace does not forward, so nothing run "on a node" can reach anything but the other node, the
-bridge address and its own loopback. Each namespace gets an ``/etc/netns/NS/hosts`` and
-``resolv.conf`` (bind-mounted over ``/etc/`` by ``ip netns exec``) naming both nodes, so host-name
-lookups (torchrun calls ``socket.getfqdn()``, c10d looks up its peers) are answered locally and
-DNS never leaves the namespace.
+Node ``i`` (0-based) is ``node-{letter}`` with letter ``"abcdefgh"[i]``, namespace
+``diag-{letter}-XXXX``, address ``10.231.N.{i + 2}`` and root-namespace veth end
+``diagv{letter}XXXX``. The bridge address is in the root namespace, so a server started there (the
+analyzer) is reachable from every node at :attr:`Nodes.bridge_ip`. The namespaces have no default
+route and the root namespace does not forward, so nothing run "on a node" can reach anything but
+the other nodes, the bridge address and its own loopback. Each namespace gets an
+``/etc/netns/NS/hosts`` and ``resolv.conf`` (bind-mounted over ``/etc/`` by ``ip netns exec``)
+naming every node, so host-name lookups (torchrun calls ``socket.getfqdn()``, c10d looks up its
+peers) are answered locally and DNS never leaves the namespace.
 
-A command runs "on node X" under its own UTS namespace with host name ``node-a`` / ``node-b``::
+A command runs "on node X" under its own UTS namespace with host name ``node-a``, ``node-b``, ...::
 
     ip netns exec NS unshare --uts sh -c 'hostname NAME && exec "$@"' sh CMD...
 
 Everything is torn down on exit, failure included; namespaces, bridges and ``/etc/netns`` entries
 left by crashed earlier runs (older than :data:`STALE_AFTER_S`) are removed best effort first.
-Needs root and ``ip netns``; otherwise :func:`two_node_network` raises :class:`NetnsUnavailable`
+Needs root and ``ip netns``; otherwise :func:`node_network` raises :class:`NetnsUnavailable`
 (an :class:`~diag.selftest.cases.Unsupported`) with the reason, which the test suite's fixture
-(``tests/integration/netns.py``) turns into a skip. Used by the link fault
+(``tests/fakes/netns.py``) turns into a skip. Used by the link fault
 (:mod:`diag.selftest.link`) and the two-node integration tests.
 """
 
@@ -42,14 +46,17 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from diag.selftest.cases import Unsupported
+
+_N = TypeVar("_N", bound="Nodes")
 
 #: Prefixes of everything this module creates; the stale sweep only ever touches these.
 NS_PREFIX = "diag-"
 BRIDGE_PREFIX = "diagbr"
 VETH_PREFIX = "diagv"
-#: Interface name inside each namespace (namespace-local, so the same on both nodes).
+#: Interface name inside each namespace (namespace-local, so the same on every node).
 INNER_IFNAME = "eth0"
 #: The /16 the per-run /24 is drawn from.
 NET_PREFIX = "10.231"
@@ -57,23 +64,35 @@ NET_PREFIX = "10.231"
 STALE_AFTER_S = 15 * 60
 #: Timeout for each `ip` command.
 IP_TIMEOUT_S = 15.0
+#: Node i's letter: host name ``node-{letter}``, namespace ``diag-{letter}-XXXX``.
+NODE_LETTERS = "abcdefgh"
+MIN_NODES = 2
+MAX_NODES = len(NODE_LETTERS)
 
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy", "no_proxy")
 _NETNS_RUN_DIR = Path("/run/netns")
 _NETNS_ETC_DIR = Path("/etc/netns")
-_OUR_NS = re.compile(r"^diag-[ab]-([0-9a-f]{4})$")
+_OUR_NS = re.compile(rf"^diag-[{NODE_LETTERS}]-([0-9a-f]{{4}})$")
 _OUR_BRIDGE = re.compile(r"^diagbr([0-9a-f]{4})$")
 
 
 class NetnsUnavailable(Unsupported):
-    """The machine cannot host the two-node network (not root, no ``ip netns``, ...)."""
+    """The machine cannot host the emulated nodes (not root, no ``ip netns``, ...)."""
+
+
+def node_hostnames(n: int) -> tuple[str, ...]:
+    """The host names of an ``n``-node network, in node order: ``("node-a", "node-b", ...)``
+    (:class:`ValueError` outside [:data:`MIN_NODES`, :data:`MAX_NODES`]); creates nothing."""
+    if not MIN_NODES <= n <= MAX_NODES:
+        raise ValueError(f"{n} nodes: the network holds {MIN_NODES} to {MAX_NODES}")
+    return tuple(f"node-{letter}" for letter in NODE_LETTERS[:n])
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
     """One emulated node: a network namespace plus the host name its commands run under."""
 
-    hostname: str  # "node-a" / "node-b", as socket.gethostname() sees it on the node
+    hostname: str  # "node-a", "node-b", ..., as socket.gethostname() sees it on the node
     netns: str  # network namespace name
     ip: str  # address of INNER_IFNAME inside the namespace
     ifname: str  # interface name inside the namespace (for GLOO_SOCKET_IFNAME)
@@ -113,22 +132,21 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
-class TwoNodes:
-    """The two-node network: ``a`` (10.x.y.2) and ``b`` (10.x.y.3), bridge at 10.x.y.1."""
+class Nodes:
+    """An emulated network: ``nodes[i]`` at 10.x.y.(i + 2), the bridge at 10.x.y.1."""
 
-    a: Node
-    b: Node
+    nodes: tuple[Node, ...]  # in order: node-a, node-b, ...
     bridge: str  # bridge device in the root namespace
-    bridge_ip: str  # its address: reachable from both nodes
+    bridge_ip: str  # its address: reachable from every node
     subnet: str  # e.g. "10.231.17.0/24"
 
     @property
-    def nodes(self) -> tuple[Node, Node]:
-        return (self.a, self.b)
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(node.netns for node in self.nodes)
 
     @property
-    def namespaces(self) -> tuple[str, str]:
-        return (self.a.netns, self.b.netns)
+    def hostnames(self) -> tuple[str, ...]:
+        return tuple(node.hostname for node in self.nodes)
 
     def node(self, which: str | Node) -> Node:
         """A node by host name ("node-a"), short name ("a"), namespace name or itself."""
@@ -176,9 +194,22 @@ class TwoNodes:
         )
 
     def kill_all(self) -> None:
-        """SIGKILL every process still inside either namespace (all of them started here)."""
+        """SIGKILL every process still inside any node's namespace (all of them started here)."""
         for ns in self.namespaces:
             _kill_netns_pids(ns)
+
+
+@dataclass(frozen=True, slots=True)
+class TwoNodes(Nodes):
+    """The two-node network (:func:`two_node_network`): ``a`` (10.x.y.2) and ``b`` (10.x.y.3)."""
+
+    @property
+    def a(self) -> Node:
+        return self.nodes[0]
+
+    @property
+    def b(self) -> Node:
+        return self.nodes[1]
 
 
 def stop(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
@@ -242,10 +273,10 @@ def _list_links(kind: str) -> list[str]:
 def sweep_stale(max_age_s: float = STALE_AFTER_S) -> None:
     """Best effort: remove what crashed earlier runs of this module left behind.
 
-    A ``diag-[ab]-XXXX`` namespace goes when it is older than ``max_age_s`` (a live run is far
-    younger). A ``diagbrXXXX`` bridge goes when neither of its namespaces
-    exists any more (set-up creates the namespaces before the bridge, tear-down removes the bridge
-    first, so a concurrent run's bridge always has one). Processes are not killed.
+    A ``diag-[a-h]-XXXX`` namespace goes when it is older than ``max_age_s`` (a live run is far
+    younger). A ``diagbrXXXX`` bridge goes when none of its namespaces (``diag-?-XXXX``, same
+    suffix) exists any more (set-up creates the namespaces before the bridge, tear-down removes the
+    bridge first, so a concurrent run's bridge always has one). Processes are not killed.
     """
     now = time.time()
     with contextlib.suppress(Exception):
@@ -261,10 +292,10 @@ def sweep_stale(max_age_s: float = STALE_AFTER_S) -> None:
             if mtimes and now - min(mtimes) > max_age_s:
                 _delete_netns(ns)
     with contextlib.suppress(Exception):
-        live = set(_list_netns())
+        suffixes = {m[1] for m in map(_OUR_NS.match, _list_netns()) if m}
         for br in _list_links("bridge"):
             m = _OUR_BRIDGE.match(br)
-            if m and not {f"diag-a-{m[1]}", f"diag-b-{m[1]}"} & live:
+            if m and m[1] not in suffixes:
                 _ip("link", "del", br, check=False)
     with contextlib.suppress(Exception):
         live = set(_list_netns())
@@ -302,7 +333,7 @@ def _check_prerequisites(tools: Sequence[str] = ()) -> None:
 
 
 def unavailable_reason(tools: Sequence[str] = ()) -> str | None:
-    """Why :func:`two_node_network` cannot work here (not root, a tool missing, no ``ip
+    """Why :func:`node_network` cannot work here (not root, a tool missing, no ``ip
     netns``), or ``None`` when it should; cheap, creates nothing. ``tools``: more commands the
     caller needs (e.g. ``"tc"``)."""
     try:
@@ -315,25 +346,43 @@ def unavailable_reason(tools: Sequence[str] = ()) -> str | None:
 
 
 @contextlib.contextmanager
-def two_node_network() -> Iterator[TwoNodes]:
-    """Create the two-node network, yield it, and always tear it down.
+def node_network(n: int) -> Iterator[Nodes]:
+    """Create an ``n``-node network (2 to :data:`MAX_NODES`), yield it, always tear it down.
 
     Raises :class:`NetnsUnavailable` when the machine cannot host it (the fixture turns that into a
-    skip); any failure after set-up propagates after tear-down.
+    skip), :class:`ValueError` for a node count out of range; any failure after set-up propagates
+    after tear-down.
     """
+    with _network(n, Nodes) as nodes:
+        yield nodes
+
+
+@contextlib.contextmanager
+def two_node_network() -> Iterator[TwoNodes]:
+    """:func:`node_network` of two nodes, as :class:`TwoNodes` (``.a``, ``.b``)."""
+    with _network(2, TwoNodes) as nodes:
+        yield nodes
+
+
+@contextlib.contextmanager
+def _network(n: int, kind: type[_N]) -> Iterator[_N]:
+    """:func:`node_network`'s body, yielding ``kind`` (:class:`Nodes` or :class:`TwoNodes`)."""
+    names = node_hostnames(n)
     _check_prerequisites()
     sweep_stale()
     suffix = secrets.token_hex(2)
-    octet = _pick_subnet()
-    net = f"{NET_PREFIX}.{octet}"
+    net = f"{NET_PREFIX}.{_pick_subnet()}"
+    members = tuple(
+        Node(name, f"{NS_PREFIX}{letter}-{suffix}", f"{net}.{i + 2}", INNER_IFNAME,
+             f"{VETH_PREFIX}{letter}{suffix}")
+        for i, (name, letter) in enumerate(zip(names, NODE_LETTERS[:n], strict=True))
+    )  # fmt: skip
     bridge = f"{BRIDGE_PREFIX}{suffix}"
-    a = Node("node-a", f"diag-a-{suffix}", f"{net}.2", INNER_IFNAME, f"{VETH_PREFIX}a{suffix}")
-    b = Node("node-b", f"diag-b-{suffix}", f"{net}.3", INNER_IFNAME, f"{VETH_PREFIX}b{suffix}")
-    nodes = TwoNodes(a=a, b=b, bridge=bridge, bridge_ip=f"{net}.1", subnet=f"{net}.0/24")
+    nodes = kind(nodes=members, bridge=bridge, bridge_ip=f"{net}.1", subnet=f"{net}.0/24")
     created: list[str] = []
     try:
         try:
-            for node in (a, b):
+            for node in members:
                 proc = _ip("netns", "add", node.netns, check=False)
                 if proc.returncode != 0:
                     raise NetnsUnavailable(f"`ip netns add` failed: {proc.stderr.strip()}")
@@ -347,13 +396,12 @@ def two_node_network() -> Iterator[TwoNodes]:
         _teardown(nodes, created)
 
 
-def _setup(nodes: TwoNodes) -> None:
+def _setup(nodes: Nodes) -> None:
     # Every address a peer can show up as, IPv4-mapped too (the c10d TCPStore listens dual-stack
     # and looks its clients up by name), so no lookup ever falls through to DNS.
     names = [
         ("127.0.0.1", "localhost"),
-        (nodes.a.ip, nodes.a.hostname),
-        (nodes.b.ip, nodes.b.hostname),
+        *((node.ip, node.hostname) for node in nodes.nodes),
         (nodes.bridge_ip, "diag-analyzer"),
     ]
     lines = [f"{ip}\t{name}" for ip, name in names]
@@ -381,11 +429,11 @@ def _setup(nodes: TwoNodes) -> None:
     _wait_reachable(nodes)
 
 
-def _wait_reachable(nodes: TwoNodes, timeout: float = 10.0) -> None:
-    """Wait until both nodes can open a TCP connection to the bridge address (links are up)."""
+def _wait_reachable(nodes: Nodes, timeout: float = 10.0) -> None:
+    """Wait until every node can open a TCP connection to the bridge address (links are up)."""
     with socket.socket() as srv:
         srv.bind((nodes.bridge_ip, 0))
-        srv.listen(4)
+        srv.listen(len(nodes.nodes))
         port = srv.getsockname()[1]
         code = (
             "import socket, sys, time\n"
@@ -413,7 +461,7 @@ def _wait_reachable(nodes: TwoNodes, timeout: float = 10.0) -> None:
                 srv.accept()[0].close()
 
 
-def _teardown(nodes: TwoNodes, created: Sequence[str]) -> None:
+def _teardown(nodes: Nodes, created: Sequence[str]) -> None:
     for ns in created:
         with contextlib.suppress(Exception):
             _kill_netns_pids(ns)

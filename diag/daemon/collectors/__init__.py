@@ -13,11 +13,13 @@ from diag.config import DaemonConfig
 from diag.daemon.collectors.base import Collector
 from diag.daemon.collectors.gpu import GpuCollector
 from diag.daemon.collectors.host import HostCollector
+from diag.daemon.collectors.net import NetCollector
 from diag.daemon.collectors.ranks import RankWatch
 
 COLLECTORS: dict[str, Callable[[DaemonConfig], Collector]] = {
     "gpu": GpuCollector.from_config,
     "host": HostCollector.from_config,
+    "net": NetCollector.from_config,
     "ranks": RankWatch.from_config,
 }
 

@@ -18,6 +18,7 @@ from diag.diagnose.detectors import (
     hang,
     kernel,
     link,
+    link_hosts,
     node,
 )
 from diag.diagnose.features import Features
@@ -26,7 +27,13 @@ from diag.findings import Finding, ranked
 
 
 def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
-    return link.detect(features.collectives, features.step_events, cfg or link.LinkConfig())
+    """Slow collective groups, each narrowed to the host (or host pair) whose connections
+    queue or lose (:mod:`~diag.diagnose.detectors.link_hosts`)."""
+    found = link.detect(features.collectives, features.step_events, cfg or link.LinkConfig())
+    if not found or features.tcp.empty:
+        return found
+    hosts = features.hosts_of()
+    return [link_hosts.refine(f, features.tcp, features.step_events, hosts) for f in found]
 
 
 def _kernel(features: Features, cfg: kernel.KernelConfig | None) -> list[Finding]:
