@@ -33,6 +33,9 @@ thread's cost of each numerics piece timed directly (:mod:`overhead_numerics`).
 Attach (``--attach``): the base tier with the hook attached and detached as ``diag attach`` does
 (:mod:`overhead_attach`), the Flight Recorder at torch's default size.
 
+The closed loop's cost (idle, and its automatic windows under a persistent fault) needs real
+jobs under ``diag run``: ``bench/overhead_autocapture.py``.
+
     .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel|numerics] [--attach]
 """
 
