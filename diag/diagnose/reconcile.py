@@ -323,44 +323,31 @@ def unseen(kern: Finding, seen: float, expected: float) -> Finding:
     )
 
 
-def minor(kern: Finding, node: Finding, share: float) -> Finding:
-    """The kernel finding as a minor part of a slow rank's excess: ``info``, below the node."""
+def _below(kern: Finding, node: Finding, why: str, item: Evidence) -> Finding:
+    """The kernel finding demoted beside ``node``: ``info``, a confidence below the node's."""
     return replace(
         kern,
         severity="info",
         confidence=min(kern.confidence, node.confidence * 0.9),
-        summary=(
-            f"{kern.summary}; in the same windows it holds only {share:.0%} of what the rank "
-            f"lost: a part of {node.id}, not its cause"
-        ),
-        evidence=(
-            *kern.evidence,
-            Evidence(
-                metric="part_of",
-                subject=node.id,
-                value=share,
-                reference=1.0,
-                unit="fraction",
-                note="its share of the rank's excess in its profiler windows",
-            ),
-        ),
+        summary=f"{kern.summary}; {why}",
+        evidence=(*kern.evidence, item),
     )
+
+
+def minor(kern: Finding, node: Finding, share: float) -> Finding:
+    """The kernel finding as a minor part of a slow rank's excess: ``info``, below the node."""
+    why = f"in the same windows it holds only {share:.0%} of what the rank lost: a part of "
+    item = Evidence(
+        metric="part_of", subject=node.id, value=share, reference=1.0, unit="fraction",
+        note="its share of the rank's excess in its profiler windows",
+    )  # fmt: skip
+    return _below(kern, node, f"{why}{node.id}, not its cause", item)
 
 
 def symptom(kern: Finding, node: Finding) -> Finding:
     """The kernel finding as one symptom of a slow rank: ``info``, below the node finding."""
-    return replace(
-        kern,
-        severity="info",
-        confidence=min(kern.confidence, node.confidence * 0.9),
-        summary=f"{kern.summary}; every kernel on the rank is slower: a symptom of {node.id}",
-        evidence=(
-            *kern.evidence,
-            Evidence(
-                metric="symptom_of",
-                subject=node.id,
-                value=1.0,
-                note="the rank's compute is slower across kernels",
-            ),
-        ),
-    )
+    item = Evidence(
+        metric="symptom_of", subject=node.id, value=1.0,
+        note="the rank's compute is slower across kernels",
+    )  # fmt: skip
+    return _below(kern, node, f"every kernel on the rank is slower: a symptom of {node.id}", item)

@@ -39,6 +39,14 @@ class Collector(Protocol):
         ...
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RankRef:
+    """A rank process a collector was told about (:meth:`RankAware.track`)."""
+
+    rank: int
+    local_rank: int
+
+
 @runtime_checkable
 class RankAware(Protocol):
     """A collector that samples rank processes, told about them as ``RankInfo`` events arrive."""

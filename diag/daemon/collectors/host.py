@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from diag import schema
 from diag.config import DaemonConfig
-from diag.daemon.collectors.base import UNSTAMPED
+from diag.daemon.collectors.base import UNSTAMPED, RankRef
 from diag.daemon.collectors.procs import ProcessScan, parse_stat
 
 log = logging.getLogger(__name__)
@@ -59,12 +59,6 @@ class _ProcCounters:
     cpu_ticks: int  # utime + stime
     read_bytes: int
     write_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Rank:
-    rank: int
-    local_rank: int
 
 
 def _physical_disks(names: list[str]) -> set[str]:
@@ -96,7 +90,7 @@ class HostCollector:
         self._clock = clock
         self._ticks = clock_ticks_per_s or os.sysconf("SC_CLK_TCK")
         self._prev: _HostCounters | None = None
-        self._ranks: dict[int, _Rank] = {}
+        self._ranks: dict[int, RankRef] = {}
         self._prev_proc: dict[int, _ProcCounters] = {}
         self._others = ProcessScan(self.proc_root, self._ticks)
 
@@ -106,7 +100,7 @@ class HostCollector:
 
     def track(self, pid: int, rank: int, local_rank: int) -> None:
         """Sample process ``pid`` from now on as rank ``rank`` (until it exits)."""
-        self._ranks[pid] = _Rank(rank, local_rank)
+        self._ranks[pid] = RankRef(rank, local_rank)
 
     @property
     def tracked_pids(self) -> list[int]:

@@ -34,7 +34,7 @@ from typing import ClassVar
 
 from diag import schema
 from diag.config import DaemonConfig
-from diag.daemon.collectors.base import UNSTAMPED
+from diag.daemon.collectors.base import UNSTAMPED, RankRef
 from diag.daemon.collectors.inet_diag import TcpSocket, read_tcp
 
 log = logging.getLogger(__name__)
@@ -60,12 +60,6 @@ class _Conn:
     sndbuf_limited_us: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Rank:
-    rank: int
-    local_rank: int
-
-
 class NetCollector:
     """Samples the job's TCP connections and the node's ports (module docstring)."""
 
@@ -85,7 +79,7 @@ class NetCollector:
         self.interval_s = interval_s
         self._clock = clock
         self._read = read
-        self._ranks: dict[int, _Rank] = {}
+        self._ranks: dict[int, RankRef] = {}
         self._conns: dict[int, _Conn] = {}  # inode -> counters at the last cycle
         self._ports: dict[tuple[str, int], dict[str, int]] = {}
         self._prev_t: int | None = None
@@ -97,7 +91,7 @@ class NetCollector:
 
     def track(self, pid: int, rank: int, local_rank: int) -> None:
         """Sample process ``pid``'s connections from now on as rank ``rank``."""
-        self._ranks[pid] = _Rank(rank, local_rank)
+        self._ranks[pid] = RankRef(rank, local_rank)
 
     def collect(self, now_ns: int) -> Iterable[schema.Event]:
         t = self._clock()
@@ -113,9 +107,9 @@ class NetCollector:
 
     # -- TCP ---------------------------------------------------------------------------------
 
-    def _inodes(self) -> dict[int, _Rank]:
+    def _inodes(self) -> dict[int, RankRef]:
         """Socket inode -> the rank holding it (ranks whose process is gone are forgotten)."""
-        out: dict[int, _Rank] = {}
+        out: dict[int, RankRef] = {}
         for pid, who in list(self._ranks.items()):
             fd_dir = self.proc_root / str(pid) / "fd"
             try:
@@ -123,7 +117,7 @@ class NetCollector:
             except FileNotFoundError:
                 del self._ranks[pid]
                 continue
-            except OSError as exc:  # not ours to read: say so once per cycle, keep the rest
+            except OSError as exc:  # not ours to read: skip this rank this cycle, keep the rest
                 log.debug("cannot list %s: %s", fd_dir, exc)
                 continue
             for entry in entries:
@@ -139,7 +133,7 @@ class NetCollector:
         if not self._ranks:
             return []
         owners = self._inodes()
-        groups: dict[tuple[_Rank, str, str], list[tuple[TcpSocket, _Conn | None]]] = defaultdict(
+        groups: dict[tuple[RankRef, str, str], list[tuple[TcpSocket, _Conn | None]]] = defaultdict(
             list
         )
         seen: dict[int, _Conn] = {}
@@ -240,7 +234,7 @@ def _counters(path: Path, names: tuple[str, ...]) -> dict[str, int]:
 
 
 def _peer_sample(
-    who: _Rank,
+    who: RankRef,
     local: str,
     remote: str,
     conns: list[tuple[TcpSocket, _Conn | None]],

@@ -238,6 +238,7 @@ def refine(
     connection statistics."""
     if f.cause != "link" or f.link is None or len(f.link.hosts) < 2 or tcp.empty:
         return f
+    cfg = cfg or LinkHostsConfig()
     start = onset_ns(step_events, f.onset_step)
     stats = [s for s in pair_stats(tcp, start, cfg) if {s.src, s.dst} <= set(f.link.hosts)]
     if not stats:
@@ -281,7 +282,7 @@ def refine(
                 note=f"{_show(s)}; vs {versus}",
             )
         )  # fmt: skip
-        if s.loss >= (cfg or LinkHostsConfig()).min_loss:
+        if s.loss is not None and s.loss >= cfg.min_loss:
             evidence.append(
                 Evidence(
                     metric="tcp_loss", subject=f"{s.src} -> {s.dst}", value=s.loss,
