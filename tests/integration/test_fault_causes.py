@@ -19,6 +19,7 @@ from diag.findings import Finding
 from diag.selftest.cases import Case
 from diag.selftest.runner import run_case
 from diag.selftest.score import judge
+from tests.fakes.foreign import foreign_process_contention
 
 pytestmark = pytest.mark.integration
 
@@ -30,15 +31,6 @@ def _show(findings: list[Finding]) -> str:
         f"{f.cause} {f.severity} ranks={f.ranks} onset={f.onset_step} "
         f"conf={f.confidence}: {f.summary}"
         for f in findings
-    )
-
-
-def _foreign_process(f: Finding) -> bool:
-    """A contention finding naming a process outside the job on the rank's CPU: true, not made
-    up (a CPU-bound neighbour on this machine does contend the ranks it shares a CPU with)."""
-    return f.id.startswith("contention-") and any(
-        e.metric == "host_process_cpu_pct" and "a CPU the culprit ran on" in e.note
-        for e in f.evidence
     )
 
 
@@ -57,7 +49,7 @@ def _check(tmp_path: Path, cause: str, ranks: tuple[int, ...]) -> list[Finding]:
         for f in findings[1:]
         if f.severity != "info"
         and (f.cause != cause or f.ranks != top.ranks)
-        and not _foreign_process(f)
+        and not foreign_process_contention(f)
     ]
     assert not others, f"other findings at warning or above:\n{_show(findings)}"
     return findings

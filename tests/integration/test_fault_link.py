@@ -1,8 +1,9 @@
 """The slow-link fault, live: two emulated nodes (network namespaces, 2 ranks each, gloo over a
 bridge), node B's link rate-limited with ``tc tbf`` from step 30 to cost half of the job's step
 (:mod:`diag.selftest.link`); ``diag triage`` must name the link between node-a and node-b, and no
-finding of severity warning or above may blame a node or the data loader. Needs root, ``ip netns``
-and ``tc`` (skipped otherwise). One two-node launch (about 20 s).
+finding of severity warning or above may blame a node or the data loader (contention by a process
+outside the job on a rank's CPU excepted: on a busy test machine that is true). Needs root,
+``ip netns`` and ``tc`` (skipped otherwise). One two-node launch (about 20 s).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from diag.selftest.cases import Case
 from diag.selftest.link import HOSTS, run_link_case
 from diag.selftest.netns import unavailable_reason
 from diag.selftest.score import judge
+from tests.fakes.foreign import foreign_process_contention
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -47,5 +49,11 @@ def test_slow_link_is_named_with_its_hosts(tmp_path: Path) -> None:
     assert top.cause == "link" and top.severity in ("warning", "critical"), shown
     assert set(top.link.hosts) == set(HOSTS) == set(top.hosts), shown
     assert top.detected_step is not None and top.detected_step >= ONSET, shown
-    blamed = [f for f in findings if f.severity != "info" and f.cause in ("node", "data")]
+    blamed = [
+        f
+        for f in findings
+        if f.severity != "info"
+        and f.cause in ("node", "data")
+        and not foreign_process_contention(f)  # a busy neighbour on this machine: true
+    ]
     assert not blamed, f"node or data findings at warning or above:\n{shown}"

@@ -21,6 +21,7 @@ from diag.findings import Finding
 from diag.selftest.cases import Case
 from diag.selftest.link import run_link_case
 from diag.selftest.netns import unavailable_reason
+from tests.fakes.foreign import foreign_process_contention
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -62,5 +63,11 @@ def test_slow_link_is_localized_to_its_host(tmp_path: Path) -> None:
     assert top.onset_step is not None, shown
     assert abs(top.onset_step - case.onset_step) <= ONSET_TOLERANCE_STEPS, shown
     assert top.detected_step is not None and top.detected_step >= case.onset_step, shown
-    blamed = [f for f in findings if f.severity != "info" and f.cause in ("node", "data")]
+    blamed = [
+        f
+        for f in findings
+        if f.severity != "info"
+        and f.cause in ("node", "data")
+        and not foreign_process_contention(f)  # a busy neighbour on this machine: true
+    ]
     assert not blamed, f"node or data findings at warning or above:\n{shown}"
