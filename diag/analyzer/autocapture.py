@@ -14,6 +14,15 @@ Budget: at most one automatic window per job every ``min_interval_s`` (120 s), `
 (1) steps long: a window step costs about 40% more on CPU, so at 1 s steps that is 0.4 s in
 120 s, 0.33% of the job's time, and nothing while nothing is undecided.
 
+A link finding that spans several hosts, where the ranks' own connections did not single out one
+host (:mod:`diag.diagnose.detectors.link_hosts` leaves it on a pair or the whole group), gets a
+point-to-point probe round through the node daemons (:mod:`diag.analyzer.linkprobe`: every
+pair of up to five of the job's hosts, both ways, ``tcp_pair`` at nice 19, at most 8 MiB or
+half a second each way); the link detector reads its matrix
+(:mod:`diag.diagnose.detectors.link_probe`). Budget: one round per finding and at most one per
+job every ``probe_interval_s`` (600 s). A job on two hosts gets none: a probe between them
+measures the very link the finding names.
+
 Modes (``--auto-capture``): ``on`` requests; ``observe`` records what it would request and
 requests nothing; ``off`` does neither (diag before the loop). Every request, budget deferral,
 observation and outcome is one line of ``RUN_DIR/auto_capture.jsonl``
@@ -24,13 +33,17 @@ logged and the job goes on: the loop never signals, pauses or slows the job beyo
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diag.analyzer import linkprobe
+from diag.analyzer.linkprobe import LinkProbeConfig
 from diag.diagnose.coverage import KERNEL_EVIDENCE
+from diag.diagnose.detectors.link_probe import PROBE_LOCALIZATION
 from diag.errors import ConfigError, DiagError
 from diag.findings import SEVERITIES, Finding
 from diag.proto import diag_pb2 as pb
@@ -43,6 +56,8 @@ MODES = ("on", "observe", "off")
 
 #: (num_steps, ranks) -> the request as sent (its ``request_id`` and ``at_step``).
 Requester = Callable[[int, Sequence[int]], pb.ProfileRequest]
+#: (probe name, params_json, host) -> the probe request as sent.
+ProbeRequester = Callable[[str, str, str], pb.ProbeRequest]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,11 +70,15 @@ class AutoCaptureConfig:
     max_peers: int = 3  # healthy ranks of the suspects' work class profiled beside them
     min_severity: str = "info"  # findings below this are not worth a window
     outcome_timeout_s: float = 300.0  # a window not back by then is recorded as lost
+    probe_interval_s: float = 600.0  # one link probe round per job at most this often
+    link: LinkProbeConfig = field(default_factory=LinkProbeConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"auto capture mode {self.mode!r}: choose one of {', '.join(MODES)}")
-        if not self.min_interval_s >= 0 or self.num_steps < 1 or self.max_peers < 1:
+        if not self.min_interval_s >= 0 or not self.probe_interval_s >= 0:
+            raise ConfigError("auto capture: intervals must be >= 0 s")
+        if self.num_steps < 1 or self.max_peers < 1:
             raise ConfigError("auto capture: interval >= 0 s, at least 1 step and 1 peer")
         if self.min_severity not in SEVERITIES:
             raise ConfigError(f"auto capture: unknown severity {self.min_severity!r}")
@@ -75,27 +94,37 @@ class _Pending:
 class AutoCapture:
     """The loop's state across live triage passes. ``request`` sends a profile request (the
     analyzer's control board); ``run_dir`` is where the record goes (``None``: memory only);
-    ``clock`` is monotonic ns (the budget), ``wall`` the record's timestamps."""
+    ``clock`` is monotonic ns (the budget), ``wall`` the record's timestamps. ``probe`` sends a
+    probe request to one host's daemon (``None``: no link probe rounds)."""
 
     request: Requester
     run_dir: Path | None
     cfg: AutoCaptureConfig = field(default_factory=AutoCaptureConfig)
+    probe: ProbeRequester | None = None
     clock: Callable[[], int] = time.monotonic_ns
     wall: Callable[[], int] = time.time_ns
     records: list[Capture] = field(default_factory=list)
     _last_request_ns: int | None = None
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _noted: set[tuple[str, str]] = field(default_factory=set)  # (finding id, status) recorded
+    _last_probe_ns: int | None = None
+    _probed: set[str] = field(default_factory=set)  # link findings a round was sent for
 
     def step(
-        self, findings: Sequence[Finding], classes: Mapping[int, int] | None, ranks: Sequence[int]
+        self,
+        findings: Sequence[Finding],
+        classes: Mapping[int, int] | None,
+        ranks: Sequence[int],
+        addresses: Mapping[str, str] | None = None,
     ) -> list[Capture]:
         """Act on one triage pass's ``findings`` (``classes``: rank -> work class, ``None`` when
-        every rank does the same work; ``ranks``: every rank seen). The new records."""
+        every rank does the same work; ``ranks``: every rank seen; ``addresses``: host -> the
+        address its ranks' connections use). The new records."""
         new: list[Capture] = []
         self._outcomes(findings, new)
         if self.cfg.mode == "off":
             return new
+        self._links(findings, addresses or {}, new)
         named = _named_ranks(findings, self.cfg.min_severity)
         for f in findings:
             if not _undecided(f, self.cfg.min_severity):
@@ -152,11 +181,15 @@ class AutoCapture:
     ) -> None:
         now = self.clock()
         for rid, p in list(self._pending.items()):
-            outcome = _outcome(p.capture, findings)
+            probe = p.capture.kind == "probe"
+            outcome = (
+                _probe_outcome(p.capture, findings) if probe else _outcome(p.capture, findings)
+            )
+            what = "probe results" if probe else "window"
             if outcome is None and now - p.since_ns > self.cfg.outcome_timeout_s * 1e9:
-                outcome = f"no window came back within {self.cfg.outcome_timeout_s:g} s"
+                outcome = f"no {what} came back within {self.cfg.outcome_timeout_s:g} s"
             if outcome is None and final:
-                outcome = "undecided when the run ended (the window did not come back in time)"
+                outcome = f"undecided when the run ended (the {what} did not come back in time)"
             if outcome is None:
                 continue
             del self._pending[rid]
@@ -167,7 +200,60 @@ class AutoCapture:
                 at_step=c.at_step, request_id=rid, outcome=outcome,
             )  # fmt: skip
             self._record(done, new)
-            log.warning("automatic profiler window %s: %s", rid, outcome)
+            log.warning("automatic %s %s: %s", _KIND[c.kind], rid, outcome)
+
+    def _links(
+        self, findings: Sequence[Finding], addresses: Mapping[str, str], new: list[Capture]
+    ) -> None:
+        """A probe round for each link finding its connections left undecided (module doc)."""
+        for f in findings:
+            if not _undecided_link(f, self.cfg.min_severity) or f.id in self._probed:
+                continue
+            assert f.link is not None
+            after = f.onset_step if f.onset_step is not None else -1
+            reason = (
+                f"the link of {', '.join(f.link.hosts)}: the ranks' connections do not single "
+                "out one host"
+            )
+            hosts = _probe_hosts(f.link.hosts, addresses, self.cfg.link.max_hosts)
+            note = functools.partial(self._note, f, ranks=f.ranks, peers=(), after=after,
+                                     reason=reason, new=new, kind="probe")  # fmt: skip
+            if self.probe is None:
+                note("deferred", outcome="no probe path (the analyzer runs without daemons)")
+                continue
+            if len(hosts) < 3:
+                why = (
+                    "the job's connections name fewer than three hosts' addresses; probes "
+                    "between two hosts measure the very link the finding names"
+                )
+                note("deferred", outcome=why)
+                continue
+            if self.cfg.mode == "observe":
+                note("observed", outcome="")
+                continue
+            now = self.clock()
+            wait_ns = int(self.cfg.probe_interval_s * 1e9)
+            if self._last_probe_ns is not None and now - self._last_probe_ns < wait_ns:
+                left = (wait_ns - (now - self._last_probe_ns)) / 1e9
+                note("deferred", outcome=f"one probe round per job every "
+                     f"{self.cfg.probe_interval_s:g} s; next in {left:.0f} s")  # fmt: skip
+                continue
+            try:
+                orders = linkprobe.plan(hosts, addresses, self.cfg.link)
+                sent = [self.probe(linkprobe.PROBE, o.params_json, o.host) for o in orders]
+            except DiagError as exc:  # the analyzer shutting down: the job goes on
+                log.warning("link probe round not requested: %s", exc)
+                continue
+            self._last_probe_ns = now
+            self._probed.add(f.id)
+            c = Capture(
+                ts_ns=self.wall(), status="requested", finding_id=f.id, kind="probe",
+                reason=f"{reason}; probing {', '.join(hosts)} pairwise ({len(sent)} probes)",
+                ranks=f.ranks, after_step=after, request_id=sent[0].request_id,
+            )  # fmt: skip
+            self._pending[c.request_id] = _Pending(c, now)
+            self._record(c, new)
+            log.warning("link probe round between %s: %s", ", ".join(hosts), reason)
 
     def _note(
         self,
@@ -179,17 +265,18 @@ class AutoCapture:
         reason: str,
         outcome: str,
         new: list[Capture],
+        kind: str = "profile",
     ) -> None:
         if (f.id, status) in self._noted:
             return
         self._noted.add((f.id, status))
         c = Capture(
-            ts_ns=self.wall(), status=status, finding_id=f.id, kind="profile", reason=reason,
+            ts_ns=self.wall(), status=status, finding_id=f.id, kind=kind, reason=reason,
             ranks=ranks, peers=peers, after_step=after, outcome=outcome,
         )  # fmt: skip
         self._record(c, new)
         if status == "observed":
-            log.warning("auto capture (observe): would request a profiler window: %s", reason)
+            log.warning("auto capture (observe): would request a %s: %s", _KIND[kind], reason)
 
     def _record(self, c: Capture, new: list[Capture]) -> None:
         self.records.append(c)
@@ -202,6 +289,10 @@ class AutoCapture:
             log.warning("cannot record the automatic capture: %s", exc)
 
 
+#: what each kind of capture is, in words.
+_KIND = {"profile": "profiler window", "probe": "link probe round"}
+
+
 def _at_least(severity: str, floor: str) -> bool:
     return SEVERITIES.index(severity) >= SEVERITIES.index(floor)
 
@@ -211,6 +302,21 @@ def _undecided(f: Finding, floor: str) -> bool:
     if f.symptom != "slowdown" or f.cause != "node" or not _at_least(f.severity, floor):
         return False
     return any(e.metric == KERNEL_EVIDENCE and e.value == 0 for e in f.evidence)
+
+
+def _undecided_link(f: Finding, floor: str) -> bool:
+    """A link slowdown its connections left on several hosts, not yet probed."""
+    if f.symptom != "slowdown" or f.cause != "link" or not _at_least(f.severity, floor):
+        return False
+    if f.link is None or len(f.link.hosts) < 2:
+        return False
+    return not any(e.metric == PROBE_LOCALIZATION for e in f.evidence)
+
+
+def _probe_hosts(suspects: Sequence[str], addresses: Mapping[str, str], most: int) -> list[str]:
+    """The finding's hosts first, then the job's other hosts (references), with an address."""
+    order = [*sorted(suspects), *sorted(set(addresses) - set(suspects))]
+    return [h for h in order if h in addresses][:most]
 
 
 def _named_ranks(findings: Sequence[Finding], floor: str) -> set[int]:
@@ -245,4 +351,17 @@ def _outcome(c: Capture, findings: Sequence[Finding]) -> str | None:
             e.metric == KERNEL_EVIDENCE and e.value >= 1 for e in f.evidence
         ):
             return "node: no one operator explains it (the rank is slower throughout)"
+    return None
+
+
+def _probe_outcome(c: Capture, findings: Sequence[Finding]) -> str | None:
+    """What the probe round decided for ``c``'s finding, ``None`` while no result is in."""
+    for f in findings:
+        if f.id != c.finding_id:
+            continue
+        for e in f.evidence:
+            if e.metric == PROBE_LOCALIZATION:
+                if e.value >= 1:
+                    return f"link: the probes name {e.subject}"
+                return f"link: the probes name no one link ({e.note})"
     return None

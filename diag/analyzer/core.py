@@ -33,6 +33,7 @@ from diag.analyzer import wal as wal_mod
 from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig
 from diag.analyzer.control import CONTROL_FILE, ControlBoard
 from diag.diagnose.capture_evidence import annotate
+from diag.diagnose.detectors import link_hosts
 from diag.diagnose.detectors.registry import run_all
 from diag.diagnose.features import Features
 from diag.diagnose.triage import TriageResult
@@ -124,9 +125,13 @@ class AnalyzerCore:
                 request=lambda n, ranks: self.request_profile(n, ranks),
                 run_dir=store.run_dir,
                 cfg=auto_capture,
+                probe=lambda name, params, host: self.request_probe(
+                    pb.ProbeRequest(probe=name, params_json=params, host=host)
+                ),
             )
         self._classes: dict[int, int] | None = None  # work classes seen by the last triage
         self._ranks: list[int] = []
+        self._addresses: dict[str, str] = {}  # host -> its ranks' connections' address
         #: set when an event arrives that a finding should follow at once (a hang report, an
         #: exception, a rank exit): the live triage runs then instead of at its next interval.
         self.urgent = threading.Event()
@@ -346,6 +351,7 @@ class AnalyzerCore:
         self._classes = dict(layout.work_class) if layout.known else None
         steps = features.steps
         self._ranks = sorted(int(r) for r in steps["rank"].unique()) if len(steps) else []
+        self._addresses = link_hosts.addresses(features.tcp)
         if self.autocapture is not None:
             if final:
                 self.autocapture.settle(findings)
@@ -358,7 +364,7 @@ class AnalyzerCore:
         """The closed loop on one live triage ``result``: request the evidence an undecided
         finding lacks, record what came back (:mod:`diag.analyzer.autocapture`)."""
         if self.autocapture is not None and not self._closed:
-            self.autocapture.step(result.findings, self._classes, self._ranks)
+            self.autocapture.step(result.findings, self._classes, self._ranks, self._addresses)
 
     def summary_json(self) -> dict[str, Any]:
         """``summarize().to_json()``: the ``diag report --json`` object (works after close too)."""

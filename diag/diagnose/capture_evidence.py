@@ -5,7 +5,8 @@
 finding with that id, or a finding on the same ranks that took it in (a node slowdown that the
 window showed to be one kernel comes back as the kernel finding). ``value`` is the step the
 window was asked for, ``note`` says why it was asked, and whether it decided the cause (and
-which), is still on its way, was only logged (``observe``) or held back by the budget.
+which), is still on its way, was only logged (``observe``) or held back by the budget. A link
+probe round (kind ``probe``) reads the same way, naming what the probes decided.
 """
 
 from __future__ import annotations
@@ -54,16 +55,18 @@ def _evidence(mine: Sequence[Capture]) -> Evidence:
         f" (peers {peers})" if peers else ""
     )
     at = f"step {last.at_step}" if last.at_step >= 0 else "the next steps"
+    what = "link probe round" if last.kind == "probe" else "profiler window"
+    when = "" if last.kind == "probe" else f" at {at}"
     why = f" ({last.reason})" if last.reason else ""
     if decided:
         outcome = decided[-1].outcome
-        note = f"profiler window at {at}, requested automatically{why}, decided it: {outcome}"
+        note = f"{what}{when}, requested automatically{why}, decided it: {outcome}"
     elif last.status == "requested":
-        note = f"profiler window requested automatically for {at}{why}; not back yet"
+        note = f"{what} requested automatically{when.replace(' at', ' for')}{why}; not back yet"
     elif last.status == "observed":
-        note = f"observe mode: would have requested a profiler window{why}"
+        note = f"observe mode: would have requested a {what}{why}"
     else:
-        held = last.outcome or "one per job every 2 minutes"
-        note = f"a profiler window was due{why} but was held back: {held}"
+        held = last.outcome or "its budget"
+        note = f"a {what} was due{why} but was held back: {held}"
     value = float(last.at_step) if last.at_step >= 0 else math.nan
     return Evidence(metric=AUTO_CAPTURE, subject=subject, value=value, unit="step", note=note)

@@ -135,6 +135,9 @@ class Features:
     #: The ranks' TCP connections per remote address (TcpPeerSample, schema 1.8), as stored:
     #: the link detector narrows a slow group to the host whose connections queue or lose.
     tcp: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Results of the probes the node daemons ran on request (ProbeResultEvent, schema 1.5), as
+    #: stored: the link detector reads the closed loop's point-to-point round (``tcp_pair``).
+    probes: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: Which ranks do the same work (:mod:`~diag.diagnose.layout`); None: not inferred yet
     #: (:meth:`work_layout` infers it from the frames above).
     layout: Layout | None = None
@@ -170,6 +173,7 @@ class Features:
             process_groups=groups,
             host_processes=store.frame("host_process"),
             tcp=store.frame("tcp_peer"),
+            probes=store.frame("probe_result"),
             layout=_layout(steps, step_events, groups, collectives),
         )
 

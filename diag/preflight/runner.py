@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from diag.errors import ConfigError
-from probes import PROBES
+from probes import DEFAULT_PROBES, PROBES
 from probes.base import ProbeContext, ProbeResult, run_guarded
 
 Row = tuple[str, ProbeResult]
@@ -69,7 +69,14 @@ def make_context(gpu_backend: Any = None) -> ProbeContext:
 def check_names(names: Sequence[str]) -> None:
     unknown = [n for n in names if n not in PROBES]
     if unknown:
-        raise ConfigError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES)}")
+        known = ", ".join(n for n in PROBES if n in DEFAULT_PROBES)
+        raise ConfigError(f"unknown probe(s) {', '.join(unknown)}; known: {known}")
+    pairs = [n for n in names if n not in DEFAULT_PROBES]
+    if pairs:
+        raise ConfigError(
+            f"{', '.join(pairs)} runs between two hosts' node daemons (the analyzer's link probe "
+            "round), not in preflight"
+        )
 
 
 def run_probes(

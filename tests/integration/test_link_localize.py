@@ -1,13 +1,16 @@
 """The slow-link fault on four nodes, live: one rank per node (network namespaces, gloo over a
 bridge), node C's link rate-limited with ``tc tbf`` from step 30 to cost half of the job's step
-(:mod:`diag.selftest.link`); ``diag triage`` must localize the slowdown from every host of the
-job to that host's link: gloo's ring gives each host one heavy connection in and one out, so the
-ranks' TCP statistics name the pair of hosts of the slowest connection, which must hold that host
-(:mod:`diag.diagnose.detectors.link_hosts`: the sender's way out or the receiver's way in; a probe
-from a third host would tell which end), from about the onset; no finding of severity warning
-or above may blame a node or the data loader. Node C rather than the default (node B for seed 0,
-as on two nodes) so that a detector naming the two-node case's host by habit does not pass.
-Needs root, ``ip netns`` and ``tc`` (skipped otherwise). One four-node launch (about 30 s).
+(:mod:`diag.selftest.link`); the top finding must be ``link`` naming that host alone, from about
+the onset. Passive evidence cannot do it here: gloo's ring gives each host one heavy connection
+in and one out, so the ranks' TCP statistics name the pair of hosts of the slowest connection
+(:mod:`diag.diagnose.detectors.link_hosts`); the analyzer's closed loop then runs a
+point-to-point probe round through the four node daemons (:mod:`diag.analyzer.linkprobe`) and
+the matrix names the host whose incoming traffic is slow
+(:mod:`diag.diagnose.detectors.link_probe`). No finding of severity warning or above may blame
+a node or the data loader. Node C rather than the default (node B for seed 0, as on two nodes)
+so that a detector naming the two-node case's host by habit does not pass. Needs root, ``ip
+netns`` and ``tc`` (skipped otherwise). One four-node launch, long enough for the round to come
+back (300 steps, about a minute).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from diag.diagnose.capture_evidence import AUTO_CAPTURE
+from diag.diagnose.detectors.link_probe import PROBE_LOCALIZATION
 from diag.findings import Finding
 from diag.selftest.cases import Case
 from diag.selftest.link import run_link_case
@@ -30,6 +35,9 @@ NODES = 4
 SLOW_HOST = "node-c"
 #: how far the top finding's onset may be from the step the limit held from.
 ONSET_TOLERANCE_STEPS = 10
+#: the job's length: detection (a live triage every 5 s) and the probe round (about 10 s) must
+#: fit after the onset, at about 0.15 s a step under the limit.
+STEPS = 300
 
 
 def _show(findings: list[Finding]) -> str:
@@ -46,7 +54,7 @@ def test_slow_link_is_localized_to_its_host(tmp_path: Path) -> None:
     reason = unavailable_reason(("tc",))
     if reason is not None:
         pytest.skip(f"network namespaces unavailable: {reason}")
-    case = Case(cause="link", severity=0.5, world_size=4, onset_step=ONSET, steps=80)
+    case = Case(cause="link", severity=0.5, world_size=4, onset_step=ONSET, steps=STEPS)
     case, findings = run_link_case(case, tmp_path, nodes=NODES, slow_host=SLOW_HOST)
     shaping = json.loads((tmp_path / "link.json").read_text())
     shown = f"{_show(findings)}\nlink: {shaping}"
@@ -57,9 +65,12 @@ def test_slow_link_is_localized_to_its_host(tmp_path: Path) -> None:
     top = findings[0]
     assert top.cause == "link" and top.severity in ("warning", "critical"), shown
     assert top.link is not None, shown
-    assert SLOW_HOST in top.link.hosts and len(top.link.hosts) <= 2, shown
-    assert set(top.hosts) == set(top.link.hosts), shown
-    assert any(e.metric == "tcp_slowness" for e in top.evidence), shown
+    assert top.link.hosts == (SLOW_HOST,) and top.hosts == (SLOW_HOST,), shown
+    assert any(e.metric == "tcp_slowness" for e in top.evidence), shown  # the passive half
+    (probed,) = [e for e in top.evidence if e.metric == PROBE_LOCALIZATION]
+    assert probed.value == 1 and probed.subject == SLOW_HOST, shown
+    (loop,) = [e for e in top.evidence if e.metric == AUTO_CAPTURE]
+    assert "link probe round" in loop.note and "decided it" in loop.note, shown
     assert top.onset_step is not None, shown
     assert abs(top.onset_step - case.onset_step) <= ONSET_TOLERANCE_STEPS, shown
     assert top.detected_step is not None and top.detected_step >= case.onset_step, shown

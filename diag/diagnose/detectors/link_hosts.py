@@ -106,6 +106,22 @@ def hosts_by_ip(tcp: pd.DataFrame) -> dict[str, str]:
             if _routable(str(ip))}  # fmt: skip
 
 
+def addresses(tcp: pd.DataFrame) -> dict[str, str]:
+    """Host -> the local address its ranks' connections carried the most bytes on (loopback
+    left out): where a probe to that host should go to cross the job's link."""
+    need = {"local_ip", "host", "bytes_acked"}
+    if tcp.empty or not need <= set(tcp.columns):
+        return {}
+    df = tcp[tcp["local_ip"].astype(str).map(_routable)]
+    if df.empty:
+        return {}
+    sums = df.groupby(["host", "local_ip"], sort=True)["bytes_acked"].sum().reset_index()
+    best = sums.sort_values(["host", "bytes_acked"], ascending=[True, False], kind="stable")
+    return {
+        str(h): str(ip) for h, ip in best.groupby("host", sort=True)["local_ip"].first().items()
+    }
+
+
 def pair_stats(
     tcp: pd.DataFrame, onset_ns: int | None, cfg: LinkHostsConfig | None = None
 ) -> list[PairStat]:

@@ -19,6 +19,7 @@ from diag.diagnose.detectors import (
     kernel,
     link,
     link_hosts,
+    link_probe,
     node,
 )
 from diag.diagnose.features import Features
@@ -28,12 +29,17 @@ from diag.findings import Finding, ranked
 
 def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
     """Slow collective groups, each narrowed to the host (or host pair) whose connections
-    queue or lose (:mod:`~diag.diagnose.detectors.link_hosts`)."""
+    queue or lose (:mod:`~diag.diagnose.detectors.link_hosts`), then to what the closed loop's
+    point-to-point probes named (:mod:`~diag.diagnose.detectors.link_probe`)."""
     found = link.detect(features.collectives, features.step_events, cfg or link.LinkConfig())
-    if not found or features.tcp.empty:
+    if not found or (features.tcp.empty and features.probes.empty):
         return found
     hosts = features.hosts_of()
-    return [link_hosts.refine(f, features.tcp, features.step_events, hosts) for f in found]
+    found = [link_hosts.refine(f, features.tcp, features.step_events, hosts) for f in found]
+    return [
+        link_probe.refine(f, features.probes, features.tcp, features.step_events, hosts)
+        for f in found
+    ]
 
 
 def _kernel(features: Features, cfg: kernel.KernelConfig | None) -> list[Finding]:

@@ -11,8 +11,9 @@ import pytest
 from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig, _peers
 from diag.diagnose.capture_evidence import AUTO_CAPTURE, annotate
 from diag.diagnose.coverage import KERNEL_EVIDENCE
+from diag.diagnose.detectors.link_probe import PROBE_LOCALIZATION
 from diag.errors import ConfigError, TransportError
-from diag.findings import Evidence, Finding
+from diag.findings import Evidence, Finding, LinkRef
 from diag.proto import diag_pb2 as pb
 from diag.store import captures
 
@@ -181,3 +182,80 @@ def test_the_final_triage_settles_what_is_still_pending(tmp_path: Path) -> None:
     (lost,) = loop2.settle([_node((2,))])
     assert lost.outcome.startswith("undecided when the run ended")
     assert loop2.settle([_node((2,))]) == []  # settled once
+
+
+# -- link probe rounds --------------------------------------------------------------------------
+
+ADDRESSES = {"node-a": "10.9.0.1", "node-b": "10.9.0.2", "node-c": "10.9.0.3", "node-d": "10.9.0.4"}
+
+
+def _link(
+    hosts: tuple[str, ...] = ("node-b", "node-c"), evidence: tuple[Evidence, ...] = ()
+) -> Finding:
+    return Finding(
+        id="link:0", symptom="slowdown", cause="link", severity="warning", ranks=(1, 2),
+        hosts=hosts, onset_step=30, detected_step=33, slowdown=0.5, confidence=0.6,
+        summary="all_reduce of group 0 takes 2x longer", evidence=evidence,
+        link=LinkRef(ranks=(1, 2), hosts=hosts, group="0"),
+    )  # fmt: skip
+
+
+class Daemons:
+    """Stands in for the control board's probe requests: numbers them, keeps what was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str]] = []
+
+    def __call__(self, probe: str, params_json: str, host: str) -> pb.ProbeRequest:
+        self.sent.append((probe, params_json, host))
+        return pb.ProbeRequest(request_id=f"p{len(self.sent)}", probe=probe, host=host)
+
+
+def _probing(tmp_path: Path, mode: str = "on") -> tuple[AutoCapture, Daemons, Clock]:
+    daemons, clock = Daemons(), Clock()
+    loop = AutoCapture(request=Board(), run_dir=tmp_path, cfg=AutoCaptureConfig(mode=mode),
+                       clock=clock, wall=clock, probe=daemons)  # fmt: skip
+    return loop, daemons, clock
+
+
+def test_a_link_its_connections_left_on_a_pair_gets_one_probe_round_with_references(
+    tmp_path: Path,
+) -> None:
+    loop, daemons, _ = _probing(tmp_path)
+    (c,) = loop.step([_link()], None, [0, 1, 2, 3], ADDRESSES)
+    assert c.kind == "probe" and c.status == "requested" and c.request_id == "p1"
+    assert "probing node-b, node-c, node-a, node-d pairwise (12 probes)" in c.reason
+    assert {h for _, _, h in daemons.sent} == set(ADDRESSES) and len(daemons.sent) == 12
+    assert all(p == "tcp_pair" for p, _, _ in daemons.sent)
+    assert loop.step([_link()], None, [0, 1, 2, 3], ADDRESSES) == []  # once per finding
+    named = _link(("node-c",), (Evidence(metric=PROBE_LOCALIZATION, subject="node-c", value=1.0),))
+    (done,) = loop.step([named], None, [0, 1, 2, 3], ADDRESSES)
+    assert done.status == "decided" and done.outcome == "link: the probes name node-c"
+    (f,) = annotate([named], loop.records)
+    (e,) = [e for e in f.evidence if e.metric == AUTO_CAPTURE]
+    assert "link probe round, requested automatically" in e.note and "node-c" in e.note
+    assert len(daemons.sent) == 12
+
+
+def test_a_link_named_to_one_host_or_on_two_hosts_gets_no_round(tmp_path: Path) -> None:
+    loop, daemons, _ = _probing(tmp_path)
+    assert loop.step([_link(("node-c",))], None, [0, 1], ADDRESSES) == []
+    two = {h: a for h, a in ADDRESSES.items() if h in ("node-b", "node-c")}
+    (c,) = loop.step([_link()], None, [0, 1], two)
+    assert c.status == "deferred" and "fewer than three hosts" in c.outcome
+    assert daemons.sent == []
+
+
+def test_observe_mode_and_the_budget_hold_probe_rounds_back(tmp_path: Path) -> None:
+    loop, daemons, _ = _probing(tmp_path, mode="observe")
+    (c,) = loop.step([_link()], None, [0, 1, 2, 3], ADDRESSES)
+    assert c.status == "observed" and daemons.sent == []
+    loop, daemons, clock = _probing(tmp_path)
+    loop.step([_link()], None, [0, 1, 2, 3], ADDRESSES)
+    other = replace(_link(), id="link:1")
+    (held,) = loop.step([other], None, [0, 1, 2, 3], ADDRESSES)
+    assert held.status == "deferred" and "one probe round per job every 600 s" in held.outcome
+    clock.now += 601 * S
+    lost, sent = loop.step([other], None, [0, 1, 2, 3], ADDRESSES)
+    assert lost.status == "decided" and "no probe results came back within" in lost.outcome
+    assert sent.status == "requested" and sent.finding_id == "link:1" and len(daemons.sent) == 24
