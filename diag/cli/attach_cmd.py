@@ -1,10 +1,12 @@
-"""``diag attach [PID | --job RUN_ID] [--duration S] [--out DIR] [--analyzer HOST:PORT]``.
+"""``diag attach [PID | --job RUN_ID] [--duration S] [--steps N] [--out DIR] [--analyzer ADDR]``.
 
 Composition root of an attach on one node: find the torchrun workers of the job
 (:mod:`diag.attach.discover`), start an analyzer (embedded unless one is given) and a node daemon
 as ``diag run`` does (:mod:`diag.cli.runtime`), inject the hook into every worker
-(:mod:`diag.attach.inject`), show the live view, and detach at the end of ``--duration``, on
-Ctrl-C or when the job ends. The job is never stopped or signalled: it runs to its own exit code.
+(:mod:`diag.attach.inject`), show the live view, and detach at the end of ``--duration``, once
+every attached rank has recorded ``--steps`` steps (the amount of evidence, whatever the pace: a
+job on a loaded machine takes longer to give it), on Ctrl-C or when the job ends, whichever
+comes first. The job is never stopped or signalled: it runs to its own exit code.
 
 Exit status: 0 after a detach; 2 with one line when nothing could be attached (not a torchrun job,
 a PID that vanished, permission, no injector); the workers already injected are detached then.
@@ -39,6 +41,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job", metavar="RUN_ID", help="every worker with this run id instead")
     parser.add_argument(
         "--duration", type=float, default=0.0, help="detach after S seconds (default: at Ctrl-C)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="detach once every attached rank has recorded N steps (default: no step limit)",
     )
     parser.add_argument("--out", type=Path, help="run directory (default runs/attach-<run id>)")
     parser.add_argument(
@@ -210,13 +218,26 @@ def _report_states(workers: Sequence[discover.Worker], states: dict[int, dict[st
 def _watch(
     workers: Sequence[discover.Worker], source: runtime.SummarySource, args: argparse.Namespace
 ) -> None:
-    """Until ``--duration`` ends, Ctrl-C, or every worker is gone; live view on a terminal."""
+    """Until ``--duration`` ends, every rank has ``--steps`` steps, Ctrl-C, or every worker is
+    gone; live view on a terminal."""
     live = args.live == "on" or (args.live == "auto" and sys.stdout.isatty())
     start = time.monotonic()
     end = start + args.duration if args.duration > 0 else float("inf")
+    want = max(0, int(getattr(args, "steps", 0) or 0))
+    checked = [start]
+
+    def enough_steps() -> bool:
+        if not want or time.monotonic() - checked[0] < 1.0:
+            return False
+        checked[0] = time.monotonic()
+        return fewest_steps(source.get(), len(workers)) >= want
 
     def going() -> bool:
-        return time.monotonic() < end and any(discover.still_running(w) for w in workers)
+        return (
+            time.monotonic() < end
+            and any(discover.still_running(w) for w in workers)
+            and not enough_steps()
+        )
 
     try:
         if not live:
@@ -242,6 +263,16 @@ def _watch(
                 view.update(tables.live(summary, elapsed_s=now - start, steps_per_s=rate))
     except KeyboardInterrupt:
         print("diag attach: detaching", file=sys.stderr)
+
+
+def fewest_steps(summary: dict[str, Any] | None, num_ranks: int) -> int:
+    """The fewest steps any of the ``num_ranks`` attached ranks has recorded (0 while a rank has
+    reported none)."""
+    ranks = (summary or {}).get("ranks") or []
+    counts = [int(r.get("steps") or 0) for r in ranks if isinstance(r, dict)]
+    if len(counts) < num_ranks:
+        return 0
+    return min(counts, default=0)
 
 
 def _print_final(

@@ -75,7 +75,9 @@ def test_attach_twice_to_a_slow_rank_job(tmp_path: Path) -> None:
         for attempt in (1, 2):
             out = tmp_path / f"attach{attempt}"
             res = subprocess.run(
-                diag("attach", str(job.pid), "--duration", "6", "--out", str(out), "--live", "off"),
+                # detach after 60 steps on every rank (a fixed time gives a loaded machine few)
+                diag("attach", str(job.pid), "--steps", "60", "--duration", "60", "--out",
+                     str(out), "--live", "off"),
                 env=env(), capture_output=True, text=True, timeout=90,
             )  # fmt: skip
             assert res.returncode == 0, res.stderr

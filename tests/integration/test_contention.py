@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +38,8 @@ pytestmark = [
 
 PINNED = REPO / "tests" / "fakes" / "pinned_worker.py"
 ARGS = ("--hidden", "512", "--batch", "64", "--print-every", "10")
+#: diag attach: steps under the hook before the hog (the onset's baseline) and after it.
+STEPS_BEFORE, STEPS_AFTER = 40, 80
 
 
 def _env() -> dict[str, str]:
@@ -49,6 +53,21 @@ def _wait_for(log: Path, text: str, timeout_s: float = 120.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"{text!r} not in {log}:\n{log.read_text()[-2000:]}")
+
+
+def _newest_step(log: Path) -> int:
+    """The newest step rank 0 printed (every 10 steps), -1 before any."""
+    found = re.findall(r"^rank 0 step (\d+) ", log.read_text(errors="replace"), re.MULTILINE)
+    return int(found[-1]) if found else -1
+
+
+def _wait_for_step(log: Path, step: int, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _newest_step(log) >= step:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"rank 0 did not reach step {step} in {log}:\n{log.read_text()[-2000:]}")
 
 
 def _triage(run_dir: Path) -> list[dict]:
@@ -141,22 +160,32 @@ def test_a_hog_on_one_rank_cpu_under_diag_run(tmp_path: Path) -> None:
 def test_a_hog_on_one_rank_cpu_under_diag_attach(tmp_path: Path) -> None:
     if sys.version_info < (3, 14) and not importlib.util.find_spec("hypno"):
         pytest.skip("no injector: pip install hypno")
-    out, log = tmp_path / "attach", tmp_path / "job.log"
+    out, log, err_log = tmp_path / "attach", tmp_path / "job.log", tmp_path / "attach.err"
     with open(log, "wb") as sink:
         job = subprocess.Popen(torchrun(4, "--steps", "100000", *ARGS, script=PINNED),
                                env=_env(), stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
-    hog = None
+    hog = attach = None
     try:
         _wait_for(log, "rank 0 step 0 ")
-        attach = subprocess.Popen(
-            diag("attach", str(job.pid), "--duration", "18", "--out", str(out), "--live", "off"),
-            env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        time.sleep(6.0)  # steps before the hog, for the onset
+        with open(err_log, "wb") as err:
+            attach = subprocess.Popen(
+                diag("attach", str(job.pid), "--duration", "240", "--out", str(out), "--live",
+                     "off"),
+                env=env(), stdout=subprocess.DEVNULL, stderr=err,
+            )  # fmt: skip
+        # Counted in steps from when every worker is hooked, not in seconds: on a loaded
+        # machine the job runs slower, and a fixed time gave too few steps (seen: 52 in 18 s,
+        # and a rank hooked 3 s after the first had no steps before the hog).
+        _wait_for(err_log, "diag attach: hooked ranks")
+        _wait_for_step(log, _newest_step(log) + STEPS_BEFORE)  # the onset's baseline
         hog, started_ns = cpu_hog.start_hog(cpu=1), time.time_ns()
-        _, err = attach.communicate(timeout=120)
-        assert attach.returncode == 0, err
+        _wait_for_step(log, _newest_step(log) + STEPS_AFTER, timeout_s=240)
+        attach.send_signal(signal.SIGINT)  # detach (as Ctrl-C does)
+        assert attach.wait(timeout=120) == 0, err_log.read_text()
     finally:
+        if attach is not None and attach.poll() is None:
+            attach.kill()
+            attach.wait()
         if hog is not None:
             hog.kill()
             hog.wait()
