@@ -14,9 +14,11 @@ at which it *received*:
   first, then reads what the sink sends back: the rate ``peer -> bind``.
 
 The rate is bytes over the time from the first byte received to the last, so connection set-up
-and the sender's start are not counted. Small by design (8 MiB or half a second each way by
-default): a probe runs beside a live job at nice 19 and should cost it little; a limited link
-shows as a rate many times below its peers', which such sizes already measure. Addresses are IP
+and the sender's start are not counted. Small by design (1 MiB or a quarter of a second each way
+by default): a probe runs beside a live job at nice 19, and what it sends into a limited link
+queues with the job's traffic (8 MiB per pair held a tbf-limited link busy for seconds and slowed
+the job's steps about 1.5x while a round ran, on four emulated nodes); a limited link still
+shows as a rate many times below its peers' at this size. Addresses are IP
 literals (no name lookups), ports 1024 and up; what is sent is zeros.
 """
 
@@ -51,8 +53,8 @@ class TcpPairParams:
     peer: str = "127.0.0.1"  # the other end's address
     bind: str = "127.0.0.1"  # this end's address (the sink listens on it)
     port: int = 0  # the sink's port (both ends get the same)
-    size_bytes: int = 8 << 20  # most bytes sent each way
-    duration_s: float = 0.5  # most time spent sending each way
+    size_bytes: int = 1 << 20  # most bytes sent each way
+    duration_s: float = 0.25  # most time spent sending each way
     timeout_s: float = 30.0  # for the whole probe, waiting for the other end included
 
     def __post_init__(self) -> None:

@@ -39,8 +39,8 @@ class LinkProbeConfig:
     """The round's size (module docstring)."""
 
     max_hosts: int = 5  # hosts probed in one round (their probes fit a daemon's queue)
-    size_bytes: int = 8 << 20  # most bytes each way per pair
-    duration_s: float = 0.5  # most time each way per pair
+    size_bytes: int = 1 << 20  # most bytes each way per pair
+    duration_s: float = 0.25  # most time each way per pair
     timeout_s: float = 30.0  # per probe, waiting for the other end included
     port_low: int = 20000  # each round's ports: port_base + pair index, the base drawn in
     port_high: int = 28000  # [port_low, port_high) (below Linux's ephemeral range)

@@ -19,6 +19,7 @@ from diag.diagnose.detectors import (
     kernel,
     link,
     link_hosts,
+    link_loss,
     link_probe,
     node,
 )
@@ -29,13 +30,17 @@ from diag.findings import Finding, ranked
 
 def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
     """Slow collective groups, each narrowed to the host (or host pair) whose connections
-    queue or lose (:mod:`~diag.diagnose.detectors.link_hosts`), then to what the closed loop's
-    point-to-point probes named (:mod:`~diag.diagnose.detectors.link_probe`)."""
+    queue or lose (:mod:`~diag.diagnose.detectors.link_hosts`); without one, a lossy link from
+    the connections' retransmissions (:mod:`~diag.diagnose.detectors.link_loss`); then narrowed
+    to what the closed loop's point-to-point probes named
+    (:mod:`~diag.diagnose.detectors.link_probe`)."""
     found = link.detect(features.collectives, features.step_events, cfg or link.LinkConfig())
-    if not found or (features.tcp.empty and features.probes.empty):
+    if features.tcp.empty and features.probes.empty:
         return found
     hosts = features.hosts_of()
     found = [link_hosts.refine(f, features.tcp, features.step_events, hosts) for f in found]
+    if not found:
+        found = link_loss.detect(features.tcp, features.step_events, hosts)
     return [
         link_probe.refine(f, features.probes, features.tcp, features.step_events, hosts)
         for f in found

@@ -38,7 +38,7 @@ def test_a_round_is_sink_then_source_per_pair_each_on_its_own_port_with_valid_pa
         ps, pc = validate("tcp_pair", sink.params_json), validate("tcp_pair", source.params_json)
         assert (ps.role, pc.role) == ("sink", "source") and ps.port == pc.port
         assert ps.bind == ADDR[sink.host] == pc.peer and pc.bind == ADDR[source.host] == ps.peer
-        assert ps.size_bytes <= 8 << 20 and ps.duration_s <= 0.5
+        assert ps.size_bytes <= 1 << 20 and ps.duration_s <= 0.25
         ports.append(ps.port)
     assert len(set(ports)) == 6 and all(20000 <= p < 28010 for p in ports)
     per_host = {h: sum(o.host == h for o in orders) for h in HOSTS[:4]}

@@ -1,0 +1,234 @@
+"""A lossy link, from the ranks' own TCP connections: retransmissions on some host pairs only,
+from the moment the job's steps got slower.
+
+The group detector (:mod:`.link`) looks for collectives persistently slower per byte. A link that
+drops packets does not slow every collective: TCP recovers most losses quickly and stalls on a
+few (a retransmission timeout), so the job loses its time in bursts (measured on four emulated
+nodes, one host's port dropping beyond a 16-packet queue: median step 26 -> 39 ms, p90 43 -> 107
+ms, mean 45% slower) and the smoothed per-byte cost rarely stays 1.5x up. The kernel sees the
+cause directly: the connections that cross the lossy port retransmit, the others do not
+(:class:`~diag.schema.TcpPeerSample` ``bytes_retrans``).
+
+Per directed host pair (the sending host and the host whose ranks' connections use the remote
+address; loopback and unknown addresses left out), over the run: bytes acked and retransmitted.
+A *heavy* pair carried at least ``heavy_share`` of the busiest pair's bytes; it is *lossy* when it
+retransmitted at least ``min_loss`` of its bytes and ``min_ratio`` times the median of the other
+heavy pairs (a lossy port, not a congested fabric where everyone loses). Its onset is its first
+sample with retransmissions after which at least ``sustained`` of its data-carrying samples
+retransmit too (the earliest over the lossy pairs); the samples are a second apart, so the onset
+step is the step-time change point among the steps that started in that sample's interval.
+
+A finding only when the job slowed from then on: the mean step (every rank's median per step)
+after the onset is ``min_slowdown`` or more above the ``baseline_steps`` steps before it, the
+share lost is ``slowdown``. It names the lossy pairs' common host when they all send to it (its
+way in) or all come from it (its way out), else their hosts; the closed loop's probe round can
+then tell which end (:mod:`diag.analyzer.linkprobe`). Only where no group finding covers the run
+already (that one carries the same ``tcp_loss`` evidence, :mod:`.link_hosts`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from diag.diagnose.detectors.link_hosts import hosts_by_ip
+from diag.diagnose.features import change_point
+from diag.findings import Evidence, Finding, LinkRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkLossConfig:
+    """Thresholds (module docstring)."""
+
+    heavy_share: float = 0.1
+    min_loss: float = 0.002  # 0.2% of the bytes retransmitted
+    min_ratio: float = 10.0  # ... and 10x the other heavy pairs' median
+    sustained: float = 0.5
+    baseline_steps: int = 20  # steps before the onset compared with those after (at most)
+    min_baseline_steps: int = 5
+    skip_steps: int = 2  # warm-up, never a baseline
+    min_steps_after: int = 10
+    min_slowdown: float = 0.1  # the job's mean step at least 10% longer after the onset
+    warn_slowdown: float = 0.05
+    critical_slowdown: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class _Pair:
+    src: str
+    dst: str
+    acked: int
+    retrans: int
+    onset_ns: int | None  # when the interval of its first sustained-loss sample began
+    onset_end_ns: int | None = None  # ... and ended (the sample's time)
+
+    @property
+    def loss(self) -> float:
+        return self.retrans / self.acked if self.acked else 0.0
+
+
+def _pairs(tcp: pd.DataFrame, cfg: LinkLossConfig) -> list[_Pair]:
+    need = {"host", "remote_ip", "ts_ns", "bytes_acked", "bytes_retrans", "interval_ns"}
+    if tcp.empty or not need <= set(tcp.columns):
+        return []
+    where = hosts_by_ip(tcp)
+    df = tcp.assign(dst=tcp["remote_ip"].astype(str).map(where))
+    df = df[df["dst"].notna() & (df["dst"] != df["host"])]
+    out = []
+    for (src, dst), g in df.groupby(["host", "dst"], sort=True):
+        g = g.sort_values("ts_ns", kind="stable")
+        span = _onset(g, cfg)
+        out.append(
+            _Pair(str(src), str(dst), int(g["bytes_acked"].sum()), int(g["bytes_retrans"].sum()),
+                  span[0] if span else None, span[1] if span else None)
+        )  # fmt: skip
+    return out
+
+
+def _onset(g: pd.DataFrame, cfg: LinkLossConfig) -> tuple[int, int] | None:
+    """The interval (start, end ns) of the pair's first sample with retransmissions after which
+    ``sustained`` of its data-carrying samples retransmit (``None``: no such sample)."""
+    data = g[g["bytes_acked"] > 0]
+    lost = (data["bytes_retrans"] > 0).to_numpy()
+    for i in range(len(lost)):
+        if lost[i] and lost[i:].mean() >= cfg.sustained:
+            row = data.iloc[i]
+            return int(row["ts_ns"]) - int(row["interval_ns"]), int(row["ts_ns"])
+    return None
+
+
+def detect(
+    tcp: pd.DataFrame,
+    step_events: pd.DataFrame,
+    hosts_of: Mapping[int, str],
+    cfg: LinkLossConfig | None = None,
+) -> list[Finding]:
+    """At most one lossy-link finding (module docstring)."""
+    cfg = cfg or LinkLossConfig()
+    pairs = _pairs(tcp, cfg)
+    if not pairs or step_events.empty:
+        return []
+    busiest = max(p.acked for p in pairs)
+    heavy = [p for p in pairs if busiest and p.acked >= cfg.heavy_share * busiest]
+    lossy = []
+    for p in heavy:
+        others = [o.loss for o in heavy if o is not p]
+        floor = statistics.median(others) if others else 0.0
+        if p.loss >= cfg.min_loss and p.loss >= cfg.min_ratio * floor and p.onset_ns is not None:
+            lossy.append(p)
+    if not lossy:
+        return []
+    first = min(lossy, key=lambda p: (p.onset_ns, p.src, p.dst))
+    per_step = _steps(step_events)
+    if per_step.empty:
+        return []
+    at = _onset_index(per_step, first, cfg)
+    after = per_step.iloc[at:]
+    before = per_step.iloc[max(cfg.skip_steps, at - cfg.baseline_steps) : at]
+    if len(after) < cfg.min_steps_after or len(before) < cfg.min_baseline_steps:
+        return []
+    base, slow = float(before["dur"].mean()), float(after["dur"].mean())
+    if not base > 0 or slow < base * (1 + cfg.min_slowdown):
+        return []
+    slowdown = 1.0 - base / slow
+    onset = int(after["step"].iloc[0])
+    hosts, where = _where(lossy)
+    ranks = tuple(sorted(r for r, h in hosts_of.items() if h in hosts))
+    heavy_rest = [o.loss for o in heavy if o not in lossy]
+    rest = statistics.median(heavy_rest) if heavy_rest else 0.0
+    evidence = [
+        Evidence(
+            metric="tcp_loss", subject=f"{p.src} -> {p.dst}", value=p.loss, reference=rest,
+            unit="fraction",
+            note=f"{p.retrans} of {p.acked} bytes retransmitted over the run; the other heavy "
+            f"host pairs' median {rest:.4%}",
+        )
+        for p in sorted(lossy, key=lambda p: -p.loss)
+    ]  # fmt: skip
+    evidence.append(
+        Evidence(
+            metric="step_time", subject="job", value=slow / 1e6, reference=base / 1e6,
+            unit="ms", note=f"mean step since step {onset} against the {len(before)} steps before",
+        )
+    )  # fmt: skip
+    worst = max(lossy, key=lambda p: p.loss)
+    severity = (
+        "critical" if slowdown >= cfg.critical_slowdown
+        else "warning" if slowdown >= cfg.warn_slowdown else "info"
+    )  # fmt: skip
+    return [
+        Finding(
+            id=f"link-loss:{'-'.join(hosts)}",
+            symptom="slowdown",
+            cause="link",
+            severity=severity,
+            ranks=ranks,
+            hosts=hosts,
+            link=LinkRef(ranks=ranks, hosts=hosts, group=""),
+            onset_step=onset,
+            detected_step=int(after["step"].iloc[min(len(after), cfg.min_steps_after) - 1]),
+            slowdown=slowdown,
+            confidence=min(0.9, 0.55 + 0.1 * math.log10(worst.loss / max(rest, 1e-5))),
+            summary=(
+                f"TCP connections {worst.src} -> {worst.dst} retransmit {worst.loss:.2%} of "
+                f"their bytes (the other host pairs {rest:.2%}) since step {onset}, and the "
+                f"job's steps take {slow / base:.2f}x as long on average (stalls, not a steady "
+                f"slowdown): a lossy link, {where}"
+            ),
+            evidence=tuple(evidence),
+        )
+    ]
+
+
+def _onset_index(per_step: pd.DataFrame, p: _Pair, cfg: LinkLossConfig) -> int:
+    """The onset step's index: the connections' samples are a second apart, so among the steps
+    that started in the interval where the loss began, the step-time change point (log
+    durations, :func:`~diag.diagnose.features.change_point`); the first step after the interval
+    began when none started in it."""
+    assert p.onset_ns is not None and p.onset_end_ns is not None
+    starts = per_step["start_ns"].to_numpy()
+    inside = [i for i in range(len(starts)) if p.onset_ns <= starts[i] <= p.onset_end_ns]
+    inside = [i for i in inside if i > cfg.skip_steps]
+    if inside:
+        x = np.log(np.maximum(per_step["dur"].to_numpy(dtype=float), 1.0))
+        lo = max(cfg.skip_steps, inside[0] - cfg.baseline_steps)
+        hi = min(len(x), inside[-1] + cfg.baseline_steps)
+        t = change_point(x, inside, start=lo, stop=hi)
+        return t if t is not None else inside[0]
+    later = [i for i in range(len(starts)) if starts[i] >= p.onset_ns]
+    return later[0] if later else len(starts)
+
+
+def _steps(step_events: pd.DataFrame) -> pd.DataFrame:
+    """Per step: when its first rank started and the median duration over the ranks."""
+    if not {"step", "start_ns", "end_ns"} <= set(step_events.columns):
+        return pd.DataFrame()
+    df = step_events.assign(dur=step_events["end_ns"] - step_events["start_ns"])
+    df = df[df["dur"] > 0]
+    return (
+        df.groupby("step", sort=True)
+        .agg(start_ns=("start_ns", "min"), dur=("dur", "median"))
+        .reset_index()
+    )
+
+
+def _where(lossy: list[_Pair]) -> tuple[tuple[str, ...], str]:
+    dsts, srcs = {p.dst for p in lossy}, {p.src for p in lossy}
+    if len(dsts) == 1 and len(lossy) > 1:
+        (h,) = dsts
+        return (h,), f"host {h}'s way in (every lossy connection goes to it)"
+    if len(srcs) == 1 and len(lossy) > 1:
+        (h,) = srcs
+        return (h,), f"host {h}'s way out (every lossy connection comes from it)"
+    hosts = tuple(sorted(dsts | srcs))
+    if len(hosts) == 2:
+        return (
+            hosts,
+            f"between {hosts[0]} and {hosts[1]} (the sender's way out or the receiver's way in)",
+        )
+    return hosts, f"on the hosts {', '.join(hosts)}"

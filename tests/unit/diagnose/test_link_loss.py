@@ -1,0 +1,78 @@
+"""A lossy link from the ranks' TCP retransmissions: one host pair losing while the job stalls
+is a link finding from the step the loss began; loss everywhere, or loss the job does not feel,
+is not."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from diag.diagnose.detectors.link_loss import detect
+
+MS = 1_000_000
+S = 1_000 * MS
+IP = {"node-a": "10.9.0.1", "node-b": "10.9.0.2", "node-c": "10.9.0.3", "node-d": "10.9.0.4"}
+RING = [("node-a", "node-b"), ("node-b", "node-c"), ("node-c", "node-d"), ("node-d", "node-a")]
+T0 = 1_000 * S
+
+
+def _steps(n: int = 200, onset: int = 100, base_ms: float = 30.0, stall_every: int = 4,
+           stall_ms: float = 90.0) -> pd.DataFrame:  # fmt: skip
+    rows, t = [], T0
+    for step in range(n):
+        dur = base_ms + (stall_ms if step >= onset and step % stall_every == 0 else 0.0)
+        for rank in range(4):
+            rows.append({"rank": rank, "step": step, "start_ns": t, "end_ns": t + int(dur * MS)})
+        t += int(dur * MS)
+    return pd.DataFrame(rows)
+
+
+def _tcp(steps: pd.DataFrame, lossy: set[tuple[str, str]], from_ns: int, loss: float = 0.005,
+         pairs: list[tuple[str, str]] = RING) -> pd.DataFrame:  # fmt: skip
+    end = int(steps["end_ns"].max())
+    rows = []
+    for ts in range(T0 + S, end + S, S):
+        for src, dst in pairs:
+            acked = 50_000_000
+            lost = (src, dst) in lossy and ts > from_ns
+            rows.append({
+                "host": src, "local_ip": IP[src], "remote_ip": IP[dst], "ts_ns": ts,
+                "interval_ns": S, "bytes_acked": acked,
+                "bytes_retrans": int(acked * loss) if lost else 0,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+HOSTS_OF = {0: "node-a", 1: "node-b", 2: "node-c", 3: "node-d"}
+
+
+def _onset_ns(steps: pd.DataFrame, step: int) -> int:
+    return int(steps.loc[steps["step"] == step, "start_ns"].min())
+
+
+def test_one_lossy_pair_while_the_job_stalls_is_a_link_finding_from_its_onset() -> None:
+    steps = _steps()
+    (f,) = detect(_tcp(steps, {("node-c", "node-d")}, _onset_ns(steps, 100)), steps, HOSTS_OF)
+    assert f.cause == "link" and f.hosts == ("node-c", "node-d") and f.ranks == (2, 3)
+    assert f.link is not None and f.link.hosts == ("node-c", "node-d")
+    assert f.onset_step is not None and abs(f.onset_step - 100) <= 4
+    assert f.severity in ("warning", "critical") and 0.3 < f.slowdown < 0.5
+    (loss,) = [e for e in f.evidence if e.metric == "tcp_loss"]
+    assert loss.subject == "node-c -> node-d" and abs(loss.value - 0.005 * 0.5) < 0.002
+    assert "lossy link, between node-c and node-d" in f.summary
+
+
+def test_lossy_connections_all_into_one_host_name_that_host() -> None:
+    steps = _steps()
+    lossy = {("node-c", "node-d"), ("node-b", "node-d")}  # two heavy pairs into node-d
+    tcp = _tcp(steps, lossy, _onset_ns(steps, 100), pairs=[*RING, ("node-b", "node-d")])
+    (f,) = detect(tcp, steps, HOSTS_OF)
+    assert f.hosts == ("node-d",) and "node-d's way in" in f.summary
+
+
+def test_no_loss_loss_everywhere_or_loss_the_job_does_not_feel_is_no_finding() -> None:
+    steps = _steps()
+    at = _onset_ns(steps, 100)
+    assert detect(_tcp(steps, set(), at), steps, HOSTS_OF) == []
+    assert detect(_tcp(steps, set(RING), at), steps, HOSTS_OF) == []  # a congested fabric
+    calm = _steps(stall_ms=0.0)
+    assert detect(_tcp(calm, {("node-c", "node-d")}, at), calm, HOSTS_OF) == []
