@@ -58,11 +58,11 @@ def simulate_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
 
 
 def live_runner(
-    case: Case, workdir: Path, auto_capture: str | None = None
+    case: Case, workdir: Path, auto_capture: str | None = None, link_nodes: int = 2
 ) -> tuple[Case, list[Finding]]:
     from diag.selftest.runner import run_case  # lazily: it needs torch and starts real jobs
 
-    return run_case(case, workdir, auto_capture=auto_capture)
+    return run_case(case, workdir, auto_capture=auto_capture, link_nodes=link_nodes)
 
 
 def run_suite(
@@ -237,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         help="live mode: one profiler window at step 10 and none after (as in production), the "
         "closed loop in this mode, live triage every second (default: a window every 10 steps)",
     )
+    p.add_argument(
+        "--link-nodes",
+        type=int,
+        default=2,
+        help="live mode: link faults on this many emulated nodes (2-8; one rank per node when "
+        "it equals --world-size; beyond two, the slow host alone must be named)",
+    )
     p.add_argument("--json", action="store_true", help="print Summary.to_json()")
     p.add_argument(
         "--keep-failed",
@@ -271,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--auto-capture runs real jobs: use --mode live")
     runner: Runner = simulate_runner
     if args.mode == "live":
-        runner = functools.partial(live_runner, auto_capture=args.auto_capture)
+        runner = functools.partial(
+            live_runner, auto_capture=args.auto_capture, link_nodes=args.link_nodes
+        )
     start = time.perf_counter()
     skipped: list[str] = []
     summary = run_suite(

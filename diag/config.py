@@ -88,7 +88,7 @@ class DaemonConfig:
     fake_gpus: int = 0  # devices of the fake backend
     gpu_interval_s: float = 1.0
     host_interval_s: float = 1.0
-    net_interval_s: float = 1.0  # the job's TCP connections and the node's ports
+    net_interval_s: float = 1.0  # the job's TCP connections and the node's ports (0 = off)
     state_interval_s: float = 0.25  # read the rank processes' states (stopped, I/O) this often
     clock_sync_interval_s: float = 10.0
     spool_max_bytes: int = 1024 * 1024 * 1024

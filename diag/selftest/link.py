@@ -198,11 +198,13 @@ def run_link_case(
     nodes: int = 2,
     slow_host: str | None = None,
     timeout_s: float = 600.0,
+    auto_capture: str | None = None,
 ) -> tuple[Case, list[Finding]]:
     """Run the link case ``case`` (see the module doc) on ``nodes`` nodes, ``slow_host``'s link
     limited (``None``: :func:`default_slow_host`), in ``workdir`` (the analyzer's run directory is
     ``workdir/run``) and return the case as run and ``diag triage``'s findings (JSON objects,
-    ranked)."""
+    ranked). ``auto_capture``: the analyzer's closed loop (on, observe, off; ``None``: its
+    default, on)."""
     from diag.diagnose.triage import triage
     from diag.selftest.netns import node_network
     from diag.store.run_store import RunStore
@@ -215,7 +217,9 @@ def run_link_case(
     (workdir / "ckpt").mkdir(exist_ok=True)
     run_dir = workdir / "run"
     with node_network(nodes) as net:
-        shaping = _run_job(case, net, net.node(slow), workdir, run_dir, logdir, timeout_s)
+        shaping = _run_job(
+            case, net, net.node(slow), workdir, run_dir, logdir, timeout_s, auto_capture
+        )
     (workdir / "link.json").write_text(json.dumps(asdict(shaping), indent=2) + "\n")
     case = replace(case, onset_step=shaping.onset_step)
     return case, list(triage(RunStore.open(run_dir)).findings)
@@ -229,9 +233,10 @@ def _run_job(
     run_dir: Path,
     logdir: Path,
     timeout_s: float,
+    auto_capture: str | None = None,
 ) -> Shaping:
     """The analyzer and every node's ``diag run``; ``slow``'s link limited at the onset."""
-    analyzer, port = _start_analyzer(nodes, run_dir, logdir)
+    analyzer, port = _start_analyzer(nodes, run_dir, logdir, auto_capture)
     procs: dict[str, subprocess.Popen[str]] = {}
     nproc = case.world_size // len(nodes.nodes)
     try:
@@ -450,7 +455,7 @@ def _node_env(node: Node) -> dict[str, str]:
 
 
 def _start_analyzer(
-    nodes: Nodes, run_dir: Path, logdir: Path
+    nodes: Nodes, run_dir: Path, logdir: Path, auto_capture: str | None = None
 ) -> tuple[subprocess.Popen[bytes], int]:
     """The analyzer in the root namespace on the bridge address: it and its port."""
     port_file = logdir / "analyzer.port"
@@ -459,8 +464,9 @@ def _start_analyzer(
     env.pop("DIAG_HOST", None)
     bind = f"{nodes.bridge_ip}:0"
     argv = _diag(
-        "analyzer", "--run-dir", str(run_dir), "--bind", bind, "--port-file", str(port_file)
-    )
+        "analyzer", "--run-dir", str(run_dir), "--bind", bind, "--port-file", str(port_file),
+        *(("--auto-capture", auto_capture) if auto_capture else ()),
+    )  # fmt: skip
     with (logdir / "analyzer.out").open("w") as out:
         proc = subprocess.Popen(
             argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

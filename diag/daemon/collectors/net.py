@@ -36,6 +36,7 @@ from diag import schema
 from diag.config import DaemonConfig
 from diag.daemon.collectors.base import UNSTAMPED, RankRef
 from diag.daemon.collectors.inet_diag import TcpSocket, read_tcp
+from diag.errors import CollectorUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class NetCollector:
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig) -> NetCollector:
+        if cfg.net_interval_s <= 0:
+            raise CollectorUnavailable("turned off (net_interval_s = 0)")
         read_tcp()  # CollectorUnavailable here when the kernel has no sock_diag
         return cls(interval_s=cfg.net_interval_s)
 

@@ -108,3 +108,17 @@ def test_a_peer_address_no_host_claimed_is_left_out() -> None:
     df.loc[0, "params_json"] = json.dumps({"peer": "10.1.1.1", "bind": "10.9.0.2"})
     got = rates(df, pd.DataFrame(), None)
     assert len(got) == 11 and all("10.1.1.1" not in k for k in got)
+
+
+def test_a_busy_healthy_host_with_some_slow_rates_does_not_hide_the_limited_one() -> None:
+    """Measured on four emulated nodes on 2 cores: two rates into healthy node-a came out low (a
+    nice-19 receiver waiting for a CPU) beside one of 1,900 MB/s; every rate into node-c was
+    capped by its limit."""
+    r = {
+        ("node-a", "node-b"): 470.0, ("node-a", "node-c"): 25.4, ("node-a", "node-d"): 730.0,
+        ("node-b", "node-a"): 88.0, ("node-b", "node-c"): 38.6, ("node-b", "node-d"): 2190.0,
+        ("node-c", "node-a"): 36.8, ("node-c", "node-b"): 1833.0, ("node-c", "node-d"): 1300.0,
+        ("node-d", "node-a"): 1886.0, ("node-d", "node-b"): 1689.0, ("node-d", "node-c"): 31.8,
+    }  # fmt: skip
+    v = localize(r)
+    assert (v.hosts, v.direction) == (("node-c",), "in") and v.rate == 38.6

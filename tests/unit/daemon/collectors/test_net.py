@@ -130,3 +130,11 @@ def test_short_or_truncated_messages_do_not_break_the_reader() -> None:
         "127.0.0.1", "10.0.0.2", 80, 42,
     )  # fmt: skip
     assert (s.send_queue, s.rtt_us, s.bytes_sent) == (7, 0, 0)
+
+
+def test_an_interval_of_zero_turns_the_collector_off_with_a_reason() -> None:
+    from diag.config import DaemonConfig
+    from diag.errors import CollectorUnavailable
+
+    with pytest.raises(CollectorUnavailable, match="net_interval_s = 0"):
+        NetCollector.from_config(DaemonConfig(net_interval_s=0))
