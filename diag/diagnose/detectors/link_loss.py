@@ -14,9 +14,10 @@ address; loopback and unknown addresses left out), over the run: bytes acked and
 A *heavy* pair carried at least ``heavy_share`` of the busiest pair's bytes; it is *lossy* when it
 retransmitted at least ``min_loss`` of its bytes and ``min_ratio`` times the median of the other
 heavy pairs (a lossy port, not a congested fabric where everyone loses). Its onset is its first
-sample with retransmissions after which at least ``sustained`` of its data-carrying samples
-retransmit too (the earliest over the lossy pairs); the samples are a second apart, so the onset
-step is the step-time change point among the steps that started in that sample's interval.
+*lossy* sample (retransmitting a quarter of ``min_loss`` or more) after which at least
+``sustained`` of its data-carrying samples are lossy too (the earliest over the lossy pairs);
+the samples are a second apart, so the onset step is the step-time change point among the steps
+that started in that sample's interval.
 
 A finding only when the job slowed from then on: the mean step (every rank's median per step)
 after the onset is ``min_slowdown`` or more above the ``baseline_steps`` steps before it, the
@@ -91,10 +92,13 @@ def _pairs(tcp: pd.DataFrame, cfg: LinkLossConfig) -> list[_Pair]:
 
 
 def _onset(g: pd.DataFrame, cfg: LinkLossConfig) -> tuple[int, int] | None:
-    """The interval (start, end ns) of the pair's first sample with retransmissions after which
-    ``sustained`` of its data-carrying samples retransmit (``None``: no such sample)."""
+    """The interval (start, end ns) of the pair's first lossy sample after which ``sustained``
+    of its data-carrying samples are lossy too (``None``: no such sample). A sample is lossy
+    when it retransmitted a quarter of ``min_loss`` or more of what it acked (a few hundred
+    bytes at connection set-up are not a lossy link: seen on a run whose port lost nothing
+    before its fault)."""
     data = g[g["bytes_acked"] > 0]
-    lost = (data["bytes_retrans"] > 0).to_numpy()
+    lost = (data["bytes_retrans"] >= data["bytes_acked"] * cfg.min_loss / 4).to_numpy()
     for i in range(len(lost)):
         if lost[i] and lost[i:].mean() >= cfg.sustained:
             row = data.iloc[i]
@@ -178,7 +182,7 @@ def detect(
                 f"TCP connections {worst.src} -> {worst.dst} retransmit {worst.loss:.2%} of "
                 f"their bytes (the other host pairs {rest:.2%}) since step {onset}, and the "
                 f"job's steps take {slow / base:.2f}x as long on average (stalls, not a steady "
-                f"slowdown): a lossy link, {where}"
+                f"slowdown): a lossy link; suspect {where}"
             ),
             evidence=tuple(evidence),
         )

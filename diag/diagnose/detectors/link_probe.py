@@ -212,7 +212,7 @@ def refine(
     named = v.hosts
     ranks = tuple(sorted(r_ for r_, h in hosts_of.items() if h in named)) or f.ranks
     head = f.summary.split(": the ranks' TCP connections name", 1)[0]
-    head = head.split(": suspect the link", 1)[0]
+    head = head.split(": suspect the link", 1)[0].split("; suspect ", 1)[0]
     summary = (
         f"{head}: point-to-point probes name {what} "
         f"({v.rate:.1f} MB/s against {v.others:.1f} MB/s between the other hosts)"

@@ -58,7 +58,7 @@ def test_one_lossy_pair_while_the_job_stalls_is_a_link_finding_from_its_onset() 
     assert f.severity in ("warning", "critical") and 0.3 < f.slowdown < 0.5
     (loss,) = [e for e in f.evidence if e.metric == "tcp_loss"]
     assert loss.subject == "node-c -> node-d" and abs(loss.value - 0.005 * 0.5) < 0.002
-    assert "lossy link, between node-c and node-d" in f.summary
+    assert "lossy link; suspect between node-c and node-d" in f.summary
 
 
 def test_lossy_connections_all_into_one_host_name_that_host() -> None:
