@@ -146,7 +146,8 @@ class Features:
     def from_store(cls, store: RunStore) -> Features:
         """Features of a run store; :class:`~diag.errors.InputError` if a part is unreadable."""
         step_events = store.frame("step")
-        steps = _steps(step_events)
+        probes = store.frame("probe_result")
+        steps = without_probe_steps(_steps(step_events), probes)
         groups = store.frame("process_group")
         collectives = store.frame("collective")
         return cls(
@@ -173,7 +174,7 @@ class Features:
             process_groups=groups,
             host_processes=store.frame("host_process"),
             tcp=store.frame("tcp_peer"),
-            probes=store.frame("probe_result"),
+            probes=probes,
             layout=_layout(steps, step_events, groups, collectives),
         )
 
@@ -238,6 +239,31 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
     )
     out = out.drop_duplicates(subset=["rank", "step"], keep="last")
     return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def without_probe_steps(steps: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
+    """``steps`` less every step that ran, on any rank, while diag's own probes ran on that
+    rank's host (a ``probe_result``'s ``ts_ns - duration_ns`` to ``ts_ns``: from the daemon taking
+    the request to the result; the closed loop's link round, ``diag replay --via-analyzer``).
+    Those steps are not evidence about the job: on four emulated nodes on 2 cores a link probe
+    round delayed one rank's CPU twice as much for 20 steps, and the contention detector named
+    it. Steps of every rank go, so ranks stay comparable step by step."""
+    need = {"host", "ts_ns", "duration_ns"}
+    if steps.empty or probes.empty or not need <= set(probes.columns):
+        return steps
+    ran = probes[probes["duration_ns"] > 0]
+    hit: set[int] = set()
+    for host, g in ran.groupby("host", sort=False):
+        mine = steps[steps["host"] == str(host)]
+        if mine.empty:
+            continue
+        start, end = mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy()
+        for hi, dur in zip(g["ts_ns"].to_numpy(), g["duration_ns"].to_numpy(), strict=True):
+            overlap = (start <= hi) & (end >= hi - dur)
+            hit.update(int(x) for x in mine["step"].to_numpy()[overlap])
+    if not hit:
+        return steps
+    return steps[~steps["step"].isin(hit)].reset_index(drop=True)
 
 
 def _ckpt(df: pd.DataFrame) -> pd.DataFrame:

@@ -126,10 +126,19 @@ def _layout_ev(describe: str, classes: Mapping[int, int] | None) -> Evidence:
 
 
 def _cpu_busy(features: Features) -> float | None:
-    """The median CPU use (0-100) of the run's busiest host, from the daemon's host samples."""
+    """The median CPU use (0-100) of the run's busiest host, from the daemon's host samples
+    taken while the job stepped (the daemon also samples before the workers start and after
+    they end: idle seconds that pulled a saturated host's median from 95% to 74% on a short
+    run)."""
     host = features.host
     if host.empty or "cpu_busy_pct" not in host:
         return None
+    steps = features.steps
+    if not steps.empty and "ts_ns" in host and {"start_ns", "end_ns"} <= set(steps.columns):
+        during = host[
+            host["ts_ns"].between(int(steps["start_ns"].min()), int(steps["end_ns"].max()))
+        ]
+        host = during if len(during) else host
     per_host = host.groupby("host")["cpu_busy_pct"].median()
     return float(per_host.max()) if len(per_host) else None
 

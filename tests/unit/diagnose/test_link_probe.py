@@ -122,3 +122,21 @@ def test_a_busy_healthy_host_with_some_slow_rates_does_not_hide_the_limited_one(
     }  # fmt: skip
     v = localize(r)
     assert (v.hosts, v.direction) == (("node-c",), "in") and v.rate == 38.6
+
+
+def test_steps_while_diag_probed_a_host_are_left_out_for_every_rank() -> None:
+    from diag.diagnose.features import without_probe_steps
+
+    steps = pd.DataFrame(
+        [{"rank": r, "host": HOSTS[r], "step": s, "start_ns": s * 100, "end_ns": s * 100 + 90}
+         for s in range(10) for r in range(4)]
+    )  # fmt: skip
+    probes = pd.DataFrame(
+        [{"host": "node-c", "ts_ns": 450, "duration_ns": 200},  # steps 2-4 on node-c's rank
+         {"host": "node-x", "ts_ns": 900, "duration_ns": 500},  # no rank of the job there
+         {"host": "node-a", "ts_ns": 800, "duration_ns": 0}]  # rejected: never ran
+    )  # fmt: skip
+    kept = without_probe_steps(steps, probes)
+    assert sorted(kept["step"].unique()) == [0, 1, 5, 6, 7, 8, 9]
+    assert len(kept) == 7 * 4
+    assert without_probe_steps(steps, pd.DataFrame()).equals(steps)
