@@ -135,6 +135,9 @@ class AnalyzerCore:
         #: set when an event arrives that a finding should follow at once (a hang report, an
         #: exception, a rank exit): the live triage runs then instead of at its next interval.
         self.urgent = threading.Event()
+        #: threads a service started for this core (flush, live triage), joined after close
+        #: (:func:`diag.analyzer.service.join_background`).
+        self.background: list[threading.Thread] = []
         self._high_water: dict[str, int] = {}
         self._closed = False
         store.wal_dir.mkdir(parents=True, exist_ok=True)

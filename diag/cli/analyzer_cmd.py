@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{run_dir} is not a directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     handler = _log_to_file(run_dir)
-    from diag.analyzer.service import serve  # grpc and pandas only for this command
+    from diag.analyzer.service import join_background, serve  # grpc, pandas: this command only
 
     host = cfg.bind.rsplit(":", 1)[0]
     if not is_loopback(host):
@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             server.stop(grace=2.0).wait()
             core.close()
+            join_background(core)
             for s, h in previous.items():
                 signal.signal(s, h)
     finally:

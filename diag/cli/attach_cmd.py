@@ -5,8 +5,8 @@ Composition root of an attach on one node: find the torchrun workers of the job
 as ``diag run`` does (:mod:`diag.cli.runtime`), inject the hook into every worker
 (:mod:`diag.attach.inject`), show the live view, and detach at the end of ``--duration``, once
 every attached rank has recorded ``--steps`` steps (the amount of evidence, whatever the pace: a
-job on a loaded machine takes longer to give it), on Ctrl-C or when the job ends, whichever
-comes first. The job is never stopped or signalled: it runs to its own exit code.
+job on a loaded machine takes longer to give it), on Ctrl-C or SIGTERM, or when the job ends,
+whichever comes first. The job is never stopped or signalled: it runs to its own exit code.
 
 Exit status: 0 after a detach; 2 with one line when nothing could be attached (not a torchrun job,
 a PID that vanished, permission, no injector); the workers already injected are detached then.
@@ -16,14 +16,16 @@ On a multi-node job, run ``diag attach`` on each node with the same ``--analyzer
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,44 +110,76 @@ def attach(
     daemon = None
     target = args.analyzer
     injected: list[discover.Worker] = []
-    try:
-        if target is None:
-            analyzer = runtime.EmbeddedAnalyzer.start(
-                out, auto_capture=getattr(args, "auto_capture", None) or "on"
+    with _detach_on_signals():
+        try:
+            if target is None:
+                analyzer = runtime.EmbeddedAnalyzer.start(
+                    out, auto_capture=getattr(args, "auto_capture", None) or "on"
+                )
+                target = analyzer.target
+            daemon = runtime.start_daemon(
+                listen_sock=sock_path,
+                analyzer=target,
+                spool_dir=out / "spool",
+                log_path=out / "logs" / "daemon.log",
+                job_id=run_id,
+                gpu_backend="nvml",
+                fake_gpus=0,
             )
-            target = analyzer.target
-        daemon = runtime.start_daemon(
-            listen_sock=sock_path,
-            analyzer=target,
-            spool_dir=out / "spool",
-            log_path=out / "logs" / "daemon.log",
-            job_id=run_id,
-            gpu_backend="nvml",
-            fake_gpus=0,
-        )
-        if daemon is None:
-            raise AttachError(f"the node daemon did not start (see {out / 'logs' / 'daemon.log'})")
-        launcher.send(sock_path, runtime.run_event(launcher, "start", command=command))
-        for w in workers:
-            if not discover.still_running(w):
-                raise AttachError(f"pid {w.pid} (rank {w.rank}) vanished before the attach")
-            spec = _spec(hook_cfg, tmp, w, stop_file, deadline)
-            inject_fn(injector, w.pid, inject.payload(spec))
-            injected.append(w)
-        states = _wait_states(tmp, injected, ("attached", "reused", "failed"), STATUS_WAIT_S)
-        _report_states(injected, states)
-        _watch(workers, runtime.SummarySource(analyzer, args.analyzer), args)
-    finally:
-        stop_file.touch()
-        _wait_states(tmp, injected, ("detached", "reused", "failed"), DETACH_WAIT_S)
-        if daemon is not None:
-            runtime.stop_daemon(daemon)
-        summary = analyzer.stop() if analyzer is not None else None
-        shutil.rmtree(tmp, ignore_errors=True)
+            if daemon is None:
+                raise AttachError(
+                    f"the node daemon did not start (see {out / 'logs' / 'daemon.log'})"
+                )
+            launcher.send(sock_path, runtime.run_event(launcher, "start", command=command))
+            for w in workers:
+                if not discover.still_running(w):
+                    raise AttachError(f"pid {w.pid} (rank {w.rank}) vanished before the attach")
+                spec = _spec(hook_cfg, tmp, w, stop_file, deadline)
+                inject_fn(injector, w.pid, inject.payload(spec))
+                injected.append(w)
+            states = _wait_states(tmp, injected, ("attached", "reused", "failed"), STATUS_WAIT_S)
+            _report_states(injected, states)
+            _watch(workers, runtime.SummarySource(analyzer, args.analyzer), args)
+        finally:
+            stop_file.touch()
+            _wait_states(tmp, injected, ("detached", "reused", "failed"), DETACH_WAIT_S)
+            if daemon is not None:
+                runtime.stop_daemon(daemon)
+            summary = analyzer.stop() if analyzer is not None else None
+            shutil.rmtree(tmp, ignore_errors=True)
     if summary is None and target is not None:
         summary = runtime.SummarySource(None, target).get()
     _print_final(summary, out, workers)
     return 0
+
+
+@contextlib.contextmanager
+def _detach_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT both mean "detach now" while attached (``KeyboardInterrupt`` in the main
+    thread: the watch ends and the hooks are detached), SIGINT also where it arrived ignored (a
+    background job of a non-interactive shell starts with SIGINT ignored, and Python then leaves
+    it so: a CI run's ``kill -INT`` left a job hooked). A stop must never leave hooks in a job.
+    The first signal interrupts; later ones are ignored while the hooks detach (each hook also
+    detaches by itself when this process is gone). No-op off the main thread (signal handlers can
+    only be set there)."""
+    fired: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        if not fired:
+            fired.append(signum)
+            raise KeyboardInterrupt
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, interrupt)
+    except ValueError:
+        pass
+    try:
+        yield
+    finally:
+        for old, handler in previous.items():
+            signal.signal(old, handler)
 
 
 def _spec(

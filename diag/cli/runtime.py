@@ -174,8 +174,11 @@ class EmbeddedAnalyzer:
     def stop(self) -> dict[str, Any] | None:
         """Stop serving, fold everything into the store, run the detectors once more on the whole
         run (``findings.jsonl``) and return the summary with the findings."""
+        from diag.analyzer.service import join_background
+
         self._server.stop(grace=2.0).wait(5.0)
         self._core.close()
+        join_background(self._core)
         try:
             from diag.diagnose.triage import write_findings
 

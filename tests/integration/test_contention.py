@@ -180,7 +180,7 @@ def test_a_hog_on_one_rank_cpu_under_diag_attach(tmp_path: Path) -> None:
         _wait_for_step(log, _newest_step(log) + STEPS_BEFORE)  # the onset's baseline
         hog, started_ns = cpu_hog.start_hog(cpu=1), time.time_ns()
         _wait_for_step(log, _newest_step(log) + STEPS_AFTER, timeout_s=240)
-        attach.send_signal(signal.SIGINT)  # detach (as Ctrl-C does)
+        attach.send_signal(signal.SIGTERM)  # detach (as Ctrl-C does)
         assert attach.wait(timeout=120) == 0, err_log.read_text()
     finally:
         if attach is not None and attach.poll() is None:
