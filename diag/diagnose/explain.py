@@ -14,10 +14,10 @@ all of these hold:
 3. **the same time**: both have an onset and they are at most ``onset_steps`` (10) steps apart
    (a node detector window: an echo starts with its cause, within the steps it takes to see it);
    for a data loader and contention with no competitor outside the job (evidence
-   ``foreign_processes`` 0: the job's own load), any time from ``onset_steps`` before the
-   loader's onset on: the loader's own CPU demand builds up, and contention is dated on bursty
-   run-queue delay, often well after (CI: a CPU-bound loader from step 30, its rank's contention
-   dated 45);
+   ``foreign_processes`` 0: the job's own load), any time from ``own_load_before`` (20) steps
+   before the loader's onset on: the loader's own CPU demand builds up, and contention is dated
+   on bursty run-queue delay in 10-step blocks, often well after (CI: a CPU-bound loader from
+   step 30, its rank's contention dated 45) and sometimes a block or two before (CI: dated 19);
 4. **its loss accounted for**: ``B``'s slowdown is at most ``A``'s x ``(1 + slack)`` (0.25):
    what ``B`` says the job loses is what ``A`` already says it loses, up to measurement error
    (an echo cannot lose more than its cause; a second fault on the same ranks can).
@@ -48,6 +48,7 @@ class ExplainConfig:
     """The "explains" rule's tolerances (see the module docstring)."""
 
     onset_steps: int = 10  # onsets at most this far apart
+    own_load_before: int = 20  # a loader's own-load contention may be dated this far before it
     slack: float = 0.25  # B's slowdown <= A's x (1 + slack)
 
 
@@ -69,7 +70,7 @@ def explains(a: Finding, b: Finding, cfg: ExplainConfig | None = None) -> bool:
     own_load = a.cause == "data" and any(
         e.metric == FOREIGN_PROCESSES and e.value == 0 for e in b.evidence
     )
-    if own_load and b.onset_step < a.onset_step - cfg.onset_steps:
+    if own_load and b.onset_step < a.onset_step - cfg.own_load_before:
         return False
     if not own_load and abs(a.onset_step - b.onset_step) > cfg.onset_steps:
         return False
