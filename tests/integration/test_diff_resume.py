@@ -79,7 +79,9 @@ def _diff(a: Path, b: Path, *extra: str) -> dict:  # type: ignore[type-arg]
 
 
 def test_correct_resume_is_equivalent(runs: dict[str, Path]) -> None:
-    out = _diff(runs["full"], runs["resumed"])
+    # What is compared here is the training, not the pace: the runs take ~4 ms steps seconds
+    # apart on a shared 2-core machine, and one came out "slower by 104%" in CI (+3.9 ms).
+    out = _diff(runs["full"], runs["resumed"], "--min-slower-pct", "1000")
     print(json.dumps({k: out[k] for k in ("alignment", "verdict", "loss", "grad_norm", "params")}))
     assert out["alignment"]["b_offset"] == SAVE_AT and out["alignment"]["common_steps"] == 20
     assert out["verdict"]["kind"] == "equivalent", out["verdict"]
