@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from diag.diagnose.detectors.link_hosts import hosts_by_ip
+from diag.diagnose.detectors.node_slow import severity
 from diag.diagnose.features import change_point
 from diag.findings import Evidence, Finding, LinkRef
 
@@ -161,16 +162,12 @@ def detect(
         )
     )  # fmt: skip
     worst = max(lossy, key=lambda p: p.loss)
-    severity = (
-        "critical" if slowdown >= cfg.critical_slowdown
-        else "warning" if slowdown >= cfg.warn_slowdown else "info"
-    )  # fmt: skip
     return [
         Finding(
             id=f"link-loss:{'-'.join(hosts)}",
             symptom="slowdown",
             cause="link",
-            severity=severity,
+            severity=severity(slowdown, cfg.warn_slowdown, cfg.critical_slowdown),
             ranks=ranks,
             hosts=hosts,
             link=LinkRef(ranks=ranks, hosts=hosts, group=""),
