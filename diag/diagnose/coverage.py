@@ -10,7 +10,13 @@ ranks, and a window before the onset shows the rank as it was before).
 Per node slowdown finding (cause ``node``, with an ``onset_step``; a crash or hang blamed on a node
 is not a question of kernels): the *covering* windows are the
 :class:`~diag.schema.ProfileWindow` ids whose first step is at or after the onset, profiled (``ok``)
-by every culprit rank and by at least one other rank. With one or more the finding is *decided*
+by every culprit rank and by other ranks enough to compare them with: ``min_ranks`` (3) ranks in
+all, the median of three or more the kernel detector asks for (all of the culprits' work class,
+or of the job, when it has fewer; at least one other). A window that only part of its ranks have
+shipped yet (the closed loop's window, seen by a live triage pass while the others' summaries are
+on their way) decides nothing: CI decided "node" from the culprit and one peer, with which the
+kernel detector could not compare, and a pass later the full window named the operator. With
+one or more the finding is *decided*
 (evidence ``kernel_evidence``: the count). With none it is *undecided between node and kernel*:
 the cause stays ``node`` (the field stays valid), the confidence is multiplied by
 ``undecided_factor`` (0.7), the summary says so, and an evidence item ``kernel_evidence`` (value
@@ -32,6 +38,7 @@ a question of layout, not of a device: left alone.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -57,21 +64,40 @@ class CoverageConfig:
     """How much an undecided node finding's confidence is lowered."""
 
     undecided_factor: float = 0.7
+    min_ranks: int = 3  # ranks a covering window holds (the kernel detector's median of three)
 
 
-def covering_windows(windows: pd.DataFrame, ranks: tuple[int, ...], onset: int) -> list[str]:
-    """Ids of the profiler windows from step ``onset`` on that every rank of ``ranks`` and at
-    least one other rank profiled (``ok``), in step order."""
+def covering_windows(
+    windows: pd.DataFrame,
+    ranks: tuple[int, ...],
+    onset: int,
+    min_ranks: int = 3,
+    num_ranks: int | None = None,
+    classes: Mapping[int, int] | None = None,
+) -> list[str]:
+    """Ids of the profiler windows from step ``onset`` on that every rank of ``ranks`` and other
+    ranks, ``min_ranks`` in all, profiled (``ok``), in step order. Fewer suffice where there
+    are fewer to compare with: the ranks of the culprits' work class (``classes``: rank -> work
+    class), else the job's ``num_ranks`` (by default the ranks that profiled anything); one
+    besides ``ranks`` always."""
     need = {"window_id", "rank", "step"}
     if windows.empty or not ranks or not need <= set(windows.columns):
         return []
+    if classes and set(ranks) <= set(classes):
+        mine = {classes[r] for r in ranks}
+        job = sum(1 for c in classes.values() if c in mine)
+    elif num_ranks is not None:
+        job = num_ranks
+    else:
+        job = int(windows.loc[windows["rank"] >= 0, "rank"].nunique())
+    enough = max(len(set(ranks)) + 1, min(min_ranks, job))
     w = windows[(windows["rank"] >= 0) & (windows["step"] >= onset)]
     if "ok" in w.columns:
         w = w[w["ok"].astype(bool)]
     out = []
     for wid, rows in w.sort_values("step", kind="stable").groupby("window_id", sort=False):
         profiled = {int(r) for r in rows["rank"]}
-        if set(ranks) <= profiled and profiled - set(ranks):
+        if set(ranks) <= profiled and profiled - set(ranks) and len(profiled) >= enough:
             out.append(str(wid))
     return out
 
@@ -101,9 +127,15 @@ def contended_by(f: Finding, findings: list[Finding]) -> Finding | None:
 
 
 def check(
-    findings: list[Finding], windows: pd.DataFrame, cfg: CoverageConfig | None = None
+    findings: list[Finding],
+    windows: pd.DataFrame,
+    cfg: CoverageConfig | None = None,
+    num_ranks: int | None = None,
+    classes: Mapping[int, int] | None = None,
 ) -> list[Finding]:
-    """``findings`` with each node finding marked decided or undecided (module docstring)."""
+    """``findings`` with each node finding marked decided or undecided (module docstring);
+    ``num_ranks``: the job's ranks (by default those that profiled anything); ``classes``:
+    rank -> work class, where the layout is known."""
     cfg = cfg or CoverageConfig()
     out = []
     for f in findings:
@@ -114,7 +146,7 @@ def check(
         if (g := contended_by(f, findings)) is not None:
             out.append(contended(f, g))
             continue
-        wins = covering_windows(windows, f.ranks, onset)
+        wins = covering_windows(windows, f.ranks, onset, cfg.min_ranks, num_ranks, classes)
         out.append(decided(f, len(wins)) if wins else undecided(f, cfg))
     return out
 

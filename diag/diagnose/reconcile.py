@@ -217,7 +217,14 @@ def reconcile(
     given = {f.id for f in findings}
     out += [f for fid, f in replaced.items() if fid not in given]  # kernels found for a node
     if features is not None:
-        out = coverage.check(moving.fold(out, features), features.windows)
+        ranks = int(features.steps["rank"].nunique()) if "rank" in features.steps else 0
+        layout = features.work_layout()
+        out = coverage.check(
+            moving.fold(out, features),
+            features.windows,
+            num_ranks=ranks or None,
+            classes=layout.work_class if layout.known else None,
+        )
     return explain.fold(out)
 
 

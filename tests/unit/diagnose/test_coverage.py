@@ -51,15 +51,18 @@ def test_no_profiler_at_all_is_undecided_too(tmp_path: Path) -> None:
     assert _kernel_evidence(f).value == 0.0 and "undecided" in f.summary
 
 
-def test_a_window_must_cover_the_culprit_and_a_peer() -> None:
+def test_a_window_must_cover_the_culprit_and_peers_to_compare_with() -> None:
     rows = [
         ("p70", 1, 70, True),  # the culprit alone
         ("p80", 0, 80, True),  # peers alone
         ("p80", 2, 80, True),
         ("p90", 1, 90, False),  # failed on the culprit
         ("p90", 0, 90, True),
-        ("p95", 1, 95, True),  # both: covers
+        ("p95", 1, 95, True),  # the culprit and two peers: covers
         ("p95", 3, 95, True),
+        ("p95", 2, 95, True),
+        ("p99", 1, 99, True),  # the culprit and one peer of three: the others not in yet
+        ("p99", 0, 99, True),
         ("p40", 1, 40, True),  # before the onset
         ("p40", 0, 40, True),
     ]
@@ -67,6 +70,27 @@ def test_a_window_must_cover_the_culprit_and_a_peer() -> None:
     assert covering_windows(windows, (1,), 60) == ["p95"]
     assert covering_windows(windows, (1,), 96) == []
     assert covering_windows(pd.DataFrame(), (1,), 0) == []
+    # a two-rank job: its one peer is all there is to compare with
+    assert covering_windows(windows, (1,), 96, num_ranks=2) == ["p99"]
+    # a pipeline whose stage has two replicas: the other replica is all there is
+    assert covering_windows(windows, (1,), 96, classes={0: 0, 1: 0, 2: 1, 3: 1}) == ["p99"]
+
+
+def test_a_window_the_peers_have_not_shipped_yet_decides_nothing() -> None:
+    # CI: the closed loop's window on rank 2 and three peers; a live triage pass saw it from rank
+    # 2 and one peer, decided "node" (the kernel detector cannot compare two ranks), and a pass
+    # later the whole window named the operator.
+    rows = [("a1", 2, 233, True), ("a1", 3, 233, True)]
+    partial = pd.DataFrame(rows, columns=["window_id", "rank", "step", "ok"])
+    node = Finding(
+        id="node-rank2", symptom="slowdown", cause="node", severity="warning", ranks=(2,),
+        onset_step=40, slowdown=0.3, confidence=0.9, summary="slow",
+    )  # fmt: skip
+    (out,) = check([node], partial, num_ranks=4)
+    assert _kernel_evidence(out).value == 0.0 and "undecided" in out.summary
+    whole = pd.concat([partial, pd.DataFrame([("a1", 0, 233, True)], columns=partial.columns)])
+    (out,) = check([node], whole, num_ranks=4)
+    assert _kernel_evidence(out).value == 1.0
 
 
 def test_direct_node_evidence_and_other_findings_are_left_alone() -> None:
