@@ -107,17 +107,28 @@ def has_node_evidence(f: Finding) -> bool:
     return any(e.metric.startswith(NODE_EVIDENCE_PREFIXES) for e in f.evidence)
 
 
-def contended_by(f: Finding, findings: list[Finding]) -> Finding | None:
+#: how far apart (steps) a contention finding's onset may be from a slowdown it explains: two of
+#: contention's 10-step blocks (it dates bursty run-queue delay a block or two off)
+CONTENDED_WITHIN_STEPS = 20
+
+
+def contended_by(
+    f: Finding, findings: list[Finding], within: int = CONTENDED_WITHIN_STEPS
+) -> Finding | None:
     """Another slowdown finding, dated, that shows a process outside the job taking the CPU of
-    every rank of ``f`` (contention with ``foreign_processes`` > 0): direct evidence of their
-    node, so ``f``'s slower compute needs no profiler window to be the node's (a CPU operator
-    preempted in a window is what that process does); ``None`` when there is none."""
+    every rank of ``f`` (contention with ``foreign_processes`` > 0) from about when ``f`` began
+    (onsets at most ``within`` steps apart): direct evidence of their node, so ``f``'s slower
+    compute needs no profiler window to be the node's (a CPU operator preempted in a window is
+    what that process does); ``None`` when there is none. A competitor that arrived hundreds of
+    steps after the slowdown (CI: a neighbour's type checker at step 448 beside a kernel slowed
+    at step 40) explains nothing of it."""
     for g in findings:
         if (
             g.id != f.id
             and g.symptom == "slowdown"
             and g.cause == "node"
             and g.onset_step is not None
+            and (f.onset_step is None or abs(g.onset_step - f.onset_step) <= within)
             and f.ranks
             and set(f.ranks) <= set(g.ranks)
             and any(e.metric == FOREIGN_PROCESSES and e.value > 0 for e in g.evidence)

@@ -152,3 +152,21 @@ def test_a_rank_contended_by_a_process_outside_the_job_needs_no_window() -> None
     # the job's own load is not a competitor: that rank's slowdown stays undecided
     own, _ = check([node, _contention(0.0)], pd.DataFrame())
     assert _kernel_evidence(own).value == 0.0
+
+
+def test_a_competitor_that_arrived_long_after_the_slowdown_decides_nothing() -> None:
+    # CI on a busy machine: a kernel slowed on rank 2 from step 40; a neighbour's type checker
+    # took rank 2's CPU from step 448, and its contention finding marked the step-40 slowdown
+    # as the node's, so the test run without the closed loop had no kernel_evidence at all.
+    node = Finding(
+        id="node-rank2", symptom="slowdown", cause="node", severity="warning", ranks=(2,),
+        onset_step=40, slowdown=0.2, confidence=0.9, summary="slow",
+    )  # fmt: skip
+    late = replace(_contention(1.0), ranks=(2, 3), onset_step=448)
+    out, _ = check([node, late], pd.DataFrame())
+    assert not any(e.metric == "contended_by" for e in out.evidence)
+    assert _kernel_evidence(out).value == 0.0 and "undecided" in out.summary
+    # one from about the same time still decides it
+    near = replace(late, onset_step=52)
+    out, _ = check([node, near], pd.DataFrame())
+    assert any(e.metric == "contended_by" for e in out.evidence)
