@@ -29,3 +29,7 @@ class InputError(DiagError):
 
 class NotReady(DiagError):
     """A request that needs something not there yet (e.g. a profile window before any step)."""
+
+
+class Cancelled(DiagError):
+    """Work given up on request (a live triage pass when the analyzer closes)."""

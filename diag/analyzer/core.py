@@ -341,15 +341,18 @@ class AnalyzerCore:
         with self._lock:
             return summarize(self.store)
 
-    def triage(self, *, final: bool = False) -> TriageResult:
+    def triage(
+        self, *, final: bool = False, cancelled: Callable[[], bool] | None = None
+    ) -> TriageResult:
         """The detectors on the store as it is now: the frames are read under the lock, the
         detectors run outside it (ingest goes on meanwhile). Remembered as ``latest_triage``.
         ``final``: the run's last triage, after :meth:`close`: the closed loop records what it
-        decided for the requests still pending (:meth:`AutoCapture.settle`)."""
+        decided for the requests still pending (:meth:`AutoCapture.settle`). ``cancelled``: asked
+        between detectors; a pass it stops raises :class:`~diag.errors.Cancelled`."""
         with self._lock:
             features = Features.from_store(self.store)
             run = summarize(self.store).to_json()["run"]
-        findings = run_all(features, self.detectors)
+        findings = run_all(features, self.detectors, cancelled)
         layout = features.work_layout()
         self._classes = dict(layout.work_class) if layout.known else None
         steps = features.steps

@@ -25,6 +25,7 @@ from diag.diagnose.detectors import (
 )
 from diag.diagnose.features import Features
 from diag.diagnose.reconcile import reconcile
+from diag.errors import Cancelled
 from diag.findings import Finding, ranked
 
 
@@ -78,18 +79,29 @@ DEFAULT_CONFIGS: dict[str, object] = {
 }
 
 
-def run_all(features: Features, cfg: Mapping[str, object] | None = None) -> list[Finding]:
+def run_all(
+    features: Features,
+    cfg: Mapping[str, object] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> list[Finding]:
     """Every registered detector on ``features`` (``cfg``: name -> config, defaults otherwise),
     reconciled across detectors (:func:`~diag.diagnose.reconcile.reconcile`: a slow kernel that
     explains a slow rank is one kernel finding; a kernel the steps do not show is only info) and
-    ranked by severity, then share of the job lost x confidence (:func:`~diag.findings.ranked`)."""
+    ranked by severity, then share of the job lost x confidence (:func:`~diag.findings.ranked`).
+    ``cancelled`` is asked before each detector and before reconciling; once it says so the pass
+    ends with :class:`~diag.errors.Cancelled` (a live pass when the analyzer closes: the run's
+    final triage follows, and a thread left inside pandas at interpreter exit aborts it)."""
     cfg = cfg or {}
     unknown = sorted(set(cfg) - set(DETECTORS))
     if unknown:
         raise ValueError(f"no detector named {', '.join(unknown)}")
     findings: list[Finding] = []
     for name, detect in DETECTORS.items():
+        if cancelled is not None and cancelled():
+            raise Cancelled(f"triage cancelled before the {name} detector")
         findings.extend(detect(features, cfg.get(name, DEFAULT_CONFIGS[name])))
+    if cancelled is not None and cancelled():
+        raise Cancelled("triage cancelled before reconciling")
     kernel_cfg = cfg.get("kernel", DEFAULT_CONFIGS["kernel"])
     assert isinstance(kernel_cfg, kernel.KernelConfig)
 

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 
 from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
@@ -58,3 +59,43 @@ def test_an_exception_is_triaged_at_once_not_at_the_next_interval(tmp_path: Path
     finally:
         server.stop(None).wait()
         core.close()
+
+
+def test_a_live_pass_in_flight_gives_up_when_the_analyzer_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI under load: a live pass at nice 19 outlasted the close's 30 s join, and a thread left
+    # inside pandas at interpreter exit can abort the process. It now stops at its next detector.
+    import threading
+
+    from diag.analyzer.service import join_background
+    from diag.diagnose.detectors import registry
+
+    entered, release, later = threading.Event(), threading.Event(), threading.Event()
+
+    def slow(features: object, cfg: object) -> list:
+        entered.set()
+        release.wait(10)
+        return []
+
+    def never(features: object, cfg: object) -> list:
+        later.set()  # a pass that went on after the close would get here
+        return []
+
+    for name, fn in (("zz_slow", slow), ("zz_never", never)):
+        monkeypatch.setitem(registry.DETECTORS, name, fn)
+        monkeypatch.setitem(registry.DEFAULT_CONFIGS, name, None)
+    cfg = AnalyzerConfig(run_dir=str(tmp_path / "run"), flush_interval_s=0.1, triage_interval_s=0.1)
+    server, port, core = serve(cfg)
+    try:
+        events = Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events()
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.AnalyzerStub(channel)
+            stub.Ingest(codec.batch_to_proto(events[:500], sender="t", sent_ns=0), timeout=10)
+        assert entered.wait(20)
+    finally:
+        server.stop(None).wait()
+        core.close()
+        release.set()
+    assert join_background(core, timeout_s=20)
+    assert not later.is_set()
