@@ -336,22 +336,35 @@ class AnalyzerCore:
         """The unexpired control messages with ``seq > after_seq`` (the ``PollControl`` RPC)."""
         return self.control.poll(after_seq)
 
-    def summarize(self) -> RunSummary:
-        """:func:`diag.store.summary.summarize` of the store, taken under the lock."""
+    def _snapshot(self) -> RunStore:
+        """The store as it is now, to read without the lock (:meth:`RunStore.snapshot`)."""
         with self._lock:
-            return summarize(self.store)
+            return self.store.snapshot()
+
+    def _adopt(self, snap: RunStore) -> None:
+        with self._lock:
+            self.store.adopt(snap)
+
+    def summarize(self) -> RunSummary:
+        """:func:`diag.store.summary.summarize` of a snapshot of the store (ingest goes on)."""
+        snap = self._snapshot()
+        out = summarize(snap)
+        self._adopt(snap)
+        return out
 
     def triage(
         self, *, final: bool = False, cancelled: Callable[[], bool] | None = None
     ) -> TriageResult:
-        """The detectors on the store as it is now: the frames are read under the lock, the
-        detectors run outside it (ingest goes on meanwhile). Remembered as ``latest_triage``.
-        ``final``: the run's last triage, after :meth:`close`: the closed loop records what it
-        decided for the requests still pending (:meth:`AutoCapture.settle`). ``cancelled``: asked
-        between detectors; a pass it stops raises :class:`~diag.errors.Cancelled`."""
-        with self._lock:
-            features = Features.from_store(self.store)
-            run = summarize(self.store).to_json()["run"]
+        """The detectors on the store as it is now: a snapshot is taken under the lock, the
+        frames are read from it and the detectors run outside it (ingest goes on meanwhile).
+        Remembered as ``latest_triage``. ``final``: the run's last triage, after :meth:`close`:
+        the closed loop records what it decided for the requests still pending
+        (:meth:`AutoCapture.settle`). ``cancelled``: asked between detectors; a pass it stops
+        raises :class:`~diag.errors.Cancelled`."""
+        snap = self._snapshot()
+        features = Features.from_store(snap)
+        run = summarize(snap).to_json()["run"]
+        self._adopt(snap)
         findings = run_all(features, self.detectors, cancelled)
         layout = features.work_layout()
         self._classes = dict(layout.work_class) if layout.known else None

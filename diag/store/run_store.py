@@ -121,6 +121,37 @@ class RunStore:
         numbers = [int(m.group(1)) for p in kind_dir.iterdir() if (m := _PART_RE.match(p.name))]
         return max(numbers, default=-1) + 1
 
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def snapshot(self) -> RunStore:
+        """A reader of the run as it is now that shares no mutable state with this store: the
+        caller takes it under its lock (a copy of the buffered rows' lists and of the cache's
+        bookkeeping: microseconds to milliseconds) and reads frames from it without the lock,
+        while ingest and flushes go on here. It holds every row of the moment it was taken,
+        and may show newer ones: parts flushed meanwhile are read from disk by it too (the rows
+        they hold that are also in its copy of the buffer, :meth:`frame`'s deduplication on
+        (source, seq) keeps once); rows only buffered here after it was taken are not in it.
+
+        Why: the analyzer's live triage runs at nice 19 and read every frame under the ingest
+        lock; on a loaded host it held the lock for seconds, the daemons' ``Ingest`` calls ran
+        past their deadline and the run ended with batches left in a spool (a ``diag attach``
+        store with one step from three of its four ranks)."""
+        snap = RunStore(self.run_dir)
+        snap._buffer = {k: list(v) for k, v in self._buffer.items() if v}
+        snap._loaded = {k: set(v) for k, v in self._loaded.items()}
+        snap._cached = dict(self._cached)  # frames are never changed in place, only replaced
+        return snap
+
+    def adopt(self, snap: RunStore) -> None:
+        """Keep the parts that ``snap`` (a :meth:`snapshot` of this store) read since, so the
+        next snapshot does not read them again: per kind, when it has loaded every part this
+        store has and more. Cheap; the caller holds its lock."""
+        for kind, names in snap._loaded.items():
+            mine = self._loaded.get(kind, set())
+            if kind in snap._cached and names > mine:
+                self._cached[kind] = snap._cached[kind]
+                self._loaded[kind] = set(names)
+
     # -- reading ------------------------------------------------------------------------------
 
     def kinds(self) -> list[str]:

@@ -168,3 +168,39 @@ def test_a_closed_core_refuses_batches(tmp_path: Path) -> None:
     core.close()
     with pytest.raises(Exception, match="shutting down"):
         core.ingest(batch([Source().collective(0)]))
+
+
+def test_ingest_goes_on_while_a_triage_pass_reads_the_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI under load: the live triage (nice 19) read every frame under the ingest lock; the
+    # daemon's Ingest calls ran past their deadline and batches were left in its spool.
+    import threading
+
+    from diag.analyzer import core as core_mod
+
+    c = _core(tmp_path)
+    src = Source(rank=0)
+    c.ingest(batch([src.step(0)]))
+    reading, release = threading.Event(), threading.Event()
+    real = core_mod.Features.from_store
+
+    def slow_read(store: RunStore) -> object:
+        reading.set()
+        release.wait(20)
+        return real(store)
+
+    monkeypatch.setattr(core_mod.Features, "from_store", staticmethod(slow_read))
+    triage = threading.Thread(target=c.triage)
+    triage.start()
+    try:
+        assert reading.wait(10)
+        done: list[IngestResult] = []
+        ingest = threading.Thread(target=lambda: done.append(c.ingest(batch([src.step(1)]))))
+        ingest.start()
+        ingest.join(10)
+        assert done == [IngestResult(1, 0)]  # not waiting for the pass
+    finally:
+        release.set()
+        triage.join(20)
+    assert len(c.store.frame("step")) == 2

@@ -93,3 +93,32 @@ def test_quarantine_moves_corrupt_parts_aside_and_keeps_the_rest(tmp_path: Path)
     store.append([src.step(3)])
     (new,) = store.flush()
     assert new.name == "part-000003.parquet"  # never reuses the corrupt part's number
+
+
+def test_a_snapshot_reads_the_run_as_it_was_while_ingest_and_flushes_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from diag.store import run_store
+
+    store = RunStore.create(tmp_path)
+    src = Source(rank=0)
+    store.append([src.step(0)])
+    store.flush()
+    store.append([src.step(1)])
+    snap = store.snapshot()
+    store.append([src.step(2)])
+    store.flush()  # step 1 moves from the buffer to a part the snapshot sees too: one row still
+    store.append([src.step(3)])  # buffered after the snapshot: not in it
+    assert keys(snap.frame("step")) == [(src.name, 0), (src.name, 1), (src.name, 2)]
+    assert len(store.frame("step")) == 4
+    # what a snapshot read is kept: the next one reads no part twice
+    reads: list[str] = []
+    real = run_store.read_part
+    monkeypatch.setattr(run_store, "read_part", lambda k, p: reads.append(p.name) or real(k, p))
+    fresh = RunStore.open(tmp_path)
+    first = fresh.snapshot()
+    first.frame("step")
+    fresh.adopt(first)
+    assert sorted(reads) == ["part-000000.parquet", "part-000001.parquet"]
+    fresh.snapshot().frame("step")
+    assert len(reads) == 2
