@@ -145,7 +145,8 @@ def attach(
             _wait_states(tmp, injected, ("detached", "reused", "failed"), DETACH_WAIT_S)
             if daemon is not None:
                 runtime.stop_daemon(daemon)
-            summary = analyzer.stop() if analyzer is not None else None
+            spooled = out / "spool" if daemon is not None else None
+            summary = analyzer.stop(spooled) if analyzer is not None else None
             shutil.rmtree(tmp, ignore_errors=True)
     if summary is None and target is not None:
         summary = runtime.SummarySource(None, target).get()

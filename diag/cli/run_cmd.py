@@ -154,7 +154,8 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
     finally:
         if daemon is not None:
             runtime.stop_daemon(daemon)
-        summary = analyzer.stop() if analyzer is not None else None
+        spooled = out / "spool" if daemon is not None else None
+        summary = analyzer.stop(spooled) if analyzer is not None else None
         shutil.rmtree(sock_dir, ignore_errors=True)
     if summary is None and target is not None:
         summary = runtime.SummarySource(None, target).get()

@@ -171,12 +171,15 @@ class EmbeddedAnalyzer:
             log.debug("summary unavailable: %s", exc)
             return None
 
-    def stop(self) -> dict[str, Any] | None:
-        """Stop serving, fold everything into the store, run the detectors once more on the whole
-        run (``findings.jsonl``) and return the summary with the findings."""
+    def stop(self, spool_dir: Path | None = None) -> dict[str, Any] | None:
+        """Stop serving, take in what our stopped daemon left in ``spool_dir`` (batches it could
+        not deliver before it exited), fold everything into the store, run the detectors once
+        more on the whole run (``findings.jsonl``) and return the summary with the findings."""
         from diag.analyzer.service import join_background
 
         self._server.stop(grace=2.0).wait(5.0)
+        if spool_dir is not None:
+            self.take_spool(spool_dir)
         self._core.close()
         join_background(self._core)
         try:
@@ -186,6 +189,39 @@ class EmbeddedAnalyzer:
         except Exception as exc:  # the run is stored; only the findings are missing
             print(f"diag run: triage of the run failed: {exc}", file=sys.stderr)
         return self.summary()
+
+    def take_spool(self, spool_dir: Path) -> int:
+        """Ingest the batches a stopped daemon left unacknowledged in ``spool_dir``, in order;
+        the number taken. The analyzer is in this process and still open, so nothing the node
+        sent is lost to a daemon that ran out of time (a loaded host: its ``Ingest`` calls ran
+        past their deadline and a ``diag attach`` store lacked most of three ranks' steps).
+        Batches delivered before are dropped as duplicates on (source, seq). A spool that
+        cannot be read is reported in one line and left where it is."""
+        from diag.daemon.spool import Spool
+        from diag.errors import DiagError
+        from diag.proto import diag_pb2 as pb
+
+        if not (spool_dir / "cursor").exists():
+            return 0
+        taken = 0
+        try:
+            spool = Spool(spool_dir)
+        except (DiagError, OSError) as exc:
+            print(f"diag: the daemon's spool {spool_dir} was not read: {exc}", file=sys.stderr)
+            return 0
+        try:
+            while (rec := spool.peek()) is not None:
+                try:
+                    self._core.ingest(pb.EventBatch.FromString(rec.payload))
+                    taken += 1
+                except Exception as exc:  # a bad batch is skipped, the rest still taken
+                    log.warning("a spooled batch was not ingested: %s", exc)
+                spool.ack(rec)
+        finally:
+            spool.close()
+        if taken:
+            log.info("took %d batch(es) the daemon left in %s", taken, spool_dir)
+        return taken
 
 
 class SummarySource:

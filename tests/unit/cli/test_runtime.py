@@ -57,3 +57,30 @@ def test_job_log_has_each_line_while_the_job_runs(tmp_path: Path) -> None:
         os.close(write_fd)
         for t in job._threads:
             t.join(timeout=10)
+
+
+def test_what_the_daemon_left_in_its_spool_reaches_the_embedded_analyzer(tmp_path: Path) -> None:
+    # A loaded host: the daemon's Ingest calls ran past their deadline and it exited with
+    # batches in its spool; diag run / attach own that analyzer and take them before the end.
+    from diag.daemon.spool import Spool
+    from diag.store.run_store import RunStore
+    from tests.fakes.events import Source, batch
+
+    src = Source(rank=1)
+    spool = Spool(tmp_path / "spool", fsync=False)
+    sent = batch([src.step(0), src.step(1)])
+    for b in (sent, batch([src.step(2)]), batch([src.step(3)])):
+        spool.append(b.SerializeToString())
+    spool.close()
+    analyzer = runtime.EmbeddedAnalyzer.start(tmp_path / "run", triage_interval_s=0)
+    analyzer._core.ingest(sent)  # delivered before the daemon stopped: not stored twice
+    analyzer.stop(tmp_path / "spool")
+    steps = RunStore.open(tmp_path / "run").frame("step")
+    assert sorted(steps["step"].tolist()) == [0, 1, 2, 3]
+    assert Spool(tmp_path / "spool").pending_records == 0  # taken: not replayed again
+    # no spool (a run without a daemon) is nothing to take
+    other = runtime.EmbeddedAnalyzer.start(tmp_path / "b", triage_interval_s=0)
+    try:
+        assert other.take_spool(tmp_path / "none") == 0
+    finally:
+        other.stop()
