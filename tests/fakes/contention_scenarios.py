@@ -12,9 +12,10 @@ and 1 in turn) and, while the hog
 runs, a ``HostProcess`` for it (pid ``HOG_PID``, 95% of a core on ``hog_cpu``), plus a
 background process at 20% on CPU 0 throughout. ``hog_seen``: the hog is reported while it runs
 even with no ``contended`` rank (with ``shared_ms``: a foreign process slowing the whole host).
-``heavier``: ranks that compute ``heavier_x`` x longer from the onset on a host the job
-oversubscribes, so that they wait for a CPU that much longer too (a slower kernel, no
-competitor).
+``limited``: ranks that wait ``limited_ms`` longer every step from ``limited_from`` with no
+process to show for it (a CPU quota). ``heavier``: ranks that compute ``heavier_x`` x longer
+from the onset on a host the job oversubscribes, so that they wait for a CPU that much longer
+too (a slower kernel, no competitor).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class ContentionRun:
     early_ms: float = 0.0
     heavier: tuple[int, ...] = ()  # ranks computing ``heavier_x`` x longer from the onset ...
     heavier_x: float = 1.0  # ... and so runnable, and waiting for a CPU, that much longer
+    limited: tuple[int, ...] = ()  # ranks that wait ``limited_ms`` more every step from ...
+    limited_from: int = 0  # ... this step: a CPU limit, no process to see
+    limited_ms: float = 0.0
     extra_events: list[schema.Event] = field(default_factory=list)
 
     def events(self) -> list[schema.Event]:
@@ -84,6 +88,9 @@ class ContentionRun:
             if self.early[0] <= step < self.early[1]:
                 for r in self.contended:
                     wait_cpu[r] += self.early_ms
+            if step >= self.limited_from:
+                for r in self.limited:
+                    wait_cpu[r] += self.limited_ms
             compute = self.compute_ms * (1 + 0.03 * rng.standard_normal(n))
             if step >= self.onset:
                 for r in self.heavier:

@@ -115,7 +115,10 @@ def _check(run_dir: Path, hog_pid: int, started_ns: int) -> None:
     hog = [e for e in named if e["subject"].startswith(f"pid {hog_pid} ")]
     assert hog and "CPU 1" in hog[0]["note"], json.dumps(top["evidence"], indent=1)
     assert f"pid {hog_pid}" in top["summary"], top["summary"]
-    # no other slowdown diagnosis at warning or above (a drift finding is another question)
+    # no other slowdown diagnosis at warning or above (a drift finding is another question):
+    # contention on the ranks of CPU 0 is not the hog's echo (CI: rank 0 waited 5.9 ms/step
+    # against 0.8 on ranks 1 and 3 from step 16, before the hog, and no process took 10% of a
+    # core: true, measured, and said so after the hog's finding)
     others = [
         f
         for f in findings
@@ -123,6 +126,7 @@ def _check(run_dir: Path, hog_pid: int, started_ns: int) -> None:
         and f["severity"] != "info"
         and f["symptom"] == "slowdown"
         and not _foreign_process(f, hog_pid)
+        and not _off_the_hogs_cpu(f, hog_pid)
     ]
     assert not others, shown
 
@@ -134,6 +138,19 @@ def _foreign_process(f: dict, hog_pid: int) -> bool:
         and "a CPU the culprit ran on" in e["note"]
         and not e["subject"].startswith(f"pid {hog_pid} ")
         for e in f["evidence"]
+    )
+
+
+def _off_the_hogs_cpu(f: dict, hog_pid: int) -> bool:
+    """Contention of ranks pinned to CPU 0 (not rank 2, the hog not named), its run-queue delay
+    above its peers' in its own evidence: the busy machine's work on CPU 0, not the hog's."""
+    waits = [e for e in f["evidence"] if e["metric"] == "cpu_wait_ms"]
+    return (
+        str(f["id"]).startswith("contention-")
+        and 2 not in f["ranks"]
+        and f"pid {hog_pid}" not in f["summary"]
+        and bool(waits)
+        and all(e["value"] > (e["reference"] or 0.0) for e in waits)
     )
 
 
