@@ -308,7 +308,12 @@ def _slow_period(
     cost it was judged against, or ``None``."""
     w = cfg.baseline_steps
     series = pd.Series(values)
-    before = series.rolling(w, min_periods=max(2, w // 2)).median().shift(1).to_numpy()
+    # The level before step t ends half a smoothing window before it: the centred median of
+    # the steps just before t holds t's own values (a busy CI run: the two steps before the
+    # limit, smoothed, already held its cost; with one noisy step they lifted the reference
+    # from 14 to 17.6 and the doubled cost stayed slow in 79.7% of the steps, not 80%).
+    lag = 1 + max(0, cfg.smooth_steps) // 2
+    before = series.rolling(w, min_periods=max(2, w // 2)).median().shift(lag).to_numpy()
     peer_flags = np.zeros(len(values), dtype=bool)
     if peer is not None:
         peer_flags = _is_slow(values, peer, size, floor, cfg)
