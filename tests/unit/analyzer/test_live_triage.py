@@ -16,16 +16,20 @@ from diag.transport import codec
 from tests.fakes.scenarios import Scenario
 
 
+def _ingest(port: int, events: list, batch: int = 500) -> None:
+    """Send ``events`` to the analyzer on ``port`` in batches, as a daemon does."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.AnalyzerStub(channel)
+        for i in range(0, len(events), batch):
+            stub.Ingest(codec.batch_to_proto(events[i : i + batch], sender="t", sent_ns=0),
+                        timeout=10)  # fmt: skip
+
+
 def test_a_finding_appears_within_seconds_of_the_events(tmp_path: Path) -> None:
     cfg = AnalyzerConfig(run_dir=str(tmp_path / "run"), flush_interval_s=0.1, triage_interval_s=0.2)
     server, port, core = serve(cfg)
     try:
-        events = Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events()
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.AnalyzerStub(channel)
-            for i in range(0, len(events), 500):
-                stub.Ingest(codec.batch_to_proto(events[i : i + 500], sender="t", sent_ns=0),
-                            timeout=10)  # fmt: skip
+        _ingest(port, Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events())
         path = tmp_path / "run" / "findings.jsonl"
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not path.exists():
@@ -47,9 +51,7 @@ def test_an_exception_is_triaged_at_once_not_at_the_next_interval(tmp_path: Path
     try:
         run = Run()
         run.exception(1, "RuntimeError", "injected failure at step 6", at=STALL)
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.AnalyzerStub(channel)
-            stub.Ingest(codec.batch_to_proto(run.events, sender="t", sent_ns=0), timeout=10)
+        _ingest(port, run.events, batch=len(run.events))
         path = tmp_path / "run" / "findings.jsonl"
         deadline = time.monotonic() + 10  # the interval is 10 minutes: only the urgency helps
         while time.monotonic() < deadline and not path.exists():
@@ -88,10 +90,7 @@ def test_a_live_pass_in_flight_gives_up_when_the_analyzer_closes(
     cfg = AnalyzerConfig(run_dir=str(tmp_path / "run"), flush_interval_s=0.1, triage_interval_s=0.1)
     server, port, core = serve(cfg)
     try:
-        events = Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events()
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.AnalyzerStub(channel)
-            stub.Ingest(codec.batch_to_proto(events[:500], sender="t", sent_ns=0), timeout=10)
+        _ingest(port, Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events()[:500])
         assert entered.wait(20)
     finally:
         server.stop(None).wait()
