@@ -167,6 +167,11 @@ class AutoCapture:
             )  # fmt: skip
         return new
 
+    @property
+    def pending(self) -> int:
+        """How many requests are still waiting for what they asked for."""
+        return len(self._pending)
+
     def settle(self, findings: Sequence[Finding]) -> list[Capture]:
         """The run's final triage: record what its ``findings`` decided for every request still
         pending (or that nothing came back before the run ended); nothing new is requested."""

@@ -379,6 +379,17 @@ class AnalyzerCore:
         self.latest_triage = result
         return result
 
+    def settle(self) -> bool:
+        """After :meth:`close`: the final triage (:meth:`triage` ``final``) when the closed loop
+        still waits for something it asked for, so that its record says what the evidence
+        decided (probe results that came in after the last live pass) or that nothing came
+        back; nothing to do otherwise (``False``). ``diag run`` does this in its own final
+        triage; a standalone analyzer on its way out (SIGTERM) calls this."""
+        if self.autocapture is None or not self.autocapture.pending:
+            return False
+        self.triage(final=True)
+        return True
+
     def capture(self, result: TriageResult) -> None:
         """The closed loop on one live triage ``result``: request the evidence an undecided
         finding lacks, record what came back (:mod:`diag.analyzer.autocapture`)."""

@@ -2,8 +2,9 @@
 
 Prints ``analyzer listening on HOST:PORT`` on stdout once it accepts connections (and writes the
 port to ``--port-file``, atomically, for scripts that bound port 0). On SIGTERM or SIGINT it stops
-taking requests, folds everything into Parquet parts and exits 0. Logs go to stderr (warnings) and
-``RUN_DIR/logs/analyzer.log`` (info).
+taking requests, folds everything into Parquet parts, records what the closed loop's pending
+requests came to (``auto_capture.jsonl``; a final triage, only when one is pending) and exits 0.
+Logs go to stderr (warnings) and ``RUN_DIR/logs/analyzer.log`` (info).
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from diag.cli.run_cmd import add_auto_capture_argument
 from diag.config import AnalyzerConfig, load_config
 from diag.errors import InputError
 from diag.fsutil import atomic_write
+
+if TYPE_CHECKING:
+    from diag.analyzer.core import AnalyzerCore
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +125,20 @@ def run(args: argparse.Namespace) -> int:
             server.stop(grace=2.0).wait()
             core.close()
             join_background(core)
+            _settle(core)
             for s, h in previous.items():
                 signal.signal(s, h)
     finally:
         logging.getLogger("diag").removeHandler(handler)
         handler.close()
     return 0
+
+
+def _settle(core: AnalyzerCore) -> None:
+    """The closed loop's pending requests recorded as decided (or not back) before the
+    analyzer exits; a failure is one line in the log, the run's data is already stored."""
+    try:
+        if core.settle():
+            log.info("settled the closed loop's pending requests")
+    except Exception as exc:
+        log.warning("could not settle the closed loop's pending requests: %s", exc)

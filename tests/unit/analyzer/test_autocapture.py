@@ -259,3 +259,24 @@ def test_observe_mode_and_the_budget_hold_probe_rounds_back(tmp_path: Path) -> N
     lost, sent = loop.step([other], None, [0, 1, 2, 3], ADDRESSES)
     assert lost.status == "decided" and "no probe results came back within" in lost.outcome
     assert sent.status == "requested" and sent.finding_id == "link:1" and len(daemons.sent) == 24
+
+
+def test_a_closed_analyzer_settles_a_round_still_out_and_only_then(tmp_path: Path) -> None:
+    """A standalone analyzer stopped (SIGTERM) before a live pass saw the probe results: its
+    record must still say what came of the round, not leave it 'not back yet' (CI: the results
+    were in the store, the record said the round was still out)."""
+    from diag.analyzer.core import AnalyzerCore
+    from diag.store.run_store import RunStore
+
+    core = AnalyzerCore(RunStore.create(tmp_path / "run"), auto_capture=AutoCaptureConfig())
+    assert core.autocapture is not None
+    core.autocapture.probe = Daemons()
+    assert core.settle() is False  # nothing pending: no final triage
+    core.autocapture.step([_link()], None, [0, 1, 2, 3], ADDRESSES)
+    assert core.autocapture.pending == 1
+    core.close()
+    assert core.settle() is True
+    done, problems = captures.read(tmp_path / "run")
+    assert problems == [] and [c.status for c in done] == ["requested", "decided"]
+    assert "undecided when the run ended" in done[-1].outcome
+    assert core.autocapture.pending == 0 and core.settle() is False
