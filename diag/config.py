@@ -112,6 +112,14 @@ class AnalyzerConfig:
     auto_capture: str = "on"
     auto_capture_interval_s: float = 120.0
     max_message_bytes: int = 64 * 1024 * 1024
+    # who may call (diag.transport.security): a token file required on every RPC, TLS (with a
+    # CA: mutual); a bind beyond loopback without a token is refused unless insecure
+    token_file: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    insecure: bool = False
+    max_concurrent_rpcs: int = 64  # calls beyond it are answered RESOURCE_EXHAUSTED
 
 
 _SECTIONS: dict[str, type] = {

@@ -31,6 +31,7 @@ from diag.diagnose.triage import write_findings
 from diag.errors import Cancelled, ConfigError, NotReady, SchemaError, TransportError
 from diag.proto import diag_pb2 as pb
 from diag.store.run_store import RunStore
+from diag.transport.security import ServerSecurity, check_exposure
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +226,9 @@ def serve(
 ) -> tuple[grpc.Server, int, AnalyzerCore]:
     """Open (recovering) the store at ``cfg.run_dir``, start the server on ``cfg.bind`` and the
     flush thread (and the live triage, with ``detectors``: name -> config, defaults for the
-    others). Returns the started server, the bound port and the core.
+    others). Returns the started server, the bound port and the core. Who may call: ``cfg``'s
+    token and TLS files (:mod:`diag.transport.security`); a bind beyond loopback without a
+    token is a :class:`ConfigError` unless ``cfg.insecure``.
 
     To stop: ``server.stop(grace).wait()``, ``core.close()`` (final flush; ends the threads), then
     ``join_background(core)``: the threads are daemon threads, and one left inside a triage pass
@@ -236,6 +239,10 @@ def serve(
     """
     if not cfg.run_dir:
         raise TransportError("the analyzer needs a run directory")
+    security = ServerSecurity.from_files(
+        cfg.token_file or None, cfg.tls_cert or None, cfg.tls_key or None, cfg.tls_ca or None
+    )
+    check_exposure(cfg.bind, security, cfg.insecure)
     auto = AutoCaptureConfig(mode=cfg.auto_capture, min_interval_s=cfg.auto_capture_interval_s)
     core = AnalyzerCore(RunStore.create(cfg.run_dir), detectors=detectors, auto_capture=auto)
     options: list[tuple[str, Any]] = [
@@ -244,10 +251,15 @@ def serve(
         # One analyzer per port: without this, grpc lets a second process bind the same port.
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8),
+        options=options,
+        interceptors=security.interceptors(),
+        maximum_concurrent_rpcs=max(1, cfg.max_concurrent_rpcs),
+    )
     add_to_server(AnalyzerServicer(core), server)
     try:
-        port = server.add_insecure_port(cfg.bind)
+        port = security.add_port(server, cfg.bind)
     except RuntimeError as exc:
         core.close()
         raise TransportError(f"cannot bind {cfg.bind}: {exc}") from None

@@ -10,7 +10,6 @@ Logs go to stderr (warnings) and ``RUN_DIR/logs/analyzer.log`` (info).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import signal
 import threading
@@ -19,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from diag.cli.run_cmd import add_auto_capture_argument
+from diag.cli.security_args import add_security_arguments
 from diag.config import AnalyzerConfig, load_config
 from diag.errors import InputError
 from diag.fsutil import atomic_write
@@ -41,17 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.toml",
         help="detector thresholds for the live triage ([node] min_ratio = 1.1, ...)",
     )
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (as in a bind address) is reachable only from this machine."""
-    name = host.strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    add_security_arguments(parser, server=True)
 
 
 def write_port_file(path: str | Path, port: int) -> None:
@@ -85,6 +75,11 @@ def run(args: argparse.Namespace) -> int:
             "run_dir": args.run_dir,
             "bind": args.bind,
             "auto_capture": args.auto_capture,
+            "token_file": args.token_file,
+            "tls_cert": args.tls_cert,
+            "tls_key": args.tls_key,
+            "tls_ca": args.tls_ca,
+            "insecure": args.insecure,
         },
     )
     detectors = None
@@ -98,11 +93,12 @@ def run(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     handler = _log_to_file(run_dir)
     from diag.analyzer.service import join_background, serve  # grpc, pandas: this command only
+    from diag.transport.security import is_loopback
 
     host = cfg.bind.rsplit(":", 1)[0]
-    if not is_loopback(host):
+    if not is_loopback(host) and not cfg.token_file and cfg.insecure:
         log.warning(
-            "binding %s: the analyzer accepts unauthenticated events from other machines", cfg.bind
+            "binding %s with --insecure: the analyzer accepts events from any machine", cfg.bind
         )
     stop = threading.Event()
 

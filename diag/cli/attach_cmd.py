@@ -32,6 +32,7 @@ from typing import Any
 from diag.attach import AttachError, discover, inject
 from diag.cli import runtime
 from diag.cli.run_cmd import add_auto_capture_argument, new_run_id
+from diag.cli.security_args import add_security_arguments, export_client_security
 from diag.config import HookConfig, default_host, load_config
 
 STATUS_WAIT_S = 10.0  # the most an injected worker may take to report that its hook runs
@@ -55,6 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--analyzer", metavar="HOST:PORT", help="ship to this analyzer instead of an embedded one"
     )
     add_auto_capture_argument(parser)
+    add_security_arguments(parser)
     parser.add_argument(
         "--hang-min-s",
         type=float,
@@ -67,6 +69,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    export_client_security(args)
     workers = discover.find_workers(args.pid, job=args.job)
     injector = inject.choose(inject.target_version(workers[0].pid))
     out: Path = args.out or Path("runs") / f"attach-{new_run_id()}"

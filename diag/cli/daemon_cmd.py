@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from diag.cli.security_args import add_security_arguments, export_client_security
+
 OWNER_POLL_S = 1.0
 
 
@@ -33,12 +35,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exit-with", type=int, metavar="PID", help="flush and exit when process PID is gone"
     )
+    add_security_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from diag.config import load_config
     from diag.daemon.daemon import Daemon
 
+    export_client_security(args)
     cfg = load_config(
         "daemon",
         file=args.config,

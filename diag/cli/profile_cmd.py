@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from diag.cli.security_args import add_security_arguments, export_client_security
 from diag.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--at-step", type=int, default=0, help="first step of the window (default: a few ahead)"
     )
     parser.add_argument("--json", action="store_true", help="print the request as one JSON object")
+    add_security_arguments(parser)
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.at_step < 0:
         raise ConfigError(f"--at-step must be >= 0 (0 = a few steps ahead), got {args.at_step}")
     ranks = parse_ranks(args.ranks)
+    export_client_security(args)
     target = args.analyzer or analyzer_of(args.run_dir)
     from diag.analyzer.control import request_to_json
     from diag.transport.client import AnalyzerClient  # grpc only for this command

@@ -16,6 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
+from diag.cli.security_args import add_security_arguments, export_client_security
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a diag run directory")
@@ -26,6 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="run the probes on the ranks' own nodes through the run's live analyzer and daemons",
     )
+    add_security_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from probes import PROBES
     from probes.base import ProbeResult, run_guarded
 
+    export_client_security(args)
     if not (args.run_dir / "store").is_dir():
         raise InputError(f"{args.run_dir}: not a diag run directory (no store/)")
     if args.via_analyzer:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from diag.cli import exit_report, runtime
+from diag.cli.security_args import add_security_arguments, export_client_security
 from diag.config import default_host
 from diag.errors import ConfigError
 
@@ -51,6 +52,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="detector thresholds for the embedded analyzer's triage ([node] min_ratio = 1.1)",
     )
     add_auto_capture_argument(parser)
+    add_security_arguments(parser)
     parser.add_argument(
         "--triage-interval",
         type=float,
@@ -96,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
 def run_job(command: list[str], args: argparse.Namespace) -> int:
     """Run ``command`` under diag with the options of :func:`add_run_arguments`."""
     detectors = _detector_config(args)
+    export_client_security(args)
     if shutil.which(command[0]) is None:
         raise ConfigError(f"cannot start {command[0]!r}: no such command")
     out: Path = args.out or Path("runs") / new_run_id()

@@ -17,6 +17,7 @@ import grpc
 from diag.errors import TransportError
 from diag.proto import diag_pb2 as pb
 from diag.proto import diag_pb2_grpc
+from diag.transport.security import ClientSecurity
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _INGEST_METHOD = "/diag.v1.Analyzer/Ingest"
@@ -31,7 +32,10 @@ def _identity(data: bytes) -> bytes:
 
 
 class AnalyzerClient:
-    """A connection to the analyzer at ``target`` (``host:port``); ``timeout_s`` bounds a call."""
+    """A connection to the analyzer at ``target`` (``host:port``); ``timeout_s`` bounds a call.
+    ``security``: the token and TLS material it presents (``None``: from ``DIAG_TOKEN_FILE`` and
+    the ``DIAG_TLS_*`` variables, :meth:`ClientSecurity.resolve`; :class:`ConfigError` on a bad
+    file)."""
 
     def __init__(
         self,
@@ -39,11 +43,13 @@ class AnalyzerClient:
         timeout_s: float = 5.0,
         *,
         wall_clock: Callable[[], int] = time.time_ns,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.target = target
         self.timeout_s = timeout_s
         self._wall_clock = wall_clock
-        self._channel = grpc.insecure_channel(
+        self.security = security if security is not None else ClientSecurity.resolve()
+        self._channel = self.security.channel(
             target,
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
