@@ -25,6 +25,14 @@ from typing import Any, ClassVar, Protocol
 
 STATUSES = ("ok", "unsupported", "timeout", "failed")
 
+# What one probe request may cost, whoever sends it (its ``Params`` check these):
+MAX_SIZE_MIB = 4096  # one buffer
+MAX_BYTES = 4 << 30  # the operands of one call
+MAX_FLOP = 1 << 43  # one call (2 x 16384^3: milliseconds on a GPU, seconds on a CPU)
+MAX_DIM = 65536
+MAX_SHAPES = 16
+MAX_THREADS = 256
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeContext:

@@ -30,9 +30,11 @@ class CollectiveParams:
         for op in self.ops:
             if op not in OPS:
                 raise ValueError(f"ops: {op!r} is not one of {OPS}")
+        if len(self.ops) > len(OPS) or len(self.sizes_bytes) > 16:
+            raise ValueError(f"at most {len(OPS)} ops and 16 sizes")
         for size in self.sizes_bytes:
-            if not 4 <= size <= 1 << 34:
-                raise ValueError(f"sizes_bytes: {size} is not in [4, 16 GiB]")
+            if not 4 <= size <= 1 << 32:
+                raise ValueError(f"sizes_bytes: {size} is not in [4, 4 GiB]")
         if not 1 <= self.repeats <= 100:
             raise ValueError("repeats must be in [1, 100]")
 

@@ -12,7 +12,18 @@ import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from probes.base import ProbeContext, ProbeResult, best_time, params_dict, sync_for
+from probes.base import (
+    MAX_BYTES,
+    MAX_DIM,
+    MAX_FLOP,
+    MAX_SHAPES,
+    MAX_THREADS,
+    ProbeContext,
+    ProbeResult,
+    best_time,
+    params_dict,
+    sync_for,
+)
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -30,11 +41,21 @@ class GemmParams:
         for dt in self.dtypes:
             if dt not in DTYPES:
                 raise ValueError(f"dtypes: {dt!r} is not one of {DTYPES}")
+        if not 1 <= len(self.shapes) <= MAX_SHAPES:
+            raise ValueError(f"shapes: 1 to {MAX_SHAPES} of them")
         for shape in self.shapes:
-            if len(shape) != 3 or min(shape) <= 0 or max(shape) > 65536:
-                raise ValueError(f"shapes: {shape} is not (m, k, n) with 0 < each <= 65536")
-        if not 1 <= self.repeats <= 100 or self.min_run_s <= 0 or self.threads < 0:
-            raise ValueError("repeats must be in [1, 100], min_run_s > 0, threads >= 0")
+            if len(shape) != 3 or min(shape) <= 0 or max(shape) > MAX_DIM:
+                raise ValueError(f"shapes: {shape} is not (m, k, n) with 0 < each <= {MAX_DIM}")
+            m, k, n = shape
+            if 2 * m * k * n > MAX_FLOP or 4 * (m * k + k * n + m * n) > MAX_BYTES:
+                raise ValueError(
+                    f"shapes: {shape} costs more than {MAX_FLOP:.0e} flops or "
+                    f"{MAX_BYTES >> 30} GiB per call"
+                )
+        if not 1 <= self.repeats <= 100 or not 0 < self.min_run_s <= 10:
+            raise ValueError("repeats must be in [1, 100], min_run_s in (0, 10]")
+        if not 0 <= self.threads <= MAX_THREADS:
+            raise ValueError(f"threads must be in [0, {MAX_THREADS}] (0: torch's default)")
 
 
 class GemmProbe:

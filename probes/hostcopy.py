@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from probes.base import ProbeContext, ProbeResult, best_time, params_dict, sync_for, unsupported
+from probes.base import (
+    MAX_SIZE_MIB,
+    ProbeContext,
+    ProbeResult,
+    best_time,
+    params_dict,
+    sync_for,
+    unsupported,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -16,8 +24,8 @@ class HostCopyParams:
     timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if not 1 <= self.size_mib <= 65536 or not 1 <= self.repeats <= 100:
-            raise ValueError("size_mib must be in [1, 65536] and repeats in [1, 100]")
+        if not 1 <= self.size_mib <= MAX_SIZE_MIB or not 1 <= self.repeats <= 100:
+            raise ValueError(f"size_mib must be in [1, {MAX_SIZE_MIB}] and repeats in [1, 100]")
 
 
 class HostCopyProbe:

@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import ClassVar
 
-from probes.base import ProbeContext, ProbeResult, params_dict
+from probes.base import MAX_FLOP, ProbeContext, ProbeResult, params_dict
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,6 +24,8 @@ class NumericsParams:
     def __post_init__(self) -> None:
         if not 1 <= self.size <= 8192 or not 1 <= self.depth <= 1000:
             raise ValueError("size must be in [1, 8192] and depth in [1, 1000]")
+        if 2 * self.size**3 * self.depth > MAX_FLOP:
+            raise ValueError(f"size**3 x depth costs more than {MAX_FLOP:.0e} flops")
 
 
 def chain_digest(params: NumericsParams, device: str) -> tuple[str, float]:

@@ -6,13 +6,16 @@ an object whose keys are fields of that probe's ``Params`` dataclass and whose v
 the field's annotated type (``int``, ``float``, ``str``, ``bool``, tuples as JSON lists, nested);
 the dataclass's own ``__post_init__`` then checks ranges and names (dtypes, ops). Nothing in the
 payload is ever evaluated, imported or passed to a shell: a string can only land in a ``str``
-field, where each probe accepts only its fixed names. ``timeout_s`` is capped at
-:data:`MAX_TIMEOUT_S` and the text at :data:`MAX_PARAMS_CHARS`.
+field, where each probe accepts only its fixed names. ``timeout_s`` must be in
+``(0, MAX_TIMEOUT_S]``, every number finite (no ``NaN``/``Infinity``) and an integer within
+:data:`MAX_INT`, a list at most :data:`MAX_ITEMS` long, the text at most :data:`MAX_PARAMS_CHARS`;
+each probe's ``Params`` caps what it may cost (memory, shapes, threads).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
 from typing import Any
@@ -21,6 +24,8 @@ from probes import PROBES
 
 MAX_PARAMS_CHARS = 4096
 MAX_TIMEOUT_S = 300.0
+MAX_ITEMS = 64
+MAX_INT = 1 << 53
 
 
 class RequestRejected(ValueError):
@@ -53,6 +58,26 @@ def _conforms(value: Any, tp: Any) -> bool:
     return False
 
 
+def _bounded(value: Any) -> str | None:
+    """Why ``value`` (parsed JSON) is out of bounds, ``None`` when it is not."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number that is not finite"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        return f"an integer beyond {MAX_INT}"
+    if isinstance(value, list):
+        if len(value) > MAX_ITEMS:
+            return f"a list longer than {MAX_ITEMS}"
+        for v in value:
+            why = _bounded(v)
+            if why:
+                return why
+    return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
 def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
@@ -65,9 +90,10 @@ def validate(name: str, params_json: str) -> Any:
     if len(params_json) > MAX_PARAMS_CHARS:
         raise RequestRejected(f"params longer than {MAX_PARAMS_CHARS} characters")
     try:
-        raw = json.loads(params_json) if params_json.strip() else {}
-    except ValueError:
-        raise RequestRejected("params are not JSON") from None
+        raw = json.loads(params_json, parse_constant=_no_constant) if params_json.strip() else {}
+    except (ValueError, RecursionError):
+        why = "params are not JSON (NaN and Infinity are not numbers here)"
+        raise RequestRejected(why) from None
     if not isinstance(raw, dict):
         raise RequestRejected("params must be a JSON object")
     cls = PROBES[name].Params
@@ -78,9 +104,14 @@ def validate(name: str, params_json: str) -> Any:
         if not _conforms(value, hints[key]):
             want = getattr(hints[key], "__name__", str(hints[key]))
             raise RequestRejected(f"{name} parameter {key!r} is not {want}")
-    if float(raw.get("timeout_s", 0.0)) > MAX_TIMEOUT_S:
-        raise RequestRejected(f"timeout_s above {MAX_TIMEOUT_S:g} s")
+        bound = _bounded(value)
+        if bound:
+            raise RequestRejected(f"{name} parameter {key!r} is {bound}")
     try:
-        return cls(**{k: _tuples(v) for k, v in raw.items()})
+        params = cls(**{k: _tuples(v) for k, v in raw.items()})
     except (TypeError, ValueError) as exc:
         raise RequestRejected(f"{name} params: {' '.join(str(exc).split())}") from None
+    timeout = float(getattr(params, "timeout_s", 1.0))
+    if not 0 < timeout <= MAX_TIMEOUT_S:
+        raise RequestRejected(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}] s, got {timeout:g}")
+    return params
