@@ -7,13 +7,16 @@ messages addressed to this host or ``"*"``), one at a time, never in the daemon'
 - Accepted requests go into a bounded queue (:data:`MAX_QUEUE`; when full the request gets a
   ``failed`` result at once) read by one worker thread, so the daemon's control and shipping loops
   never wait for a probe.
-- Each probe runs as ``python -m probes NAME --params JSON --nice 19`` (the child lowers its own
-  priority to 19 first), with ``CUDA_VISIBLE_DEVICES`` set to the requested device only (none for a
-  CPU probe), so ranks on the other devices of a live job are not touched; its CPU work yields to
-  theirs. The parameters passed are re-serialized from the validated dataclass, never the
-  request's text; the argument list goes to ``execve`` directly, no shell. The child is killed
-  after the probe's ``timeout_s`` plus :data:`GRACE_S` (start-up and the torch import) and the
-  request gets a ``timeout`` result.
+- Each probe runs as ``python -I -c BOOT NAME --params JSON --nice 19``, BOOT running the very
+  ``probes`` package this daemon imported (its folder first on ``sys.path``) in isolated mode
+  (no ``PYTHON*`` variables, no user site, not the working directory: a ``probes/`` folder where
+  the daemon was started, or on ``PYTHONPATH``, once ran in its place), from ``/`` (the child
+  lowers its own priority to 19 first), with ``CUDA_VISIBLE_DEVICES`` set to the requested
+  device only (none for a CPU probe), so ranks on the other devices of a live job are not
+  touched; its CPU work yields to theirs. The parameters passed are re-serialized from the
+  validated dataclass, never the request's text; the argument list goes to ``execve``
+  directly, no shell. The child is killed after the probe's ``timeout_s`` plus
+  :data:`GRACE_S` (start-up and the torch import) and the request gets a ``timeout`` result.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import probes
 from diag import schema
 from diag.proto import diag_pb2 as pb
 from probes.base import params_dict
@@ -39,6 +44,21 @@ log = logging.getLogger(__name__)
 
 MAX_QUEUE = 4
 GRACE_S = 30.0
+#: The child's working directory: fixed, owned by no user.
+CHILD_CWD = "/"
+
+
+def _boot() -> str:
+    """The child's ``-c`` program: this daemon's ``probes`` (and ``diag``) first on the path, then
+    ``probes``' ``__main__`` with the arguments that follow."""
+    import diag
+
+    roots = list(dict.fromkeys(str(Path(m.__file__ or "").resolve().parent.parent)
+                               for m in (probes, diag)))  # fmt: skip
+    return (
+        f"import sys; sys.path[:0] = {roots!r}; import runpy; "
+        "runpy.run_module('probes', run_name='__main__', alter_sys=True)"
+    )
 
 
 class ProbeRunner:
@@ -118,8 +138,9 @@ class ProbeRunner:
         gpu = req.device.isdigit()
         cmd = [
             self._python,
-            "-m",
-            "probes",
+            "-I",
+            "-c",
+            _boot(),
             req.probe,
             "--params",
             json.dumps(params_dict(params)),
@@ -139,8 +160,9 @@ class ProbeRunner:
         timeout_s = float(params.timeout_s) + self._grace_s
         try:
             out = subprocess.run(
-                cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
-            )
+                cmd, env=env, cwd=CHILD_CWD, capture_output=True, text=True, timeout=timeout_s,
+                check=False,
+            )  # fmt: skip
         except subprocess.TimeoutExpired:
             self._result(req, t0, status="timeout", detail=f"no result within {timeout_s:g} s")
             return

@@ -23,6 +23,7 @@ from diag.transport.client import AnalyzerClient
 from probes.numerics import NumericsParams
 from probes.validate import validate
 from tests.fakes.daemon_doubles import (
+    CHEAP_NUMERICS,
     RunningDaemon,
     ServedAnalyzer,
     probe_request,
@@ -92,3 +93,26 @@ def test_a_replay_probe_runs_on_the_targets_daemon(tmp_path: Path) -> None:
     assert other.detail == result.detail  # the same digest on the same CPU
     assert [r.status for r in wrong] == ["timeout"]  # no daemon on that host
     assert stats.num_control_messages == 3 and stats.num_batches_rejected == 0
+
+
+def test_a_probes_folder_where_the_daemon_runs_or_on_pythonpath_is_not_what_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m probes`` in the daemon's working directory once ran a user's own ``probes/``."""
+    shadow = tmp_path / "probes"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("")
+    (shadow / "__main__.py").write_text(
+        "import json\n"
+        'row = {"status": "ok", "metric": "shadowed", "detail": "shadowed", "value": 1}\n'
+        "print(json.dumps([row]))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    events: list[schema.Event] = []
+    runner = probe_runner(events)
+    req = probe_request(params=CHEAP_NUMERICS)
+    runner.run_one(req, validate("numerics", CHEAP_NUMERICS), 0)
+    assert events, "no result"
+    assert all(e.status == "ok" and e.probe == "numerics" for e in events), events  # type: ignore[attr-defined]
+    assert not any("shadowed" in str(e) for e in events), events

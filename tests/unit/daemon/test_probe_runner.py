@@ -25,7 +25,7 @@ def test_a_rejected_request_gets_a_result_saying_why_and_runs_nothing() -> None:
 def test_the_child_gets_only_the_validated_params_the_device_and_low_priority() -> None:
     runner = probe_runner([])
     cmd, env = runner.command(probe_request(device="3"), validate("numerics", CHEAP_NUMERICS))
-    assert cmd[:4] == [sys.executable, "-m", "probes", "numerics"]
+    assert cmd[:3] == [sys.executable, "-I", "-c"] and cmd[4] == "numerics"
     assert json.loads(cmd[cmd.index("--params") + 1])["size"] == 8
     assert cmd[cmd.index("--nice") + 1] == "19" and cmd[cmd.index("--device") + 1] == "cuda:0"
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
