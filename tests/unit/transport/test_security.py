@@ -1,11 +1,9 @@
 """Who may call the analyzer: real gRPC calls on 127.0.0.1:0 without, with a wrong and with the
-right token; TLS and mutual TLS with certificates made here by ``openssl``."""
+right token; TLS and mutual TLS with the test certificates of tests/data/tls."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,27 +132,11 @@ def test_a_bind_beyond_loopback_needs_a_token_or_insecure(tmp_path: Path) -> Non
 # -- TLS -----------------------------------------------------------------------------------
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by it."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl not installed: no certificates to test TLS with")
-    d = tmp_path_factory.mktemp("pki")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=diag test CA", cwd=d)  # fmt: skip
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name in ("server", "client"):
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                 "-subj", f"/CN=diag {name}", cwd=d)  # fmt: skip
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "san.ext",
-                 cwd=d)  # fmt: skip
-    return d
+@pytest.fixture
+def pki() -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate it signed
+    (tests/data/tls/README.md says how they were made)."""
+    return Path(__file__).resolve().parents[2] / "data" / "tls"
 
 
 def _tls_analyzer(tmp_path: Path, pki: Path, mutual: bool) -> tuple[grpc.Server, int, AnalyzerCore]:
