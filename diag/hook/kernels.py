@@ -37,7 +37,7 @@ from typing import Any
 from diag import schema
 from diag.fsutil import atomic_open
 from diag.hook.events import EventFactory
-from diag.hook.profiler import WindowResult
+from diag.hook.profiler import PLAIN_ID, WindowResult
 from diag.kernel_category import KernelStat, kernel_category
 
 log = logging.getLogger(__name__)
@@ -162,6 +162,8 @@ class TraceFiles:
     ) -> tuple[str, int]:
         """Save ``result``'s Chrome trace gzip-compressed: (path relative to trace_dir, bytes);
         ("", bytes) when it is over ``max_bytes`` (an older file of that name is left as it was)."""
+        if not PLAIN_ID.fullmatch(window_id) or window_id.startswith("."):
+            raise ValueError(f"window id {window_id[:40]!r} is not a plain token: no trace file")
         rel = f"rank{rank}/{window_id}.json.gz"
         final = Path(self.trace_dir) / rel
         final.parent.mkdir(parents=True, exist_ok=True)

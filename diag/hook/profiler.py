@@ -27,6 +27,7 @@ disable that materializes the trace, ~3-6 us per recorded operator (~2.5 us with
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -74,6 +75,10 @@ class WindowResult:
 
 def periodic_id(step: int) -> str:
     return f"p{step}"
+
+
+#: What a request or window id may be: it becomes part of a file name.
+PLAIN_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def on_demand_id(request_id: str) -> str:
@@ -284,6 +289,9 @@ class RequestFilter:
         request_id = str(request.request_id)
         if not request_id:
             raise ValueError("profile request without a request_id")
+        if not PLAIN_ID.fullmatch(request_id):
+            # the id names the trace file: '../' in it once wrote, and pruned, outside the folder
+            raise ValueError(f"profile request id {request_id[:40]!r} is not a plain token")
         if request_id in self._seen_set:
             log.debug("diag hook: duplicate profile request %s ignored", request_id)
             return None

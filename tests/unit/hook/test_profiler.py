@@ -22,7 +22,7 @@ from torch import nn
 from diag import schema
 from diag.config import HookConfig
 from diag.hook import core as hook
-from diag.hook.kernels import summarize
+from diag.hook.kernels import TraceFiles, summarize
 from diag.hook.profiler import ProfilerWindows, RequestFilter
 from diag.proto import diag_pb2 as pb
 from diag.transport import framing as frames
@@ -261,6 +261,23 @@ def test_request_filter() -> None:
     assert f.plan(pb.ProfileRequest(request_id="d", ranks=[0]), rank=0, now_ns=100) is not None
     with pytest.raises(ValueError):
         f.plan(pb.ProfileRequest(), rank=0)
+
+
+@pytest.mark.parametrize("rid", ["../../x", "a/b", "..\\x", "x" * 65, "a b", "\x00", "é"])
+def test_a_request_id_that_is_not_a_plain_token_never_names_a_file(
+    rid: str, tmp_path: Path
+) -> None:
+    """The id becomes the trace file's name: '../' in it once wrote, and pruned, outside."""
+    with pytest.raises(ValueError, match="not a plain token"):
+        RequestFilter(default_num_steps=1).plan(pb.ProfileRequest(request_id=rid), rank=0)
+    victim = tmp_path / "mine.json.gz"
+    victim.write_bytes(b"user data")
+    traces = TraceFiles(str(tmp_path / "traces"), max_files=1, max_bytes=1 << 20)
+    with pytest.raises(ValueError, match="not a plain token"):
+        traces.write(None, 0, f"d-{rid}", lambda: None)
+    with pytest.raises(ValueError, match="not a plain token"):
+        traces.write(None, 0, "../../mine", lambda: None)
+    assert victim.read_bytes() == b"user data" and not (tmp_path / "traces").exists()
 
 
 class FakeEvent:
