@@ -138,6 +138,9 @@ class Features:
     #: Results of the probes the node daemons ran on request (ProbeResultEvent, schema 1.5), as
     #: stored: the link detector reads the closed loop's point-to-point round (``tcp_pair``).
     probes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The daemons' collector failures (CollectorError), as stored: a GPU driver that stopped
+    #: answering its deadline (:mod:`~diag.diagnose.detectors.gpu_wedged`).
+    collector_errors: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: Which ranks do the same work (:mod:`~diag.diagnose.layout`); None: not inferred yet
     #: (:meth:`work_layout` infers it from the frames above).
     layout: Layout | None = None
@@ -173,6 +176,7 @@ class Features:
             batch_stats=store.frame("batch_stats"),
             process_groups=groups,
             host_processes=store.frame("host_process"),
+            collector_errors=store.frame("collector_error"),
             tcp=store.frame("tcp_peer"),
             probes=probes,
             layout=_layout(steps, step_events, groups, collectives),

@@ -16,16 +16,19 @@ BACKENDS = ("nvml", "fake")
 
 
 def open_backend(name: str, *, fake_gpus: int = 0) -> GpuBackend:
-    """The backend ``name`` names: "nvml" (raises ``CollectorUnavailable`` without a GPU driver)
-    or "fake" (``fake_gpus`` healthy devices)."""
+    """The backend ``name`` names: "nvml" (raises ``CollectorUnavailable`` without a GPU driver;
+    every call under a deadline, :mod:`diag.gpu.deadline`) or "fake" (``fake_gpus`` healthy
+    devices)."""
     if name == "fake":
         from diag.gpu.fake import FakeGpuBackend
 
         return FakeGpuBackend.healthy(fake_gpus)
     if name == "nvml":
+        from diag.gpu.deadline import DeadlineBackend, open_with_deadline
         from diag.gpu.nvml import NvmlBackend  # pynvml only when NVML is asked for
 
-        return NvmlBackend.open()
+        # a wedged driver blocks NVML calls forever: every call under a deadline
+        return DeadlineBackend(open_with_deadline(NvmlBackend.open))
     raise ConfigError(f"unknown gpu_backend {name!r} (use nvml, fake or none)")
 
 

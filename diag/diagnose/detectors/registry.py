@@ -15,6 +15,7 @@ from diag.diagnose.detectors import (
     contention,
     data,
     drift,
+    gpu_wedged,
     hang,
     kernel,
     link,
@@ -64,6 +65,7 @@ DETECTORS: dict[str, Callable[[Features, Any], list[Finding]]] = {
     "kernel": _kernel,
     "hang": hang.detect,
     "drift": drift.detect,
+    "gpu_wedged": gpu_wedged.detect,
 }
 
 #: detector name -> its default config (the typed dataclass its ``detect`` accepts).
@@ -76,6 +78,7 @@ DEFAULT_CONFIGS: dict[str, object] = {
     "kernel": kernel.KernelConfig(),
     "hang": hang.HangConfig(),
     "drift": drift.DriftConfig(),
+    "gpu_wedged": gpu_wedged.GpuWedgedConfig(),
 }
 
 
