@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -89,24 +90,78 @@ class Injector:
     version: tuple[int, int]
 
 
-def target_version(pid: int) -> tuple[int, int]:
-    """The Python version of process ``pid``, asked of its own executable."""
+#: What names a CPython version in a mapped file: ``libpython3.11.so``, an extension module's
+#: ``.cpython-311-x86_64-linux-gnu.so`` (torch's ``_C`` in every job), ``python3.11`` itself.
+_MAPPED_VERSION = (
+    re.compile(r"libpython(\d+)\.(\d+)"),
+    re.compile(r"\.cpython-(\d)(\d+)-"),
+    re.compile(r"/python(\d+)\.(\d+)(?:/|$)"),
+)
+_EXE_VERSION = re.compile(r"python(\d+)\.(\d+)$")
+#: The longest /proc/PID/maps read (a job maps a few thousand files: ~1 MB).
+MAX_MAPS_BYTES = 16 << 20
+
+
+def target_version(pid: int, proc_root: str = "/proc") -> tuple[int, int]:
+    """The Python version of process ``pid``, read from what it has mapped (its libpython, its
+    extension modules) or its executable's name; only when neither says, asked of its own
+    executable in isolated mode without ``site`` (``-I -S``: no ``.pth`` file, no environment,
+    none of the user's code runs) and, when diag runs as root, as the process's own user."""
+    base = f"{proc_root}/{pid}"
     try:
-        exe = os.readlink(f"/proc/{pid}/exe")
+        exe = os.readlink(f"{base}/exe")
     except FileNotFoundError:
         raise AttachError(f"pid {pid}: vanished") from None
     except PermissionError:
-        raise AttachError(f"pid {pid}: permission denied reading /proc/{pid}/exe") from None
+        raise AttachError(f"pid {pid}: permission denied reading {base}/exe") from None
+    found = _version_from_maps(base) or _version_from_name(exe)
+    if found is not None:
+        return found
+    return _ask_interpreter(pid, exe, base)
+
+
+def _version_from_maps(base: str) -> tuple[int, int] | None:
+    try:
+        with open(f"{base}/maps", "rb") as fh:
+            text = fh.read(MAX_MAPS_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
+    counts: dict[tuple[int, int], int] = {}
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        path = parts[5] if len(parts) == 6 else ""
+        for pattern in _MAPPED_VERSION:
+            m = pattern.search(path)
+            if m:
+                v = (int(m[1]), int(m[2]))
+                counts[v] = counts.get(v, 0) + 1
+                break
+    if not counts:
+        return None
+    return max(counts, key=lambda v: counts[v])  # the interpreter's, not a stray library's
+
+
+def _version_from_name(exe: str) -> tuple[int, int] | None:
+    m = _EXE_VERSION.search(os.path.basename(exe))
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def _ask_interpreter(pid: int, exe: str, base: str) -> tuple[int, int]:
+    owner: dict[str, Any] = {}
+    try:
+        st = os.stat(base)
+        if os.geteuid() == 0 and st.st_uid != 0:
+            owner = {"user": st.st_uid, "group": st.st_gid, "extra_groups": []}
+    except OSError:
+        raise AttachError(f"pid {pid}: vanished") from None
     try:
         proc = subprocess.run(
-            [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+            [exe, "-I", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=10, cwd="/", env={}, **owner,
+        )  # fmt: skip
         major, minor = proc.stdout.strip().split(".")
         return int(major), int(minor)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
+    except (OSError, ValueError, subprocess.SubprocessError):
         raise AttachError(f"pid {pid}: {exe} is not a Python interpreter diag can ask") from None
 
 
