@@ -198,6 +198,11 @@ class ControlBoard:
                 if duration_ns > 0:
                     self._durations.append(duration_ns)
 
+    @property
+    def newest_step(self) -> int:
+        """The newest step index seen on any rank (-1 before the first); cheap."""
+        return self._newest
+
     def progress(self) -> StepProgress:
         with self._lock:
             return self._progress()

@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 
 #: event kinds after which the live triage runs at once rather than at its next interval.
 URGENT_KINDS = frozenset({schema.HangReport.kind, schema.ExceptionEvent.kind, schema.RankExit.kind})
+#: How far a batch may move a source's sequence number (4 billion events: a source that lost
+#: that many between two batches is not one diag wrote) ...
+MAX_SEQ_JUMP = 1 << 32
+#: ... and the job's step (the hook counts steps from 0 in each process).
+MAX_STEP_JUMP = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +66,15 @@ class IngestResult:
 class RecoveryReport:
     """What start-up found: WAL events replayed into the store (``num_replayed``), WAL events
     already in Parquet parts (``num_already_stored``, a crash between a flush and the WAL delete),
-    WAL files with a torn tail, and corrupt parts moved aside (their new ``*.corrupt`` paths)."""
+    WAL files with a torn tail, corrupt parts moved aside (their new ``*.corrupt`` paths), and WAL
+    files recovery skipped something in, kept beside the WAL (their ``*.wal.damaged`` paths)."""
 
     num_wal_files: int
     num_replayed: int
     num_already_stored: int
     num_torn_wal_files: int
     corrupt_parts: tuple[Path, ...]
+    damaged_wal_files: tuple[Path, ...] = ()
 
 
 def _lock_run_dir(store: RunStore) -> IO[str]:
@@ -166,17 +173,17 @@ class AnalyzerCore:
         paths = wal_mod.wal_paths(self.store.wal_dir)
         events: list[schema.Event] = []
         torn = 0
+        damaged: list[Path] = []
+        delete_wal = True
         for path in paths:
             contents = wal_mod.read_wal(path)
-            if contents.num_trailing_bytes:
-                torn += 1
-                log.warning(
-                    "WAL %s ends in a torn frame (%d bytes, a crash mid-write); kept its %d whole "
-                    "frames",
-                    path,
-                    contents.num_trailing_bytes,
-                    len(contents.payloads),
-                )
+            torn += contents.num_trailing_bytes > 0
+            if contents.damage:
+                try:
+                    damaged.append(wal_mod.keep_damaged(contents))  # logs it in one line
+                except OSError as exc:
+                    delete_wal = False  # no copy aside: the file itself stays
+                    log.warning("WAL %s: %s; not deleted (%s)", path, contents.damage, exc)
             for i, payload in enumerate(contents.payloads):
                 try:
                     events += codec.events_from_batch(pb.EventBatch.FromString(payload))
@@ -189,7 +196,8 @@ class AnalyzerCore:
         if paths:
             try:
                 self.store.flush()
-                wal_mod.WalWriter(self.store.wal_dir).delete_closed()
+                if delete_wal:
+                    wal_mod.WalWriter(self.store.wal_dir).delete_closed()
             except OSError as exc:
                 log.warning("cannot fold the WAL into parts yet (kept it): %s", exc)
             log.info(
@@ -198,7 +206,9 @@ class AnalyzerCore:
                 len(paths),
                 num_stored,
             )
-        return RecoveryReport(len(paths), len(replay), num_stored, torn, tuple(corrupt))
+        return RecoveryReport(
+            len(paths), len(replay), num_stored, torn, tuple(corrupt), tuple(damaged)
+        )
 
     def _not_in_parts(self, events: list[schema.Event]) -> tuple[list[schema.Event], int]:
         """WAL events that no part holds yet (by exact key), each once, in WAL order."""
@@ -236,6 +246,7 @@ class AnalyzerCore:
         with self._lock:
             if self._closed:
                 raise TransportError("the analyzer is shutting down")
+            self._check_bounds(events)
             marks: dict[str, int] = {}
             keep: list[int] = []
             for i, ev in enumerate(events):
@@ -260,6 +271,27 @@ class AnalyzerCore:
                 if any(events[i].kind in URGENT_KINDS for i in keep):
                     self.urgent.set()
             return IngestResult(len(keep), len(events) - len(keep))
+
+    def _check_bounds(self, events: Sequence[schema.Event]) -> None:
+        """:class:`SchemaError` (one line; nothing stored) for an event whose ``seq`` lies more
+        than :data:`MAX_SEQ_JUMP` beyond its source's high-water mark, or whose ``step`` lies
+        more than :data:`MAX_STEP_JUMP` beyond the job's newest step: one such event would make
+        the analyzer drop every later event of that source as a duplicate, or push every later
+        profiler window beyond reach. Called under the lock."""
+        steps_up_to = max(self.control.newest_step, 0) + MAX_STEP_JUMP
+        for ev in events:
+            last = self._high_water.get(ev.source, -1)
+            if ev.seq > last + MAX_SEQ_JUMP:
+                raise SchemaError(
+                    f"{type(ev).kind} event of {ev.source[:80]!r}: seq {ev.seq} is more than "
+                    f"{MAX_SEQ_JUMP} beyond the source's last ({last}); batch refused"
+                )
+            if ev.step > steps_up_to:
+                raise SchemaError(
+                    f"{type(ev).kind} event of {ev.source[:80]!r}: step {ev.step} is more than "
+                    f"{MAX_STEP_JUMP} beyond the job's newest ({self.control.newest_step}); "
+                    "batch refused"
+                )
 
     def _observe_steps(self, events: Iterable[schema.Event]) -> None:
         steps = [

@@ -6,13 +6,24 @@ Layout of ``spool_dir``::
     cursor                           "<segment> <offset>": the first byte not yet acknowledged,
                                      replaced atomically (write + rename) after every ack
     lock                             flock'ed by the daemon that owns the directory
-    seg-*.spool.corrupt              a damaged segment moved aside (its intact prefix is kept)
+    seg-*.spool.corrupt              a damaged segment as found, moved aside (its intact records
+                                     are kept in its place)
 
-A record is ``length (4 bytes, big-endian) | crc32 of the payload (4 bytes) | payload``; the payload
-is one serialized ``EventBatch``. Records are read back in the order they were appended, so a
-daemon restarted on the same directory replays what the analyzer never acknowledged, in order.
+A record is ``diag.recordlog``'s, with the magic ``b"\\xd1SP2"``: ``magic | length | crc32 |
+payload``, the payload one serialized ``EventBatch``. A damaged record costs that record only: the
+reader goes on at the next intact one. Records are read back in the order they were appended, so
+a daemon restarted on the same directory replays what the analyzer never acknowledged, in order.
 Delivery is at-least-once: an ack lost in a crash replays a batch the analyzer then drops as a
 duplicate by ``(source, seq)``.
+
+Segments written before the magic (``length (4 bytes, big-endian) | crc32 of the payload |
+payload``) are recognized by their first record and read as such, with the old reader: damage in
+one of them still costs the rest of that segment (no magic to resynchronize on), moved aside.
+
+An append the disk refuses (full, ``EFBIG``, ``EIO``, a short write) cuts the segment back to its
+last whole record, and the next append goes to a new segment: a failed batch never leaves bytes in
+front of later ones. It is counted (:attr:`Spool.num_write_errors`) and raised as the ``OSError``
+it is, for the caller to count the batch as lost; appends succeed again once the disk takes them.
 
 The spool is bounded by ``max_bytes`` of unacknowledged records; beyond it the oldest are dropped,
 counted (:attr:`Spool.num_dropped`) and logged.
@@ -20,25 +31,29 @@ counted (:attr:`Spool.num_dropped`) and logged.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import struct
 import threading
 import zlib
 from dataclasses import dataclass
+from io import FileIO
 from pathlib import Path
 
 from diag.errors import ConfigError
 from diag.fsutil import atomic_write
+from diag.recordlog import Damage, Framing, RecordFormat, Scan, describe, write_all
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">II")
 #: A record larger than this is damage, not data (the analyzer takes at most 64 MiB messages).
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 _PREFIX, _SUFFIX = "seg-", ".spool"
+RECORDS = RecordFormat(b"\xd1SP2", MAX_RECORD_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,26 +66,56 @@ class SpoolRecord:
     payload: bytes
 
 
+class _LegacyRecords:
+    """Segments of diag before the record magic: ``length | crc32(payload) | payload``. Read only;
+    without a magic a reader cannot resynchronize, so damage ends the segment."""
+
+    _HEADER = struct.Struct(">II")
+    header_bytes = _HEADER.size
+
+    def record_size(self, header: bytes) -> int:
+        (size, _) = self._HEADER.unpack_from(header)
+        return self.header_bytes + size if size <= MAX_RECORD_BYTES else self.header_bytes
+
+    def check(self, data: bytes | memoryview, pos: int) -> int | str:
+        view = memoryview(data)
+        if len(view) - pos < self.header_bytes:
+            return "truncated record header"
+        size, crc = self._HEADER.unpack_from(view, pos)
+        if size > MAX_RECORD_BYTES:
+            return f"record length {size} is implausible"
+        body = pos + self.header_bytes
+        if len(view) < body + size:
+            return f"truncated record ({len(view) - body} of {size} bytes)"
+        if zlib.crc32(view[body : body + size]) != crc:
+            return "checksum mismatch"
+        return body + size
+
+    def scan(self, data: bytes, start: int = 0) -> Scan:
+        spans: list[tuple[int, int]] = []
+        pos = start
+        while pos < len(data):
+            end = self.check(data, pos)
+            if isinstance(end, str):
+                return Scan(tuple(spans), (Damage(pos, len(data), end),), len(data))
+            spans.append((pos, end))
+            pos = end
+        return Scan(tuple(spans), (), len(data))
+
+    def payload(self, data: bytes, span: tuple[int, int]) -> bytes:
+        return data[span[0] + self.header_bytes : span[1]]
+
+
+LEGACY_RECORDS = _LegacyRecords()
+
+
+def _is_legacy(data: bytes) -> bool:
+    """A segment written before the magic: its first record checks out in the old format."""
+    return not data.startswith(RECORDS.magic) and isinstance(LEGACY_RECORDS.check(data, 0), int)
+
+
 def _segment_name(index: int) -> str:
     return f"{_PREFIX}{index:020d}{_SUFFIX}"
-
-
-def _scan(data: bytes, start: int) -> tuple[int, int, str]:
-    """Walk the records of a segment from ``start``: (end of the intact prefix, records, damage)."""
-    pos, count = start, 0
-    while pos < len(data):
-        if len(data) - pos < _HEADER.size:
-            return pos, count, "truncated record header"
-        size, crc = _HEADER.unpack_from(data, pos)
-        if size > MAX_RECORD_BYTES:
-            return pos, count, f"record length {size} is implausible"
-        body = pos + _HEADER.size
-        if len(data) < body + size:
-            return pos, count, f"truncated record ({len(data) - body} of {size} bytes)"
-        if zlib.crc32(data[body : body + size]) != crc:
-            return pos, count, "checksum mismatch"
-        pos, count = body + size, count + 1
-    return pos, count, ""
 
 
 class Spool:
@@ -90,8 +135,11 @@ class Spool:
         self._fsync = fsync
         self._lock = threading.Lock()
         self.num_dropped = 0  # records dropped because the spool was over max_bytes
-        self.num_corrupt_segments = 0  # damaged segments moved aside
+        self.num_corrupt_segments = 0  # segments in which damage was found (moved aside/skipped)
         self.num_replayed = 0  # records found on disk at start-up, left by a previous daemon
+        self.num_write_errors = 0  # appends the disk refused (each batch lost, raised as OSError)
+        self._failing = False  # the last append failed: log the next failure only once it works
+        self._cursor_error = ""  # the last cursor write error logged (not logged again)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock_file = open(self.directory / "lock", "a+b")  # noqa: SIM115 - held until close()
         try:
@@ -103,12 +151,15 @@ class Spool:
             ) from None
         self._segments: list[int] = []  # live segment indices, ascending; the last is written
         self._sizes: dict[int, int] = {}
+        self._legacy: set[int] = set()  # segments in the format before the record magic
         self._read = (0, 0)
         self.pending_bytes = 0  # bytes of unacknowledged records
         self.pending_records = 0
+        self._write_file: FileIO | None = None
         cursor_seg = self._recover()
         # Always a fresh segment: never append after a previous daemon's possibly torn tail.
-        self._open_segment(max([cursor_seg, *self._segments]) + 1)
+        self._write_index = max([cursor_seg, *self._segments])
+        self._open_segment(self._write_index + 1)
         if len(self._segments) == 1:
             self._read = (self._write_index, 0)
         self._save_cursor()
@@ -134,6 +185,7 @@ class Spool:
             for p in self.directory.glob(f"{_PREFIX}*{_SUFFIX}")
             if p.name[len(_PREFIX) : -len(_SUFFIX)].isdigit()
         )
+        legacy = []
         for index in found:
             path = self.directory / _segment_name(index)
             if index < cursor_seg:
@@ -142,11 +194,19 @@ class Spool:
             start = cursor_off if index == cursor_seg else 0
             data = path.read_bytes()
             start = min(start, len(data))
-            end, count, damage = _scan(data, start)
-            if damage:
-                self._quarantine(path, data, end, count, damage)
+            framing: Framing = RECORDS
+            if _is_legacy(data):
+                framing = LEGACY_RECORDS
+                self._legacy.add(index)
+                legacy.append(path.name)
+            scan = framing.scan(data, start)
+            count = len(scan.spans)
+            end = len(data)
+            if scan.damage:
+                end = self._quarantine(path, data, start, scan)
             if end <= start:
                 path.unlink(missing_ok=True)
+                self._legacy.discard(index)
                 continue
             if not self._segments:
                 self._read = (index, start)
@@ -154,6 +214,13 @@ class Spool:
             self._sizes[index] = end
             self.pending_bytes += end - start
             self.pending_records += count
+        if legacy:
+            log.info(
+                "spool %s: %d segment(s) in the format before record magics (%s...); read as such",
+                self.directory,
+                len(legacy),
+                legacy[0],
+            )
         return cursor_seg
 
     def _load_cursor(self) -> tuple[int, int]:
@@ -167,51 +234,124 @@ class Spool:
             log.warning("spool cursor %s is unreadable; replaying the whole spool", path)
             return 0, 0
 
-    def _quarantine(self, path: Path, data: bytes, end: int, count: int, damage: str) -> None:
-        """Move a damaged segment aside as ``*.corrupt`` and keep its intact prefix in its place."""
+    def _quarantine(self, path: Path, data: bytes, start: int, scan: Scan) -> int:
+        """Keep a damaged segment as found beside it (``*.corrupt``) and, in its place, its bytes
+        before ``start`` (acknowledged: the cursor points past them) and then its intact records.
+        Returns the segment's size now: where no copy can be made, the file stays as it is and
+        the reader skips its damage when it gets there."""
         self.num_corrupt_segments += 1
         aside = path.with_name(path.name + ".corrupt")
+        end = start + sum(b - a for a, b in scan.spans)
+        try:
+            aside.unlink(missing_ok=True)
+            try:
+                os.link(path, aside)
+            except OSError:  # no hard links here
+                shutil.copyfile(path, aside)
+            if end > start:
+                atomic_write(path, data[:start] + b"".join(data[a:b] for a, b in scan.spans))
+        except OSError as exc:
+            log.error(
+                "spool segment %s is damaged: %s; it could not be set aside (%s): its %d intact "
+                "record(s) are read in place",
+                path,
+                describe(scan),
+                exc,
+                len(scan.spans),
+            )
+            return len(data)
         log.error(
-            "spool segment %s is damaged at offset %d (%s): kept %d intact record(s) before it, "
-            "moved the file aside to %s",
+            "spool segment %s is damaged: %s; kept its %d intact record(s), and the file as found "
+            "as %s",
             path,
-            end,
-            damage,
-            count,
+            describe(scan),
+            len(scan.spans),
             aside.name,
         )
-        os.replace(path, aside)
-        if end > 0:
-            atomic_write(path, data[:end])
+        return end
 
     # -- writing ----------------------------------------------------------------------------------
 
     def _open_segment(self, index: int) -> None:
-        self._write_index = index
-        self._write_file = open(self.directory / _segment_name(index), "ab")  # noqa: SIM115
+        """Start appending to segment ``index``; on an ``OSError`` no segment is open (the next
+        append tries again)."""
+        f = open(self.directory / _segment_name(index), "ab", buffering=0)  # noqa: SIM115
+        self._write_file, self._write_index = f, index
         self._segments.append(index)
-        self._sizes[index] = self._write_file.tell()
+        self._sizes[index] = f.tell()
+
+    def _roll(self) -> None:
+        if self._write_file is not None:
+            f, self._write_file = self._write_file, None
+            f.close()
+        self._open_segment(self._write_index + 1)
 
     def append(self, payload: bytes) -> None:
-        """Add a batch at the end (durably if ``fsync``); drop the oldest beyond ``max_bytes``."""
+        """Add a batch at the end (durably if ``fsync``); drop the oldest beyond ``max_bytes``.
+
+        Raises ``ValueError`` for a batch above :data:`MAX_RECORD_BYTES`, and ``OSError`` when the
+        disk refuses it: then nothing of the batch is kept and later appends are unaffected.
+        """
         if len(payload) > MAX_RECORD_BYTES:
             raise ValueError(
                 f"batch of {len(payload)} bytes exceeds the spool's {MAX_RECORD_BYTES}"
             )
-        record = _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+        record = RECORDS.encode(payload)
         with self._lock:
-            size = self._sizes[self._write_index]
-            if size > 0 and size + len(record) > self.segment_bytes:
-                self._write_file.close()
-                self._open_segment(self._write_index + 1)
-            self._write_file.write(record)
-            self._write_file.flush()
-            if self._fsync:
-                os.fsync(self._write_file.fileno())
+            try:
+                size = self._sizes[self._write_index]
+                if self._write_file is None:
+                    self._open_segment(self._write_index + 1)
+                elif size > 0 and size + len(record) > self.segment_bytes:
+                    self._roll()
+                assert self._write_file is not None
+                write_all(self._write_file.fileno(), record)
+                if self._fsync:
+                    os.fsync(self._write_file.fileno())
+            except OSError as exc:
+                self._append_failed(exc)
+                raise
+            if self._failing:
+                self._failing = False
+                log.warning(
+                    "spool %s takes batches again (%d append(s) failed so far)",
+                    self.directory,
+                    self.num_write_errors,
+                )
             self._sizes[self._write_index] += len(record)
             self.pending_bytes += len(record)
             self.pending_records += 1
             self._enforce_bound()
+
+    def _append_failed(self, exc: OSError) -> None:
+        """Count a refused append; cut the segment back to its last whole record and go on in a
+        new segment (the same one when it is empty and the cut worked: a full disk must not
+        leave a new file per attempt)."""
+        self.num_write_errors += 1
+        f, size = self._write_file, self._sizes[self._write_index]
+        cut = False
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.truncate(size)
+                cut = True
+        if not self._failing:
+            self._failing = True
+            if f is None:
+                what = "no new segment could be opened"
+            elif cut:
+                what = f"segment {self._write_index} cut back to its {size} bytes of whole records"
+            else:
+                what = f"segment {self._write_index} keeps a torn record (skipped when read)"
+            log.warning(
+                "spool %s: an append failed (%s), the batch is lost; %s; later appends go on",
+                self.directory,
+                exc,
+                what,
+            )
+        if f is None or (size == 0 and cut):
+            return
+        with contextlib.suppress(OSError):  # then no segment is open: the next append retries
+            self._roll()
 
     def _enforce_bound(self) -> None:
         dropped = 0
@@ -246,43 +386,60 @@ class Spool:
             size = self._sizes.get(seg, 0)
             if off >= size:
                 if seg == self._write_index:
+                    # Everything up to here is read: whatever damage skipped, nothing is pending.
+                    self.pending_bytes = self.pending_records = 0
                     return None
                 self._retire(seg)
                 continue
-            path = self.directory / _segment_name(seg)
-            with open(path, "rb") as f:
-                f.seek(off)
-                header = f.read(_HEADER.size)
-                length, crc = _HEADER.unpack(header) if len(header) == _HEADER.size else (0, 0)
-                payload = f.read(length) if len(header) == _HEADER.size else b""
-            if (
-                len(header) == _HEADER.size
-                and len(payload) == length
-                and zlib.crc32(payload) == crc
-            ):
-                return SpoolRecord(seg, off, off + _HEADER.size + length, payload)
-            self._damaged_while_running(seg, off)
+            framing: Framing = LEGACY_RECORDS if seg in self._legacy else RECORDS
+            try:
+                with open(self.directory / _segment_name(seg), "rb") as f:
+                    f.seek(off)
+                    limit = size - off
+                    buf = f.read(min(framing.header_bytes, limit))
+                    if len(buf) == framing.header_bytes:
+                        buf += f.read(min(framing.record_size(buf), limit) - len(buf))
+                    end = framing.check(buf, 0)
+                    if isinstance(end, int):
+                        return SpoolRecord(seg, off, off + end, framing.payload(buf, (0, end)))
+                    f.seek(off)
+                    rest = f.read(limit)
+            except FileNotFoundError:  # deleted under us: all of it is gone
+                rest = b""
+            scan = framing.scan(rest, 0)
+            if scan.spans and scan.spans[0][0] == 0:  # it reads back whole this time
+                return SpoolRecord(
+                    seg, off, off + scan.spans[0][1], framing.payload(rest, scan.spans[0])
+                )
+            self._damaged_while_running(seg, off, scan)
 
-    def _damaged_while_running(self, seg: int, off: int) -> None:
-        """A record that was valid when written no longer reads back: skip the rest of it."""
-        path = self.directory / _segment_name(seg)
+    def _damaged_while_running(self, seg: int, off: int, scan: Scan) -> None:
+        """A record that was valid when written no longer reads back: skip to the next intact one
+        (``scan`` is of the rest of the segment, from ``off``)."""
+        size = self._sizes[seg]
+        stretch = scan.damage[0] if scan.damage else Damage(0, 0, "gone")
+        # Damage up to the end of what is left (a file cut short under us) loses all to the end.
+        nxt = off + stretch.end if stretch.end < scan.size else size
         self.num_corrupt_segments += 1
-        lost = self._sizes[seg] - off
         log.error(
-            "spool segment %s is damaged at offset %d: skipping its last %d bytes", path, off, lost
+            "spool segment %s is damaged at offset %d (%s): skipped %d byte(s) to %s",
+            self.directory / _segment_name(seg),
+            off,
+            stretch.reason,
+            nxt - off,
+            "the next intact record" if nxt < size else "its end",
         )
-        self.pending_bytes -= lost
+        self.pending_bytes = max(self.pending_bytes - (nxt - off), 0)
         self.pending_records = max(self.pending_records - 1, 0)
-        if seg == self._write_index:
-            self._read = (seg, self._sizes[seg])
-        else:
-            self._retire(seg)
+        self._read = (seg, nxt)
+        self._save_cursor()
 
     def _retire(self, seg: int) -> None:
         """Every record of a finished segment is acknowledged or dropped: delete it."""
         (self.directory / _segment_name(seg)).unlink(missing_ok=True)
         self._segments.remove(seg)
         del self._sizes[seg]
+        self._legacy.discard(seg)
         self._read = (self._segments[0], 0)
         self._save_cursor()
 
@@ -300,11 +457,26 @@ class Spool:
 
     def _save_cursor(self) -> None:
         # Not fsynced: a stale cursor only replays batches the analyzer already holds (dropped).
-        atomic_write(self.directory / "cursor", f"{self._read[0]} {self._read[1]}\n")
+        # For the same reason a cursor the disk refuses is logged (once), never raised.
+        try:
+            atomic_write(self.directory / "cursor", f"{self._read[0]} {self._read[1]}\n")
+        except OSError as exc:
+            if str(exc) != self._cursor_error:
+                self._cursor_error = str(exc)
+                log.warning(
+                    "spool cursor in %s not saved (%s): a restart would resend acknowledged "
+                    "batches (dropped as duplicates)",
+                    self.directory,
+                    exc,
+                )
+        else:
+            self._cursor_error = ""
 
     def close(self) -> None:
         """Close files, release the directory; unacknowledged batches stay for the next daemon."""
         with self._lock:
-            self._write_file.close()
+            if self._write_file is not None:
+                self._write_file.close()
+                self._write_file = None
             self._save_cursor()
             self._lock_file.close()

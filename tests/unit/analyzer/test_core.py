@@ -116,10 +116,52 @@ def test_truncated_wal_tail_keeps_the_whole_frames(
     torn = [r for r in caplog.records if "torn" in r.getMessage()]
     assert len(torn) == 1 and "\n" not in torn[0].getMessage()
     assert again.recovery.num_torn_wal_files == 1 and again.recovery.num_replayed == 2
+    kept = wal.with_name(wal.name + ".damaged")
+    assert again.recovery.damaged_wal_files == (kept,) and kept.name in torn[0].getMessage()
+    assert kept.exists() and wal_paths(again.store.wal_dir) == []  # folded; the copy stays
     results = [again.ingest(b) for b in batches]  # the daemon resends what it has not seen acked
     assert results == [IngestResult(0, 1), IngestResult(0, 1), IngestResult(1, 0)]
     again.close()
     assert _on_disk(tmp_path) == Counter({(src.name, i): 1 for i in range(3)})
+
+
+@pytest.mark.parametrize("where", ["payload", "length"])
+def test_damaged_wal_frame_costs_that_batch_only_and_the_file_is_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    src = Source(rank=0)
+    batches = [batch([src.step(i)]) for i in range(5)]
+    crashed = _core(tmp_path)
+    for b in batches:
+        crashed.ingest(b)
+    (wal,) = wal_paths(crashed.store.wal_dir)
+    data = bytearray(wal.read_bytes())
+    frame = len(data) // 5  # five frames of the same size
+    data[frame * 2 + (frame - 3 if where == "payload" else 6)] ^= 0x10  # the middle frame
+    wal.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="diag"):
+        again = _core(tmp_path)
+    (line,) = caplog.messages
+    kept = wal.with_name(wal.name + ".damaged")
+    assert str(wal) in line and kept.name in line and "4 intact frame(s)" in line
+    assert again.recovery.num_replayed == 4 and again.recovery.damaged_wal_files == (kept,)
+    assert kept.read_bytes() == bytes(data) and wal_paths(again.store.wal_dir) == []
+    assert keys(again.store.frame("step")) == [(src.name, i) for i in (0, 1, 3, 4)]
+    again.close()
+    assert _core(tmp_path).recovery.num_wal_files == 0  # the kept copy is never replayed again
+
+
+def test_wal_of_the_format_before_checksums_is_replayed(tmp_path: Path) -> None:
+    src = Source(rank=0)
+    store = RunStore.create(tmp_path)
+    payloads = [batch([src.step(i)]).SerializeToString() for i in range(3)]
+    (store.wal_dir / "000000.wal").write_bytes(
+        b"".join(len(p).to_bytes(4, "big") + p for p in payloads)
+    )
+    again = _core(tmp_path)
+    assert again.recovery.num_replayed == 3 and again.recovery.damaged_wal_files == ()
+    assert keys(again.store.frame("step")) == [(src.name, i) for i in range(3)]
+    assert wal_paths(again.store.wal_dir) == []
 
 
 def test_crash_between_parts_and_wal_delete_stores_nothing_twice(tmp_path: Path) -> None:

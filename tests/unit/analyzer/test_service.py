@@ -94,3 +94,26 @@ def test_summary_is_the_report_json(analyzer) -> None:
     data = json.loads(stub.Summary(pb.SummaryRequest(), timeout=5).json)
     assert data["run"]["steps"] == 2 and data["run"]["hosts"] == ["n1"]
     assert data["ranks"][0]["rank"] == 0 and data["ranks"][0]["loss_last"] == 1.0
+
+
+def test_a_seq_or_step_far_beyond_the_job_is_refused_and_the_source_goes_on(analyzer) -> None:
+    """Once, one event with seq 2**63-1 made the analyzer drop a real source's later events as
+    duplicates, and one step 2**62 pushed every later profiler window beyond reach."""
+    import dataclasses
+
+    stub, _, core = analyzer
+    src = Source(rank=0)
+    assert stub.Ingest(batch([src.step(0), src.step(1)]), timeout=5).num_accepted == 2
+    for forged in (
+        dataclasses.replace(src.step(2), seq=2**63 - 1),
+        dataclasses.replace(Source(rank=5).step(0), seq=2**40),  # a new source starts low
+        dataclasses.replace(src.step(2), step=2**62),
+    ):
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Ingest(batch([forged]), timeout=5)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "beyond" in (info.value.details() or "")
+    assert stub.Ingest(batch([src.step(2), src.step(3)]), timeout=5).num_accepted == 2
+    assert core.control.newest_step == 3
+    issued = stub.RequestProfile(pb.ProfileRequest(num_steps=1), timeout=5)
+    assert 3 < issued.at_step < 1000  # still a few steps ahead of the job
