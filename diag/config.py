@@ -119,7 +119,7 @@ class AnalyzerConfig:
     tls_key: str = ""
     tls_ca: str = ""
     insecure: bool = False
-    max_concurrent_rpcs: int = 64  # calls beyond it are answered RESOURCE_EXHAUSTED
+    max_concurrent_rpcs: int = 256  # calls beyond it are answered RESOURCE_EXHAUSTED
 
 
 _SECTIONS: dict[str, type] = {
@@ -151,6 +151,8 @@ def read_toml(path: str | Path, *, what: str) -> dict[str, Any]:
         raise InputError(f"cannot read {what} {path}: {reason}") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses per nested array or table
+        raise InputError(f"{path} is not valid TOML: nested too deeply") from None
 
 
 def field_types(hint: Any) -> tuple[type, ...]:

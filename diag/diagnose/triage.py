@@ -172,8 +172,11 @@ def read_findings(run_dir: Path) -> tuple[Finding, ...] | None:
             continue
         try:
             out.append(Finding.from_json(json.loads(line)))
-        except (ValueError, SchemaError) as exc:  # JSONDecodeError is a ValueError
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        except (ValueError, SchemaError, RecursionError) as exc:  # JSONDecodeError: ValueError
+            if isinstance(exc, RecursionError):
+                first = "nested too deeply"
+            else:
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise InputError(f"{path}:{no}: not a finding ({first})") from None
     return tuple(out)
 

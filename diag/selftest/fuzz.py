@@ -1,0 +1,213 @@
+"""Fuzz targets: every reader of input diag does not control, fed arbitrary and mutated bytes.
+
+A target takes the bytes (and a scratch directory for readers of files) and either returns or
+raises one of the one-line errors it documents (:class:`~diag.errors.DiagError` and its kin);
+anything else (a ``KeyError``, a ``RecursionError``, a ``MemoryError``, a hang) is a crash.
+``tests/unit/test_fuzz.py`` runs each target a few hundred times (hypothesis) in ``make test``;
+``bench/fuzz.py`` runs them for as long as asked with :func:`mutate` and prints the inputs tried
+and the crashes found, each kept under ``--crashes DIR`` to replay.
+
+Seeds are valid inputs of each format (built here, no stored blobs), so that mutations reach
+past the first check of each reader.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from diag.errors import DiagError
+
+
+@dataclass(frozen=True)
+class Target:
+    """``run(data, scratch)``; ``allowed``: the exceptions that are its documented answer to bad
+    input; ``seeds``: valid inputs to mutate."""
+
+    name: str
+    run: Callable[[bytes, Path], object]
+    allowed: tuple[type[BaseException], ...]
+    seeds: tuple[bytes, ...]
+
+
+def _batch_seed() -> bytes:
+    from diag import schema
+    from diag.transport import codec
+
+    env = dict(ts_ns=1, host="h", rank=0, local_rank=0, job_id="j", source="h/rank0/1", seq=0)
+    events = [
+        schema.StepEvent(**env, step=1, start_ns=1, end_ns=2, duration_ns=1),  # type: ignore[arg-type]
+        schema.HookHealth(**{**env, "seq": 1}, pid=1),  # type: ignore[arg-type]
+    ]
+    return codec.encode_batch(events, sender="fuzz", sent_ns=1)
+
+
+def _decode_batch(data: bytes, scratch: Path) -> object:
+    from diag.transport import codec
+
+    return codec.decode_batch(data)
+
+
+def _frames(data: bytes, scratch: Path) -> object:
+    from diag.transport.framing import FrameDecoder
+
+    d = FrameDecoder()
+    half = len(data) // 2
+    return d.feed(data[:half]) + d.feed(data[half:])
+
+
+def _write(scratch: Path, name: str, data: bytes) -> Path:
+    path = scratch / name
+    path.write_bytes(data)
+    return path
+
+
+def _captures(data: bytes, scratch: Path) -> object:
+    from diag.store import captures
+
+    _write(scratch, captures.CAPTURES_FILE, data)
+    out, problems = captures.read(scratch)
+    return out, problems
+
+
+def _findings(data: bytes, scratch: Path) -> object:
+    from diag.diagnose.triage import FINDINGS_FILE, read_findings
+
+    _write(scratch, FINDINGS_FILE, data)
+    return read_findings(scratch)
+
+
+def _findings_seed() -> bytes:
+    from diag.findings import Evidence, Finding
+
+    f = Finding(
+        id="node-rank2", symptom="slowdown", cause="node", severity="warning", ranks=(2,),
+        onset_step=3, confidence=0.5, summary="rank 2 is slow",
+        evidence=(Evidence(metric="compute_ms", subject="rank 2", value=2.0, reference=1.0),),
+    )  # fmt: skip
+    return (json.dumps(f.to_json()) + "\n").encode()
+
+
+def _probe_request(data: bytes, scratch: Path) -> object:
+    from probes.validate import RequestRejected, validate
+
+    name, _, params = data.decode("utf-8", "replace").partition("\n")
+    try:
+        return validate(name, params)
+    except RequestRejected:
+        return None
+
+
+def _config(data: bytes, scratch: Path) -> object:
+    from diag.config import load_config
+
+    path = _write(scratch, "diag.toml", data)
+    return load_config("analyzer", file=path, env={})
+
+
+def _detector_config(data: bytes, scratch: Path) -> object:
+    from diag.diagnose.detector_config import load_detector_config
+
+    return load_detector_config(_write(scratch, "detectors.toml", data))
+
+
+def _wal(data: bytes, scratch: Path) -> object:
+    from diag.analyzer.wal import read_wal
+
+    return read_wal(_write(scratch, "00000001.wal", data))
+
+
+def _wal_seed() -> bytes:
+    import tempfile
+
+    from diag.analyzer.wal import WalWriter, wal_paths
+
+    with tempfile.TemporaryDirectory() as d:
+        w = WalWriter(Path(d))
+        w.append(_batch_seed())
+        w.append(b"second record")
+        w.close()
+        return b"".join(p.read_bytes() for p in wal_paths(Path(d)))
+
+
+_CAPTURE_SEED = json.dumps(
+    {"ts_ns": 1, "status": "requested", "finding_id": "f", "kind": "profile", "ranks": [1]}
+).encode()
+_CONFIG_SEED = b'[analyzer]\nbind = "127.0.0.1:0"\nflush_interval_s = 1.0\n'
+_PROBE_SEED = b'gemm\n{"shapes": [[8, 8, 8]], "threads": 1}'
+
+
+def _frame_seed() -> bytes:
+    batch = _batch_seed()
+    return len(batch).to_bytes(4, "big") + batch
+
+
+#: The targets by name (explicit: nothing registers itself); seeds are built when asked.
+TARGETS: dict[str, Callable[[], Target]] = {
+    "event_batch": lambda: Target("event_batch", _decode_batch, (DiagError,), (_batch_seed(),)),
+    "frames": lambda: Target("frames", _frames, (DiagError,), (_frame_seed(),)),
+    "auto_capture_record": lambda: Target("auto_capture_record", _captures, (), (_CAPTURE_SEED,)),
+    "findings_jsonl": lambda: Target(
+        "findings_jsonl", _findings, (DiagError,), (_findings_seed(),)
+    ),
+    "probe_request": lambda: Target("probe_request", _probe_request, (), (_PROBE_SEED,)),
+    "analyzer_config": lambda: Target("analyzer_config", _config, (DiagError,), (_CONFIG_SEED,)),
+    "detector_config": lambda: Target(
+        "detector_config", _detector_config, (DiagError,), (b"[node]\nmin_ratio = 1.1\n",)
+    ),
+    "wal": lambda: Target("wal", _wal, (DiagError,), (_wal_seed(),)),
+}
+
+
+def mutate(seed: bytes, rng: random.Random, max_len: int = 1 << 16) -> bytes:
+    """``seed`` changed a few times: bytes flipped, set to edge values, inserted, deleted,
+    duplicated, truncated; sometimes gzip-wrapped or nested."""
+    data = bytearray(seed)
+    for _ in range(rng.randint(1, 8)):
+        op = rng.randrange(8)
+        pos = rng.randrange(len(data) + 1)
+        if op == 0 and data:
+            data[min(pos, len(data) - 1)] ^= 1 << rng.randrange(8)
+        elif op == 1 and data:
+            data[min(pos, len(data) - 1)] = rng.choice((0, 0x7F, 0x80, 0xFF, 0x30, 0x5B, 0x7B))
+        elif op == 2:
+            data[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+        elif op == 3 and data:
+            del data[pos : pos + rng.randint(1, 16)]
+        elif op == 4 and data:
+            a = rng.randrange(len(data))
+            chunk = data[a : a + rng.randint(1, 64)]
+            data[pos:pos] = chunk * rng.randint(1, 32)
+        elif op == 5:
+            del data[pos:]
+        elif op == 6:
+            token = rng.choice(
+                (b"[" * 2000, b'{"a":' * 500, b"1e400", b"9" * 5000, b"NaN", b"\xff\xfe",
+                 b"\x00", b"-1", b"18446744073709551616", b"\\ud800")
+            )  # fmt: skip
+            at = 0 if rng.random() < 0.5 else pos  # at the start, where a reader looks first
+            data[at:at] = token
+        elif op == 7 and len(data) < 4096:
+            data = bytearray(gzip.compress(bytes(data)))
+    return bytes(data[:max_len])
+
+
+#: Inputs every target gets besides the random ones: what crashed readers before.
+EDGE_INPUTS: tuple[bytes, ...] = (
+    b"",
+    b"[" * 100_000,
+    b'{"a":' * 100_000,
+    b"9" * 5000,
+    b"1e400",
+    b"NaN",
+    b"\xff\xfe\x00\x80" * 64,
+    b"\n" * 10_000,
+    gzip.compress(b"[" * 1_000_000),
+)
+
+
+__all__ = ["EDGE_INPUTS", "TARGETS", "Target", "mutate"]
