@@ -134,6 +134,35 @@ def _wal_seed() -> bytes:
         return b"".join(p.read_bytes() for p in wal_paths(Path(d)))
 
 
+def _spool(data: bytes, scratch: Path) -> object:
+    """A segment a previous daemon left (with a cursor at its start), read back to the end."""
+    from diag.daemon.spool import Spool
+
+    (scratch / "seg-00000000000000000001.spool").write_bytes(data)
+    spool = Spool(scratch, fsync=False)
+    try:
+        got = []
+        while (rec := spool.peek()) is not None and len(got) < 10_000:
+            got.append(rec.payload)
+            spool.ack(rec)
+        return got
+    finally:
+        spool.close()
+
+
+def _spool_seed() -> bytes:
+    import tempfile
+
+    from diag.daemon.spool import Spool
+
+    with tempfile.TemporaryDirectory() as d:
+        spool = Spool(d, fsync=False)
+        spool.append(_batch_seed())
+        spool.append(b"second batch")
+        spool.close()
+        return b"".join(p.read_bytes() for p in sorted(Path(d).glob("seg-*.spool")))
+
+
 _CAPTURE_SEED = json.dumps(
     {"ts_ns": 1, "status": "requested", "finding_id": "f", "kind": "profile", "ranks": [1]}
 ).encode()
@@ -160,6 +189,7 @@ TARGETS: dict[str, Callable[[], Target]] = {
         "detector_config", _detector_config, (DiagError,), (b"[node]\nmin_ratio = 1.1\n",)
     ),
     "wal": lambda: Target("wal", _wal, (DiagError,), (_wal_seed(),)),
+    "spool_segment": lambda: Target("spool_segment", _spool, (DiagError,), (_spool_seed(),)),
 }
 
 
