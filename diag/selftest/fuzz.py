@@ -141,7 +141,7 @@ def _spool(data: bytes, scratch: Path) -> object:
     (scratch / "seg-00000000000000000001.spool").write_bytes(data)
     spool = Spool(scratch, fsync=False)
     try:
-        got = []
+        got: list[bytes] = []
         while (rec := spool.peek()) is not None and len(got) < 10_000:
             got.append(rec.payload)
             spool.ack(rec)
