@@ -59,10 +59,21 @@ HELP: dict[str, str] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diag", description="Diagnose distributed training.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    parser.add_argument("--version", action="version", version=f"diag {_version()}")
     sub = parser.add_subparsers(dest="diag_command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         sub.add_parser(name, help=HELP[name], description=HELP[name])
     return parser
+
+
+def _version() -> str:
+    """The installed package's version (the source tree's pyproject when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("diag")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,11 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     # Only the chosen command's module is imported and allowed to add its arguments.
     name = next((a for a in argv if not a.startswith("-")), None)
+    sub: argparse.ArgumentParser | None = None
     if name in COMMANDS:
         module = importlib.import_module(COMMANDS[name])
         sub_action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        module.configure(sub_action.choices[name])
-    args = parser.parse_args(argv)
+        sub = sub_action.choices[name]
+        module.configure(sub)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the command's own usage line, not the top level's
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s: %(message)s",

@@ -36,3 +36,21 @@ def test_run_with_a_command_that_does_not_exist(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "cannot start 'no-such-binary-x'" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_an_unknown_flag_is_reported_by_the_commands_own_parser(tmp_path: Path) -> None:
+    res = run_cli("triage", str(tmp_path), "--bogus")
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert (
+        lines[0].startswith("usage: diag triage ")
+        and "unrecognized arguments: --bogus" in lines[-1]
+    )
+    assert lines[-1].startswith("diag triage: error:")
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    res = run_cli("--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"diag {version('diag')}"
