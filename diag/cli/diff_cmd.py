@@ -6,9 +6,11 @@ changes), or with ``--json`` one object ``{"a", "b", "alignment", "verdict", "lo
 "grad_norm", "params", "phases", "kernels", "notes", "coverage"}`` (the verdict's ``kind`` is
 "equivalent", "diverged", "slower" or "incomplete": steps left out of the comparison, see
 :mod:`diag.compare.coverage`). ``--html FILE`` also writes a
-self-contained page with both runs' curves. Exit status 0 whatever the verdict; 2 (one line on
-stderr) for a path that is not a run directory, a run without steps, or runs without a common
-step.
+self-contained page with both runs' curves.
+
+Exit status, so that a CI step can gate on it (:data:`EXIT_CODES`): 0 equivalent, 1 diverged,
+3 slower, 4 incomplete; 2 (one line on stderr) for a path that is not a run directory, a run
+without steps, or runs without a common step.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+#: verdict kind -> exit status (2 is every command's "error").
+EXIT_CODES = {"equivalent": 0, "diverged": 1, "slower": 3, "incomplete": 4}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -79,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
-        return 0
+        return EXIT_CODES[result.verdict.kind]
     from rich.console import Console
 
     from diag.cli.render.diff import diff_renderables
@@ -87,4 +92,4 @@ def run(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 120)
     for item in diff_renderables(result.to_json()):
         console.print(item)
-    return 0
+    return EXIT_CODES[result.verdict.kind]

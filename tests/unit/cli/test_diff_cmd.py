@@ -34,7 +34,7 @@ def _render(out: dict) -> str:  # type: ignore[type-arg]
 
 def test_json_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = _runs(tmp_path)
-    assert main(["diff", str(a), str(b), "--json"]) == 0
+    assert main(["diff", str(a), str(b), "--json"]) == 1  # diverged: a CI step fails on it
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"a", "b", "verdict", "loss", "grad_norm", "phases", "kernels"}
     assert set(out["verdict"]) >= {"kind", "step", "metric", "phase", "by"}
@@ -52,16 +52,17 @@ def test_options_change_the_band_and_the_offset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a, b = _runs(tmp_path)
-    assert main(["diff", str(a), str(b), "--json", "--rtol", "0.02"]) == 0
+    code = main(["diff", str(a), str(b), "--json", "--rtol", "0.02"])
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"]["kind"] in ("equivalent", "slower") and out["loss"]["num_outside"] == 0
-    assert main(["diff", str(a), str(b), "--json", "--offset", "19"]) == 0
+    assert code == {"equivalent": 0, "slower": 3}[out["verdict"]["kind"]]
+    assert main(["diff", str(a), str(b), "--json", "--offset", "19"]) == 1
     assert json.loads(capsys.readouterr().out)["alignment"]["b_offset"] == 19
 
 
 def test_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = _runs(tmp_path)
-    assert main(["diff", str(a), str(b), "--json"]) == 0
+    assert main(["diff", str(a), str(b), "--json"]) == 1
     text = _render(json.loads(capsys.readouterr().out))
     assert "DIVERGED  diverged at step 21 (rank 0): loss outside" in text
     assert "steps aligned: run B loaded step20.pt that run A saved at step 20" in text
@@ -73,7 +74,7 @@ def test_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_html_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = _runs(tmp_path)
     page = tmp_path / "diff.html"
-    assert main(["diff", str(a), str(b), "--html", str(page)]) == 0
+    assert main(["diff", str(a), str(b), "--html", str(page)]) == 1
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>") and "<script" not in text
     assert text.count("<polyline") == 2  # the loss curve of each run
