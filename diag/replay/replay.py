@@ -10,7 +10,9 @@
   each target's own node daemon runs the probe on that rank's device.
 - Outcome: ``confirmed`` when any metric of the suspect is worse than the peer's by more than
   ``tolerance`` (10%; for ``numerics`` when the digests differ); ``refuted`` when every compared
-  metric is within it; ``inconclusive`` when nothing could be compared (all ``unsupported``);
+  metric is within it; ``inconclusive`` when nothing could be compared (all ``unsupported``)
+  or when suspect and peer ran on the same device (a gap is then that device's noise: once,
+  24.8 against 34.0 GFLOP/s on one CPU came out ``confirmed``);
   ``no probe`` when no probe applies to the cause. Each comparison becomes an
   :class:`~diag.findings.Evidence` (``value`` the suspect's, ``reference`` the peer's)
   appended to the finding in ``RUN_DIR/replay.json``:
@@ -153,17 +155,20 @@ def replay(
             for s, p in zip(mine, theirs, strict=False):
                 if (ev := _compare(s, p, tolerance)) is not None:
                     evidence.append(ev)
-        if not evidence:
+        devices = {r.device for _, r in results if r.status == "ok"}
+        same = len(devices) <= 1 and bool(results)
+        if not evidence or same:
+            # one device measured twice: any gap between the two is that device's noise
             outcome = "inconclusive"
         elif any(e.note.startswith("worse") for e in evidence):
             outcome = "confirmed"
         else:
             outcome = "refuted"
-        devices = {r.device for _, r in results if r.status == "ok"}
         note = (
-            "suspect and peer ran on the same device here (this node's): the outcome tests the "
-            "device, not the suspect rank's own"
-            if len(devices) <= 1 and results
+            "suspect and peer ran on the same device here (this node's): a gap between two runs "
+            "on one device is its noise, not the suspect rank's; replay with --via-analyzer on "
+            "the ranks' own nodes"
+            if same
             else ""
         )
     out = ReplayResult(

@@ -78,16 +78,17 @@ def test_plan_uses_the_runs_shapes_and_sizes() -> None:
     assert collective_sizes(pd.DataFrame({"num_bytes": [0, 8, 1 << 40, 8]})) == (8, 1 << 28)
 
 
-def _runner(suspect_gflops: float):  # type: ignore[no-untyped-def]
+def _runner(suspect_gflops: float, one_device: bool = False):  # type: ignore[no-untyped-def]
     seen: list[tuple[str, object]] = []
 
     def run(plan: ProbePlan, target: Target) -> list[ProbeResult]:
         seen.append((target.role, plan.params))
+        device = "cpu" if one_device else f"cpu{target.rank}"
         if plan.probe == "numerics":
             return [
                 ProbeResult(
                     probe="numerics",
-                    device=f"cpu{target.rank}",
+                    device=device,
                     status="ok",
                     metric="checksum",
                     value=1.0,
@@ -98,7 +99,7 @@ def _runner(suspect_gflops: float):  # type: ignore[no-untyped-def]
         return [
             ProbeResult(
                 probe="gemm",
-                device=f"cpu{target.rank}",
+                device=device,
                 status="ok",
                 metric="m",
                 value=value,
@@ -130,6 +131,15 @@ def test_equal_suspect_refuted_and_data_has_no_probe(tmp_path: Path) -> None:
     assert replay(data_dir, None, _runner(1.0)[0]).outcome == "no probe"
     with pytest.raises(InputError, match="no finding 'nope'"):
         replay(run_dir, "nope", _runner(1.0)[0])
+
+
+def test_suspect_and_peer_on_one_device_is_never_confirmed(tmp_path: Path) -> None:
+    """Once, 24.8 against 34.0 GFLOP/s measured on the same CPU came out ``confirmed``."""
+    run_dir = make_run(tmp_path)
+    result = replay(run_dir, None, _runner(24.8 / 34.0 * 100, one_device=True)[0])
+    assert result.outcome == "inconclusive" and "same device" in result.note
+    assert "--via-analyzer" in result.note
+    assert any(e.note.startswith("worse") for e in result.finding.evidence)  # shown, not judged
 
 
 def test_cli_runs_locally(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
