@@ -111,6 +111,10 @@ def write_run_json(out: Path, **fields: Any) -> None:
     tmp.replace(path)
 
 
+#: Kineto's log level above its per-window USDT and STAGE lines.
+KINETO_QUIET = "6"
+
+
 def worker_env(
     base: Mapping[str, str], *, daemon_sock: str, job_id: str, trace_dir: Path | None = None
 ) -> dict[str, str]:
@@ -123,6 +127,10 @@ def worker_env(
     env["DIAG_HOOK"] = "1"
     env["DIAG_HOOK_DAEMON_SOCK"] = daemon_sock
     env["DIAG_HOOK_JOB_ID"] = job_id
+    # Kineto prints "USDT: profiler_start/stop" (and "STAGE") lines on the job's stderr around
+    # every profiler window diag opens: its level 6 keeps only what is above them. A user who
+    # set the level keeps it.
+    env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
     if trace_dir is not None:
         env.setdefault("DIAG_HOOK_TRACE_DIR", str(trace_dir.resolve()))
     return env

@@ -24,6 +24,9 @@ def test_worker_env_puts_the_hook_first_and_keeps_user_path() -> None:
     assert (env["DIAG_HOOK"], env["DIAG_HOOK_DAEMON_SOCK"], env["DIAG_HOOK_JOB_ID"]) == (
         "1", "/tmp/s", "j",
     )  # fmt: skip
+    assert env["KINETO_LOG_LEVEL"] == "6"  # no USDT/STAGE lines around each profiler window
+    mine = runtime.worker_env({"KINETO_LOG_LEVEL": "1"}, daemon_sock="/tmp/s", job_id="j")
+    assert mine["KINETO_LOG_LEVEL"] == "1"  # the user's choice stands
 
 
 def test_run_json_is_merged(tmp_path: Path) -> None:
