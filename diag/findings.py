@@ -4,8 +4,15 @@ contract (``{"run": {...}, "findings": [...]}``) is :meth:`Finding.to_json` of e
 lost x confidence), then confidence.
 
 ``slowdown`` is the fraction of the job's step time lost to this cause: 0.2 means the job's steps
-would be 20% shorter without it. ``confidence`` is in [0, 1]: how sure the detector is that the
-named culprit and cause are right (not how large the effect is). ``onset_step`` is the first step
+would be 20% shorter without it. It is one of the three figures diag says a slowdown with, each
+always written the same way (:func:`factor_text`, :func:`job_cost_text`): the culprit's
+**factor against its peers** ("rank 2 computes 3.10x as long as its 3 peers": its time over the
+median of the ranks doing the same work, itself left out), the **job's step factor** ("job steps
+1.85x as long": after over before) and the **share of each step lost** ("46% of each step
+lost": this ``slowdown``, (after - before) / after).
+
+``confidence`` is in [0, 1]: how sure the detector is that the named culprit and cause are right
+(not how large the effect is). ``onset_step`` is the first step
 of the anomaly (``None`` for a structural imbalance present from the start); ``detected_step`` the
 step at which the detector could first say so.
 
@@ -183,6 +190,23 @@ def findings_from_json(items: Sequence[Any]) -> tuple[Finding, ...]:
 
 #: Symptoms that stop the job: the share of it they lose is all of it.
 _STOPS_THE_JOB = ("hang", "crash")
+
+
+def factor_text(factor: float) -> str:
+    """A ratio as diag writes it: ``1.46x``, ``12.3x``, ``150x``."""
+    if not math.isfinite(factor):
+        return "inf x"
+    if factor >= 100:
+        return f"{factor:.0f}x"
+    return f"{factor:.1f}x" if factor >= 10 else f"{factor:.2f}x"
+
+
+def job_cost_text(share: float) -> str:
+    """What a finding costs the job, from its ``slowdown`` (the share of each step lost):
+    ``job steps 1.85x as long (46% of each step lost)``."""
+    share = min(max(share, 0.0), 1.0)
+    factor = 1.0 / (1.0 - share) if share < 1.0 else math.inf
+    return f"job steps {factor_text(factor)} as long ({share:.0%} of each step lost)"
 
 
 def lost(f: Finding) -> float:

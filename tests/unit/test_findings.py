@@ -93,3 +93,15 @@ def test_findings_file_round_trip_and_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         read_findings(tmp_path)
     assert f"{path}:2: not a finding" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_one_vocabulary_for_a_slowdown() -> None:
+    """The job's cost is said as its step factor and the share of each step lost, never a
+    "% slower" that is neither (steps 4.5 -> 42.8 ms were once "46% slower")."""
+    from diag.findings import factor_text, job_cost_text
+
+    share = (42.8 - 4.5) / 42.8
+    assert job_cost_text(share) == "job steps 9.51x as long (89% of each step lost)"
+    assert job_cost_text(0.0) == "job steps 1.00x as long (0% of each step lost)"
+    assert job_cost_text(1.0).startswith("job steps inf x as long (100%")
+    assert [factor_text(x) for x in (1.456, 12.34, 150.2)] == ["1.46x", "12.3x", "150x"]

@@ -95,7 +95,7 @@ from diag.diagnose.features import (
     persistence,
     persistent_columns,
 )
-from diag.findings import Evidence, Finding
+from diag.findings import Evidence, Finding, job_cost_text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -792,7 +792,7 @@ def _finding(
     summary = (
         f"{who} waits {lead.waits_ms:.1f} ms/step for a CPU against {lead.peers_ms:.1f} ms "
         f"{against} {when}: {why}; {waiters} wait "
-        f"{lead.peers_wait[0]:.1f} ms/step in collectives; job steps {lead.slowdown:.0%} slower"
+        f"{lead.peers_wait[0]:.1f} ms/step in collectives; {job_cost_text(lead.slowdown)}"
     )
     conf = float(np.mean([_confidence(r, cfg) for r in group]))
     conf += 0.1 if any(p.on_culprit_cpu for p in foreign) else 0.05 if foreign else 0.0

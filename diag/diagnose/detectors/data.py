@@ -55,7 +55,7 @@ from diag.diagnose.features import (
     persistent_columns,
     quick_runs,
 )
-from diag.findings import Evidence, Finding
+from diag.findings import Evidence, Finding, job_cost_text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,7 +197,7 @@ def _one_rank(
                 summary=(
                     f"rank {rank} waits {extra:.1f} ms/step longer for data than its peers "
                     f"{'from the start' if onset is None else f'from step {onset}'}; "
-                    f"job steps {slowdown:.0%} slower"
+                    f"{job_cost_text(slowdown)}"
                 ),
                 evidence=(
                     Evidence(
@@ -239,7 +239,7 @@ def _all_ranks(
             confidence=confidence(run.consistency, now - baseline, cfg.confident_gap),
             summary=(
                 f"every rank waits for data: {now:.0%} of the step from step {onset} "
-                f"(was {baseline:.0%}); job steps {slowdown:.0%} slower"
+                f"(was {baseline:.0%}); {job_cost_text(slowdown)}"
             ),
             evidence=(
                 Evidence(

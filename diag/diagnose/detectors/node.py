@@ -98,7 +98,7 @@ from diag.diagnose.detectors.node_slow import (
 )
 from diag.diagnose.features import Features, peer_median
 from diag.diagnose.layout import Layout
-from diag.findings import Evidence, Finding
+from diag.findings import Evidence, Finding, factor_text, job_cost_text
 
 __all__ = ["NodeConfig", "confidence", "detect", "severity"]
 
@@ -214,9 +214,8 @@ def _rank_finding(
         like = f"the other {len(peers)} ranks"
     when = f"from step {onset}" if onset is not None else "from the start"
     summary = (
-        f"{culprits.who} computes {lead.gap:.0%} longer than {like} {when}; "
-        f"peers wait {lead.wait_after:.1f} ms/step in collectives; job steps {lead.slowdown:.0%} "
-        "slower"
+        f"{culprits.who} computes {factor_text(1 + lead.gap)} as long as {like} {when}; "
+        f"peers wait {lead.wait_after:.1f} ms/step in collectives; {job_cost_text(lead.slowdown)}"
     )
     if onset is None:
         summary += (
@@ -283,7 +282,7 @@ def _stall_finding(
         f"{stall.slowest_share:.0%} of steps (chance {stall.chance_share:.0%}), and "
         f"{stall.excess_ms:.1f} ms/step longer than they do on average, though not in every "
         f"step (bursts: frozen, descheduled, blocked on a lock or paging); peers wait "
-        f"{stall.wait_after:.1f} ms/step in collectives; job steps {stall.slowdown:.0%} slower"
+        f"{stall.wait_after:.1f} ms/step in collectives; {job_cost_text(stall.slowdown)}"
     )
     strength = min(stall.lead_t / cfg.stall_min_t, 2.0) - 1.0  # 0 at the threshold, 1 at 2x
     conf = 0.5 + 0.4 * max(0.0, strength)
@@ -294,8 +293,8 @@ def _stall_finding(
             f"than {like} each time, {stall.pause_ms / max(stall.culprit_ms, 1e-9):.1f}x its mean "
             f"step compute; {stall.pauses} of the {stall.class_pauses} such pauses of its "
             f"class): a stop-the-world pause (garbage collection), a page-in, a frozen "
-            f"process; peers wait {stall.wait_after:.1f} ms/step in collectives; job steps "
-            f"{stall.slowdown:.0%} slower. Too few pauses for a warning (chance puts pauses "
+            f"process; peers wait {stall.wait_after:.1f} ms/step in collectives; "
+            f"{job_cost_text(stall.slowdown)}. Too few pauses for a warning (chance puts pauses "
             f"like these on one rank of its class 1 time in "
             f"{1 / max(stall.chance_p, 1e-9):,.0f}): watch for more"
         )
@@ -380,7 +379,7 @@ def _stopped_finding(
         f"reads of its state ({share:.0%}) from step {stopped.onset}, its peers "
         f"{'never' if stopped.peers_stopped == 0 else 'at most once'}: frozen by a signal "
         "(SIGSTOP, a job-control or scheduler suspend) or a tracer (a debugger, a blocking stack "
-        f"sampler); job steps {stopped.slowdown:.0%} slower"
+        f"sampler); {job_cost_text(stopped.slowdown)}"
     )
     finding = Finding(
         id=f"{culprits.id}-stopped",
@@ -432,9 +431,9 @@ def _layout_finding(
     if len(on) == 1 and sorted(r for r, h in hosts.items() if h == on[0]) == list(ranks):
         label = f"{label} = host {on[0]}"  # the group is a whole host: either may be at fault
     summary = (
-        f"{label} ({node_groups.ranks_text(ranks)}) computes {found.gap:.0%} longer than the "
-        f"other {kinds} {when}, across all its replicas; the others wait "
-        f"{found.wait_after:.1f} ms/step; job steps {found.slowdown:.0%} slower"
+        f"{label} ({node_groups.ranks_text(ranks)}) computes {factor_text(1 + found.gap)} as "
+        f"long as the other {kinds} {when}, across all its replicas; the others wait "
+        f"{found.wait_after:.1f} ms/step; {job_cost_text(found.slowdown)}"
     )
     evidence = [
         _compute_ev(
