@@ -101,6 +101,13 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
     export_client_security(args)
     if shutil.which(command[0]) is None:
         raise ConfigError(f"cannot start {command[0]!r}: no such command")
+    if not is_torchrun(command):
+        print(
+            f"diag run: warning: {Path(command[0]).name!r} is not torchrun: diag hooks the "
+            "workers torchrun starts (LOCAL_RANK set); another process is watched only if it "
+            "calls diag.hook.install() itself",
+            file=sys.stderr,
+        )
     out: Path = args.out or Path("runs") / new_run_id()
     run_id = out.resolve().name
     if (out / "store").exists() and args.analyzer is None:
@@ -164,6 +171,18 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
         summary = runtime.SummarySource(None, target).get()
     runtime.print_final(summary, out=out, exit_code=exit_code)
     return exit_code
+
+
+def is_torchrun(command: list[str]) -> bool:
+    """Whether ``command`` starts torchrun (``torchrun ...``, ``python -m torch.distributed.run``
+    or ``.launch``), possibly behind ``env``/``nice``/``numactl``-style wrappers."""
+    for i, arg in enumerate(command):
+        name = Path(arg).name
+        if name == "torchrun":
+            return True
+        if arg == "-m" and i + 1 < len(command):
+            return command[i + 1] in ("torch.distributed.run", "torch.distributed.launch")
+    return False
 
 
 def _detector_config(args: argparse.Namespace) -> dict[str, object] | None:

@@ -425,8 +425,50 @@ def print_final(summary: Mapping[str, Any] | None, *, out: Path, exit_code: int)
         console.print(tables.report(summary))
     else:
         console.print("diag: no summary available (the analyzer was not reachable)")
-    console.print(f"run directory: {out}   job exit code: {exit_code}")
+    steps = sum(int(r.get("steps") or 0) for r in (summary or {}).get("ranks", []))
+    if exit_code != 0 and steps == 0:
+        _print_job_tail(console, out / "logs" / "job.log")
+    console.print(verdict(summary), markup=False)
+    console.print(f"run directory: {out}   job exit code: {exit_code}", markup=False)
     console.print(
-        f"next: diag report {out} --kernels   |   diag trace {out}  (a Perfetto timeline)",
+        f"next: diag triage {out} [--html report.html]   |   diag report {out} --kernels   |   "
+        f"diag trace {out}  (a Perfetto timeline)",
         markup=False,
     )
+
+
+def verdict(summary: Mapping[str, Any] | None) -> str:
+    """The run in one sentence: its top finding, or that none was found in how much."""
+    if not summary:
+        return "verdict: unknown (no summary)"
+    findings = summary.get("findings") or []
+    if findings:
+        top = findings[0]
+        more = f" (+{len(findings) - 1} more: diag triage)" if len(findings) > 1 else ""
+        level, cause = top.get("severity", "?"), top.get("cause", "?")
+        return f"verdict: {level} {cause}: {top.get('summary', '')}{more}"
+    ranks = summary.get("ranks") or []
+    steps = max((int(r.get("steps") or 0) for r in ranks), default=0)
+    if not ranks:
+        return "verdict: no rank reported a step: nothing to judge"
+    return f"verdict: no problem found in {steps} steps of {len(ranks)} ranks"
+
+
+#: Lines of the job's log shown when it failed before any step.
+JOB_TAIL_LINES = 20
+
+
+def _print_job_tail(console: Any, log: Path) -> None:
+    """The end of the job's own output: a job that failed before its first step (a typo, an
+    import error) would otherwise leave only an empty table."""
+    try:
+        with log.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            lines = fh.read().decode("utf-8", "replace").splitlines()[-JOB_TAIL_LINES:]
+    except OSError:
+        return
+    if lines:
+        console.print(f"the job failed before its first step; the end of {log}:", markup=False)
+        for line in lines:
+            console.print("  " + line, markup=False, highlight=False)

@@ -36,6 +36,9 @@ def test_diag_run_records_every_step_loss_collective_and_checkpoint(tmp_path: Pa
         env=env(), capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "is not torchrun" not in res.stderr
+    verdict = [line for line in res.stdout.splitlines() if line.startswith("verdict: ")]
+    assert len(verdict) == 1 and "rank 2" in verdict[0], res.stdout[-3000:]
     store = RunStore.open(out)
 
     steps = store.frame("step")
@@ -151,6 +154,12 @@ def test_diag_run_exits_with_the_jobs_exit_code(tmp_path: Path) -> None:
     assert res.returncode == 7, res.stderr[-3000:]
     assert "hello from the job" in res.stdout
     assert "hello from the job" in (tmp_path / "run" / "logs" / "job.log").read_text()
+    # not torchrun: said once on stderr; failed before any step: the job's own last lines shown
+    assert "is not torchrun" in res.stderr and "diag.hook.install()" in res.stderr
+    assert "the job failed before its first step" in res.stdout
+    assert res.stdout.count("hello from the job") == 2  # the job's line, then in the tail
+    assert "verdict: no rank reported a step" in res.stdout
+    assert f"next: diag triage {tmp_path / 'run'}" in res.stdout
 
 
 def _read(path: Path) -> str:

@@ -87,3 +87,23 @@ def test_what_the_daemon_left_in_its_spool_reaches_the_embedded_analyzer(tmp_pat
         assert other.take_spool(tmp_path / "none") == 0
     finally:
         other.stop()
+
+
+def test_the_run_ends_in_one_verdict() -> None:
+    finding = {"severity": "critical", "cause": "node", "summary": "rank 2 computes 3.10x ..."}
+    two = {"ranks": [{"steps": 40}], "findings": [finding, dict(finding, cause="data")]}
+    assert runtime.verdict(two) == (
+        "verdict: critical node: rank 2 computes 3.10x ... (+1 more: diag triage)"
+    )
+    clean = {"ranks": [{"steps": 40}, {"steps": 39}], "findings": []}
+    assert runtime.verdict(clean) == "verdict: no problem found in 40 steps of 2 ranks"
+    assert runtime.verdict(None) == "verdict: unknown (no summary)"
+
+
+def test_torchrun_is_recognized_behind_wrappers() -> None:
+    from diag.cli.run_cmd import is_torchrun
+
+    assert is_torchrun(["torchrun", "--nproc_per_node", "2", "x.py"])
+    assert is_torchrun(["/usr/bin/env", "OMP_NUM_THREADS=1", "/opt/bin/torchrun", "x.py"])
+    assert is_torchrun(["python", "-m", "torch.distributed.run", "x.py"])
+    assert not is_torchrun(["python", "train.py"]) and not is_torchrun(["python", "-m", "x"])
