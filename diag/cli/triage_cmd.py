@@ -74,13 +74,14 @@ def run(args: argparse.Namespace) -> int:
 
     from diag.cli.render import tables
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
     if result.findings:
         console.print(tables.findings_table(result.findings, title="diag triage"))
     else:
-        console.print(f"no findings in run {out['run'].get('id') or args.run_dir}")
+        console.print(tables.plain(f"no findings in run {out['run'].get('id') or args.run_dir}"))
+    # one line each, however long (soft_wrap: the terminal wraps it, rich does not)
     for line in out.get("problems", []):
-        console.print(f"unreadable: {line}", markup=False, highlight=False)
+        console.print(tables.plain(f"unreadable: {line}"), soft_wrap=True)
     for line in out.get("missing", []):
-        console.print(f"missing: {line}", markup=False, highlight=False)
+        console.print(tables.plain(f"missing: {line}"), soft_wrap=True)
     return 0

@@ -8,6 +8,16 @@ A file *named* like a dump (``_dump_3``, ``nccl_trace_rank_3``, ``*.pkl``) or an
 truncated or corrupt. Nothing raises for one bad file; :class:`~diag.errors.InputError` only when
 the path is missing or holds nothing to analyze.
 
+No file can hurt the reading of the others (:mod:`diag.untrusted`): only regular files are opened
+(a FIFO, socket or device is a problem line, never blocked on), a dump or JSON file is read whole
+only up to a cap (:data:`MAX_JSON_BYTES`, :data:`~diag.postmortem.fr_pickle.MAX_DUMP_BYTES`), a
+log is streamed with overlong lines cut, pickles and JSON are parsed with bounded depth, size and
+numbers, and anything a reader still raises becomes that file's problem line. File names are
+shown with undecodable bytes and control characters escaped (``\xff``), so every problem line is
+one printable line. A world size a log claims is checked against what the files show: one above
+:data:`~diag.postmortem.records.MAX_WORLD_SIZE`, or not above a rank that left remains, is a
+problem line and not used (the analysis holds per-rank state for the whole job).
+
 In a diag run directory its own files (``store/``, ``traces/``, ``run.json``, ``control.json``,
 ``findings.jsonl``, the daemon's and analyzer's logs) are not remains and are skipped; the job's
 output (``logs/job.log``) and any dumps inside are read. Files are visited in sorted order, so
@@ -17,19 +27,35 @@ the result (and every finding built on it) is the same on every run.
 from __future__ import annotations
 
 import dataclasses
-import json
+import logging
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from diag.errors import InputError
 from diag.postmortem.elastic import is_error_file, local_rank_from_path, read_error_file
-from diag.postmortem.fr_dumps import DUMP_NAME, is_fr_json, read_dump_file
+from diag.postmortem.fr_dumps import DUMP_NAME, dump_from_obj, is_fr_json, read_dump_file
+from diag.postmortem.fr_pickle import MAX_DUMP_BYTES
 from diag.postmortem.logs import LogResult, parse_log
-from diag.postmortem.records import Clue, RankDump, Remains
+from diag.postmortem.records import MAX_WORLD_SIZE, Clue, RankDump, Remains
+from diag.untrusted import (
+    OutOfBounds,
+    check_json,
+    loads_json,
+    open_regular,
+    printable,
+    read_capped,
+    text_lines,
+)
+
+log = logging.getLogger(__name__)
 
 MAX_FILES = 20_000
-MAX_JSON_BYTES = 512 << 20
+#: Largest JSON file read whole (dump or error file); a larger one not named so is read as a log.
+MAX_JSON_BYTES = 64 << 20
+#: Directory levels walked below the path.
+MAX_DIR_DEPTH = 32
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".pytest_cache", ".mypy_cache"}
 _SKIP_EXT = (".parquet", ".gz", ".zip", ".tar", ".so", ".pyc", ".png", ".jpg", ".html", ".wal")
 _RUN_SKIP = {
@@ -41,7 +67,9 @@ _RUN_SKIP = {
     "daemon.log",
     "analyzer.log",
 }
-_RANK_FILE = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+#: Keys that make JSON beyond bounds worth a problem line though its name does not claim it.
+_REMAINS_KEYS = re.compile(rb'"(version|pg_config|entries|message|extraInfo)"')
+_RANK_FILE = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.IGNORECASE)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -51,30 +79,42 @@ def is_run_dir(path: Path) -> bool:
 
 def collect(path: Path) -> Remains:
     """Everything readable under ``path`` (a directory or one file) as :class:`Remains`."""
+    shown = printable(str(path))
     if not path.exists():
-        raise InputError(f"{path} does not exist")
+        raise InputError(f"{shown} does not exist")
+    if not (path.is_dir() or path.is_file()):  # a FIFO, socket or device: say which
+        try:
+            open_regular(path).close()
+        except InputError as exc:
+            raise InputError(f"{shown}: {exc}") from None
+        except OSError as exc:
+            raise InputError(f"{shown}: cannot read ({exc.strerror or exc})") from None
     run_dir = is_run_dir(path)
-    files = [path] if path.is_file() else _walk(path, run_dir)
     problems: list[str] = []
+    files = [path] if path.is_file() else _walk(path, run_dir, problems)
     if len(files) > MAX_FILES:
-        problems.append(f"{path}: more than {MAX_FILES} files; read the first {MAX_FILES}")
+        problems.append(f"{shown}: more than {MAX_FILES} files; read the first {MAX_FILES}")
         files = files[:MAX_FILES]
     dumps: dict[int, RankDump] = {}
     clues: list[Clue] = []
     local_to_global: dict[int, int] = {}
-    world: int | None = None
+    claims: list[tuple[int, str]] = []  # (world size, the file that says so)
     num_logs = num_errors = 0
     seen: set[int] = set()
     seen_local: set[int] = set()
     for f in files:
-        display = str(f) if f == path else os.path.join(str(path), str(f.relative_to(path)))
+        display = shown if f == path else printable(os.path.join(path, f.relative_to(path)))
         try:
             kind, payload = _read(f, display)
         except InputError as exc:
-            problems.append(f"{display}: {exc}")
+            problems.append(f"{display}: {printable(str(exc))}")
             continue
         except OSError as exc:
-            problems.append(f"{display}: cannot read ({exc.strerror or exc})")
+            problems.append(f"{display}: cannot read ({printable(str(exc.strerror or exc))})")
+            continue
+        except Exception as exc:  # a reader's bug must cost this file only, never the triage
+            log.debug("reading %s failed", display, exc_info=True)
+            problems.append(f"{display}: not read ({type(exc).__name__}: {printable(str(exc))})")
             continue
         if kind == "dump":
             assert isinstance(payload, RankDump)
@@ -94,12 +134,19 @@ def collect(path: Path) -> Remains:
             assert isinstance(payload, LogResult)
             clues.extend(payload.clues)
             local_to_global.update(payload.rendezvous.local_to_global)
-            world = world or payload.rendezvous.world_size
+            if payload.rendezvous.world_size is not None:
+                claims.append((payload.rendezvous.world_size, display))
             seen |= payload.ranks_seen
             seen_local |= payload.locals_seen
             num_logs += 1
+            if payload.num_bad_lines:
+                problems.append(
+                    f"{display}: {payload.num_bad_lines} line(s) not read ({payload.first_bad})"
+                )
     ordered = tuple(dumps[r] for r in sorted(dumps))
-    world = world or _world_from_dumps(ordered)
+    known = seen | set(dumps) | {c.rank for c in clues if c.rank is not None}
+    known |= set(local_to_global.values())
+    world = _claimed_world(claims, known, problems) or _world_from_dumps(ordered)
     seen_local |= {c.local_rank for c in clues if c.local_rank is not None}
     mapping = local_map(local_to_global, world, bool(ordered), seen_local)
     resolved = _resolve(clues, mapping)
@@ -119,20 +166,55 @@ def collect(path: Path) -> Remains:
     )
     if remains.empty and not run_dir:
         raise InputError(
-            f"{path}: nothing to triage (no diag run, Flight Recorder dumps, torchelastic error "
+            f"{shown}: nothing to triage (no diag run, Flight Recorder dumps, torchelastic error "
             "files or worker logs)"
         )
     return remains
 
 
-def _walk(root: Path, run_dir: bool) -> list[Path]:
+def _claimed_world(
+    claims: Iterable[tuple[int, str]], known: set[int], problems: list[str]
+) -> int | None:
+    """The first world size a file claims that the files bear out (more ranks than the highest
+    rank that left remains, at most :data:`MAX_WORLD_SIZE`); each one that is not is a problem
+    line."""
+    top = max(known, default=-1)
+    world = None
+    for size, source in claims:
+        if size > MAX_WORLD_SIZE:
+            what = str(size) if size < 10**18 else f"a {size.bit_length()}-bit number"
+            problems.append(
+                f"{source}: claims a world size of {what}, more than the {MAX_WORLD_SIZE} ranks "
+                "diag analyzes; not used"
+            )
+        elif size <= top:
+            problems.append(
+                f"{source}: claims a world size of {size}, but rank {top} left remains; not used"
+            )
+        elif world is None:
+            world = size
+    return world
+
+
+def _walk(root: Path, run_dir: bool, problems: list[str]) -> list[Path]:
     out: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def unreadable(exc: OSError) -> None:
+        where = printable(str(exc.filename or root))
+        problems.append(f"{where}: folder not read ({printable(str(exc.strerror or exc))})")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
         here = Path(dirpath)
         top = here == root
         dirnames[:] = sorted(
             d for d in dirnames if d not in _SKIP_DIRS and not (run_dir and top and d in _RUN_SKIP)
         )
+        if dirnames and len(here.relative_to(root).parts) >= MAX_DIR_DEPTH:
+            problems.append(
+                f"{printable(dirpath)}: folders nest more than {MAX_DIR_DEPTH} levels below "
+                f"{printable(str(root))}; not read below here"
+            )
+            dirnames[:] = []
         for name in sorted(filenames):
             if run_dir and name in _RUN_SKIP:
                 continue
@@ -149,35 +231,45 @@ def _read(f: Path, display: str) -> tuple[str, object]:
     ``skip`` -> None."""
     named_dump = bool(DUMP_NAME.search(f.name))
     named_error = f.name.endswith(".json") and "error" in f.name
-    with open(f, "rb") as fh:
+    claimed = named_dump or named_error
+    with open_regular(f) as fh:
         head = fh.read(4096)
-    if not head:
-        if named_dump or named_error:
-            raise InputError("empty file")
-        return "skip", None
-    if head[:1] == b"\x80" or (named_dump and head.lstrip()[:1] != b"{"):
-        return "dump", read_dump_file(f, f.read_bytes(), display)
-    if head.lstrip()[:1] == b"{" and f.stat().st_size <= MAX_JSON_BYTES:
-        try:
-            obj = json.loads(f.read_bytes())
-        except (ValueError, UnicodeDecodeError) as exc:
-            if named_dump or named_error or head.count(b"\n") < 2:
-                raise InputError(f"not valid JSON ({exc})") from None
-            obj = None  # JSON lines or a log that starts with "{": read as text below
-        if obj is not None:
-            if is_fr_json(obj):
-                return "dump", read_dump_file(f, f.read_bytes(), display)
-            if is_error_file(obj):
-                return "error", read_error_file(f, obj, display)
-            if named_error:
-                raise InputError("JSON that is not a torchelastic error file")
+        if not head:
+            if named_dump or named_error:
+                raise InputError("empty file")
             return "skip", None
-    if b"\x00" in head:
-        return "skip", None
-    m = _RANK_FILE.search(f.name)
-    with open(f, encoding="utf-8", errors="replace") as fh:
+        fh.seek(0)
+        if head[:1] == b"\x80" or (named_dump and head.lstrip()[:1] != b"{"):
+            return "dump", read_dump_file(f, read_capped(fh, MAX_DUMP_BYTES, "dump"), display)
+        size = os.fstat(fh.fileno()).st_size
+        if head.lstrip()[:1] == b"{" and (size <= MAX_JSON_BYTES or claimed):
+            try:
+                obj = loads_json(read_capped(fh, MAX_JSON_BYTES, "JSON file"), check=False)
+            except InputError as exc:
+                # unnamed, it is a problem only as one line (not JSON lines, not a log) that is
+                # not JSON, or that is beyond bounds and names a dump's or error file's keys
+                one_line = head.count(b"\n") < 2
+                if claimed or (
+                    one_line and (not isinstance(exc, OutOfBounds) or _REMAINS_KEYS.search(head))
+                ):
+                    raise
+                obj = None  # JSON lines or a log that starts with "{": read as text below
+            if obj is not None:
+                if is_fr_json(obj):
+                    check_json(obj)
+                    return "dump", dump_from_obj(f, obj, display)
+                if is_error_file(obj):
+                    check_json(obj)
+                    return "error", read_error_file(f, obj, display)
+                if named_error:
+                    raise InputError("JSON that is not a torchelastic error file")
+                return "skip", None
+            fh.seek(0)
+        if b"\x00" in head:
+            return "skip", None
+        m = _RANK_FILE.search(f.name)
         res = parse_log(
-            fh,
+            text_lines(fh),
             display,
             rank=int(m.group(1)) if m else None,
             local_rank=local_rank_from_path(f),

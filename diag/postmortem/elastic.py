@@ -17,6 +17,7 @@ path to a global rank later (:mod:`diag.postmortem.analyze`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,7 +27,9 @@ from diag.errors import InputError
 from diag.postmortem.records import Clue
 from diag.postmortem.tracebacks import exception_type, parse_traceback
 
-_RANK_IN_TEXT = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|PG GUID 0\(default_pg\) Rank (\d+)\]")
+_RANK_IN_TEXT = re.compile(
+    r"\[rank(\d{1,7})\]|\[Rank (\d{1,7})\]|PG GUID 0\(default_pg\) Rank (\d{1,7})\]"
+)
 _ATTEMPT = re.compile(r"^attempt_\d+$")
 
 
@@ -41,7 +44,7 @@ def is_error_file(obj: Any) -> bool:
 def local_rank_from_path(path: Path) -> int | None:
     """torchrun's ``attempt_<n>/<local rank>/error.json`` layout -> the local rank."""
     parent = path.parent
-    if parent.name.isdigit() and _ATTEMPT.match(parent.parent.name):
+    if parent.name.isdigit() and len(parent.name) <= 7 and _ATTEMPT.match(parent.parent.name):
         return int(parent.name)
     return None
 
@@ -77,13 +80,17 @@ def read_error_file(path: Path, obj: Any, display: str) -> Clue:
     first = text.strip().splitlines()[0] if text.strip() else exc_line
     rank = rank_in_text(text) if rank_in_text(text) is not None else rank_in_text(callstack)
     try:
-        ts_s = float(ts) if ts not in (None, "") else None
+        ts_s: float | None = float(ts) if ts not in (None, "") else None
     except (TypeError, ValueError):
+        ts_s = None
+    if ts_s is not None and not math.isfinite(ts_s):
         ts_s = None
     try:
         exitcode = int(code) if code is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         exitcode = None
+    if exitcode is not None and not -(1 << 31) <= exitcode < 1 << 31:
+        exitcode = None  # not an exit status
     return Clue(
         kind="exception",
         source=display,

@@ -120,11 +120,11 @@ def analyze_group(group: GroupInfo, members: Sequence[Member]) -> GroupView:
                 )
             )
     waits: list[Wait] = []
+    unrecorded = [q for q in members if not q.has_record]
     for r in members:
         if r.stuck is None:
             continue
         mine = [w for q in recorded if q.rank != r.rank and (w := _wait(r, q, label))]
-        unrecorded = [q for q in members if not q.has_record]
         if not mine and 2 * len(unrecorded) < len(members):
             mine = [
                 Wait(

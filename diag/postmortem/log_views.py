@@ -40,9 +40,13 @@ def views_from_clues(clues: Sequence[Clue], world_size: int | None) -> list[Grou
             ranks |= set(range(world_size))
         if len(ranks) < 2:
             continue
+        by_rank: dict[int, list[Clue]] = {}
+        for c in mine:
+            if c.rank is not None:
+                by_rank.setdefault(c.rank, []).append(c)
         members = []
         for r in sorted(ranks):
-            said = [c for c in mine if c.rank == r]
+            said = by_rank.get(r, [])
             if not said:
                 members.append(Member(rank=r, has_record=r in speakers))
                 continue

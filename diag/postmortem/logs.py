@@ -37,13 +37,14 @@ from dataclasses import dataclass, field
 from diag.postmortem.records import Clue, StackFrame
 from diag.postmortem.torchrun import Rendezvous, SummaryReader
 from diag.postmortem.tracebacks import CHAINED, FRAME, HEADER, exception_type
+from diag.untrusted import printable
 
 _RAY = re.compile(r"^\(\w+ pid=\d+[^)]*\)\s*")
-_RANK = re.compile(r"^\[rank(\d+)\]:\s?")
-_TEE = re.compile(r"^\[([A-Za-z_]\w*?)(\d+)\]:\s?")
-_NUM = re.compile(r"^\[(\d+)\]:\s?")
+_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
+_TEE = re.compile(r"^\[([A-Za-z_]\w*?)(\d{1,7})\]:\s?")
+_NUM = re.compile(r"^\[(\d{1,7})\]:\s?")
 _GLOG = re.compile(r"^\[?[EWIF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?:\s+\d+)?\s+[^\]\s]+\]\s?")
-_NCCL_PREFIX = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\] ")
+_NCCL_PREFIX = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d{1,7})\] ")
 
 _KEYWORDS = re.compile(
     r"Watchdog|watchdog|Timeout at|Timed out|monitoredBarrier|NCCL WARN|Xid|terminate called|"
@@ -53,7 +54,7 @@ _KEYWORDS = re.compile(
 _WD_TIMEOUT = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
 )
-_PG_TAG = re.compile(r"\[PG ID (\d+) PG GUID ([^\s(\]]+)(?:\(([^)]*)\))? Rank (\d+)\]")
+_PG_TAG = re.compile(r"\[PG ID (\d+) PG GUID ([^\s(\]]+)(?:\(([^)]*)\))? Rank (\d{1,7})\]")
 _PG_STATUS = re.compile(
     r"(?:failure detected by watchdog at work sequence id|Timeout at NCCL work):? (\d+),?"
     r".*?last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)"
@@ -68,7 +69,7 @@ _WHAT = re.compile(r"^\s*what\(\):\s+(.*)")
 _WD_EXC = re.compile(r"watchdog thread terminated with exception: (.*)")
 _CUDA = re.compile(r"CUDA error: .*|Cuda failure .*|CUDA out of memory.*")
 _HOST_OOM = re.compile(r"Out of memory: Killed process (\d+)")
-_ELASTIC = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_ELASTIC = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d{1,7}) \(pid: (\d+)\)")
 _NCCL_STACK = re.compile(r"^#\d+ (\S+) from (.+):(\d+)\s*$")
 
 
@@ -80,6 +81,13 @@ class LogResult:
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     ranks_seen: set[int] = field(default_factory=set)  # global ranks any line was prefixed with
     locals_seen: set[int] = field(default_factory=set)  # local ranks (tee prefixes) likewise
+    num_bad_lines: int = 0  # lines not read: a number in them too long to be one
+    first_bad: str = ""  # the first of them: "line N: why"
+
+    def bad_line(self, no: int, exc: Exception) -> None:
+        self.num_bad_lines += 1
+        if not self.first_bad:
+            self.first_bad = f"line {no}: {printable(str(exc))[:120]}"
 
 
 @dataclass(slots=True)
@@ -120,18 +128,24 @@ def parse_log(
     for no, physical in enumerate(lines, 1):
         for raw in physical.rstrip("\n").split("\r"):
             raw = raw[:10_000]
-            if summary.feed(raw, no) or out.rendezvous.feed_field(raw):
-                continue
-            msg, r, lr = _strip(raw)
-            if r is not None:
-                out.ranks_seen.add(r)
-            if lr is not None:
-                out.locals_seen.add(lr)
-            if r is None and lr is None:
-                r, lr = rank, local_rank
-            st = streams.setdefault((r, lr), _Stream())
-            _line(msg, raw, no, source, r, lr, st, out)
-    out.clues.extend(summary.close())
+            try:
+                if summary.feed(raw, no) or out.rendezvous.feed_field(raw):
+                    continue
+                msg, r, lr = _strip(raw)
+                if r is not None:
+                    out.ranks_seen.add(r)
+                if lr is not None:
+                    out.locals_seen.add(lr)
+                if r is None and lr is None:
+                    r, lr = rank, local_rank
+                st = streams.setdefault((r, lr), _Stream())
+                _line(msg, raw, no, source, r, lr, st, out)
+            except ValueError as exc:  # int() of a number of thousands of digits
+                out.bad_line(no, exc)
+    try:
+        out.clues.extend(summary.close())
+    except ValueError as exc:
+        out.bad_line(summary.block.line_no if summary.block else 0, exc)
     return out
 
 

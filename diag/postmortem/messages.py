@@ -16,6 +16,7 @@ from diag.postmortem.culprits import Culprits
 from diag.postmortem.fr_groups import Mismatch
 from diag.postmortem.groups import REASONS, fmt_ranks
 from diag.postmortem.records import Clue, Remains, StackFrame
+from diag.untrusted import printable
 
 NO_DUMPS = "no Flight Recorder dumps: cannot tell which collective hung or which rank stopped first"
 NO_LOGS = (
@@ -27,7 +28,7 @@ NO_LOGS = (
 def run_section(remains: Remains) -> dict[str, Any]:
     """The ``run`` object of ``diag triage --json`` for remains."""
     return {
-        "id": remains.root.name or str(remains.root),
+        "id": printable(remains.root.name or str(remains.root)),
         "source": "remains",
         "world_size": remains.world_size,
         "num_dumps": len(remains.dumps),

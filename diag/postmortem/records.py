@@ -19,6 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: Ranks diag analyzes: a rank is ``0 .. MAX_WORLD_SIZE - 1``; a file claiming a larger job is
+#: not believed (the analysis holds per-rank state for the whole job).
+MAX_WORLD_SIZE = 1 << 18
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StackFrame:

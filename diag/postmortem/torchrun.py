@@ -25,13 +25,14 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from diag.postmortem.records import Clue
+from diag.postmortem.records import MAX_WORLD_SIZE, Clue
 from diag.postmortem.tracebacks import HEADER, parse_traceback
 
 _RDZV_LIST = re.compile(r"\b(local_ranks|global_ranks|global_world_sizes)=\[([\d, ]*)\]")
 _RDZV_LINE = re.compile(r"^\s+(local_ranks|global_ranks|global_world_sizes)=\[[\d, ]*\]\s*$")
 _IDX = re.compile(r"^\s*\[(\d+)\]:\s*$")
 _FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_RANK_FIELD = re.compile(r"(-?\d{1,7})(?:\s*\(local_rank:\s*(\d{1,7})\))?(?!\d)")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 
 
@@ -46,6 +47,9 @@ class Rendezvous:
     def feed(self, text: str) -> None:
         """A rendezvous line (or one field of the multi-line form)."""
         lists = {k: [int(x) for x in re.findall(r"\d+", v)] for k, v in _RDZV_LIST.findall(text)}
+        ranks = lists.get("local_ranks", []) + lists.get("global_ranks", [])
+        if any(r >= MAX_WORLD_SIZE for r in ranks):
+            raise ValueError(f"a rank beyond {MAX_WORLD_SIZE - 1} in the rendezvous result")
         if lists.get("global_world_sizes"):
             self.world_size = lists["global_world_sizes"][0]
         if "local_ranks" in lists:
@@ -115,7 +119,7 @@ class SummaryReader:
         if block is None or "rank" not in block.fields:
             return
         f = block.fields
-        rank_m = re.match(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?", f.get("rank", ""))
+        rank_m = _RANK_FIELD.match(f.get("rank", ""))
         code_m = re.match(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?", f.get("exitcode", ""))
         ts = None
         with contextlib.suppress(ValueError):

@@ -14,7 +14,7 @@ import re
 from diag.postmortem.records import StackFrame
 
 HEADER = "Traceback (most recent call last):"
-FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d{1,9}), in (?P<func>.+?)\s*$')
 CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 #: ``torch.OutOfMemoryError: CUDA out of memory...``, ``KeyboardInterrupt``, ``c10::Error``.
 _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:::[\w:]+)?)(?::\s?(?P<msg>.*))?$")

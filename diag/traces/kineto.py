@@ -24,22 +24,23 @@ calls, already inside their CPU operator) are not summarized either.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from diag.errors import InputError
+from diag.untrusted import gunzip, loads_json, printable, read_regular
 
 #: Kineto categories that are activity on a GPU.
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-_RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_RANK_RE = re.compile(r"rank[-_]?(\d{1,7})(?!\d)", re.IGNORECASE)
 _EPOCH_US = 1e15  # a ts above this (microseconds) is an absolute Unix time (after 2001-09)
+#: Largest trace read, compressed or not, and the most a gzip trace may inflate to (bytes).
+MAX_TRACE_BYTES = 2 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,30 +110,31 @@ class KinetoTrace:
 
 
 def _bad(path: Path, reason: str) -> InputError:
-    return InputError(f"{path} is not a readable Kineto trace: {reason}")
+    return InputError(f"{printable(str(path))} is not a readable Kineto trace: {reason}")
 
 
 def _read_json(path: Path) -> Any:
+    """The trace's JSON: a regular file of at most :data:`MAX_TRACE_BYTES`, inflated (gzip) to
+    at most :func:`max_inflated` bytes, parsed with :func:`diag.untrusted.loads_json`'s bounds
+    (its walk skipped: a trace holds millions of values, each read below by its type)."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_TRACE_BYTES, "trace")
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except EOFError:
-            raise _bad(path, "truncated gzip stream") from None
-        except (OSError, zlib.error) as exc:
-            raise _bad(path, f"corrupt gzip stream ({' '.join(str(exc).split())})") from None
+        raise InputError(f"cannot read {printable(str(path))}: {exc.strerror or exc}") from None
+    except InputError as exc:
+        raise _bad(path, str(exc)) from None
     try:
-        return json.loads(raw)
-    except UnicodeDecodeError:
-        raise _bad(path, "not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        where = "truncated JSON" if exc.pos >= len(raw.rstrip()) else "bad JSON"
-        raise _bad(path, f"{where} at line {exc.lineno} column {exc.colno}") from None
-    except (ValueError, RecursionError) as exc:
-        raise _bad(path, f"bad JSON ({exc})") from None
+        if raw[:2] == b"\x1f\x8b":
+            raw = gunzip(raw, max_inflated(len(raw)))
+        return loads_json(raw, check=False)
+    except InputError as exc:
+        raise _bad(path, str(exc)) from None
+
+
+def max_inflated(num_compressed: int) -> int:
+    """The most a gzip trace of ``num_compressed`` bytes may inflate to: 100x (a Kineto trace
+    inflates 10-15x), at least 64 MiB, at most :data:`MAX_TRACE_BYTES`."""
+    return min(MAX_TRACE_BYTES, max(64 << 20, 100 * num_compressed))
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -141,6 +143,29 @@ def _dict(value: Any) -> dict[str, Any]:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str:
+    """A name field as text: a string as it is, a number written out, anything else (a list or
+    an object where a name belongs) empty."""
+    if isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, int | float) else ""
+
+
+def _key(value: Any) -> int | str:
+    """A ``pid``/``tid``: an int or a string as it is, anything else as :func:`_text`."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else _text(value)
+
+
+def _dims(value: Any) -> str:
+    """``"Input Dims"`` as compact JSON (``""`` when absent or nested too deep to write)."""
+    if value is None:
+        return ""
+    try:
+        return json.dumps(value)
+    except (RecursionError, ValueError):
+        return ""
 
 
 def _us_to_ns(value: Any) -> int:
@@ -172,9 +197,11 @@ def _devices(raw: Any) -> tuple[DeviceProperties, ...]:
             out.append(
                 DeviceProperties(
                     id=_int(d.get("id")) or 0,
-                    name=str(d.get("name", "")),
+                    name=_text(d.get("name")),
                     total_memory_bytes=_int(d.get("totalGlobalMem")) or 0,
-                    compute_capability=f"{major}.{minor}" if major is not None else "",
+                    compute_capability=(
+                        f"{_text(major)}.{_text(minor)}" if major is not None else ""
+                    ),
                     num_sms=_int(d.get("numSms")) or 0,
                 )
             )
@@ -187,9 +214,9 @@ def _track_names(meta: Iterable[dict[str, Any]]) -> dict[tuple[int | str, int | 
     for e in meta:
         args = _dict(e.get("args"))
         if e.get("name") == "process_labels":
-            labels[e.get("pid", "")] = str(args.get("labels", ""))
+            labels[_key(e.get("pid"))] = _text(args.get("labels"))
         elif e.get("name") == "thread_name":
-            threads[(e.get("pid", ""), e.get("tid", ""))] = str(args.get("name", "")).strip()
+            threads[(_key(e.get("pid")), _key(e.get("tid")))] = _text(args.get("name")).strip()
     out = {}
     for (pid, tid), name in threads.items():
         label = labels.get(pid, "")
@@ -232,15 +259,15 @@ def load_trace(path: str | Path) -> KinetoTrace:
         dims = args.get("Input Dims")
         events.append(
             TraceEvent(
-                name=str(e.get("name", "")),
-                cat=str(e.get("cat", "")),
+                name=_text(e.get("name")),
+                cat=_text(e.get("cat")),
                 ts_ns=base_ns + ts,
                 dur_ns=max(dur, 0),
-                pid=e.get("pid", ""),
-                tid=e.get("tid", ""),
+                pid=_key(e.get("pid")),
+                tid=_key(e.get("tid")),
                 device=_int(args.get("device")),
                 external_id=_int(args.get("External id")),
-                input_dims=json.dumps(dims) if dims is not None else "",
+                input_dims=_dims(dims),
             )
         )
     dist = _dict(doc.get("distributedInfo"))
@@ -249,7 +276,7 @@ def load_trace(path: str | Path) -> KinetoTrace:
         path=path,
         rank=rank if rank is not None else rank_from_name(path),
         world_size=_int(dist.get("world_size")),
-        backend=str(dist.get("backend", "")),
+        backend=_text(dist.get("backend")),
         base_time_ns=base,
         clock=clock,
         devices=_devices(doc.get("deviceProperties")),

@@ -1,5 +1,5 @@
 """One self-contained HTML page for ``diag triage --html``: inline CSS and SVG, no scripts, no
-external assets; every piece of text from the inputs is escaped.
+external assets; every piece of text from the inputs is escaped (:func:`_e`).
 
 Sections: the top finding; a rank x step heatmap of compute time (where the run has step data);
 the last collectives of each rank side by side (culprits first); the culprits' stacks; every
@@ -23,6 +23,7 @@ import pandas as pd
 
 from diag.findings import Finding
 from diag.postmortem.records import FrEntry, RankDump, StackFrame
+from diag.untrusted import printable
 
 MAX_COLS = 200
 MAX_ROWS = 128
@@ -58,7 +59,9 @@ class ReportData:
 
 
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    """Text from the inputs as HTML text: markup escaped, and undecodable bytes of file names
+    and control characters shown as ``\\xff`` (the page is UTF-8; a lone surrogate is not)."""
+    return html.escape(printable(str(value), newlines=True), quote=True)
 
 
 def render(data: ReportData) -> str:

@@ -15,9 +15,18 @@ from rich.table import Table
 from rich.text import Text
 
 from diag.findings import Finding, findings_from_json
+from diag.untrusted import printable
 
 #: A rank whose median compute time is this far above the typical rank's is highlighted.
 SLOW_RATIO = 1.10
+#: Why hooks dropped events (the run summary's counts, from ``HookHealth``), as the report says it.
+DROP_REASONS: dict[str, str] = {
+    "num_undelivered": "daemon unreachable",
+    "num_queue_dropped": "queue full",
+    "num_fr_dropped": "Flight Recorder overwritten",
+    "num_unencodable": "unencodable",
+    "num_oversize": "oversize",
+}
 
 
 def _ms(value: Any) -> str:
@@ -32,6 +41,12 @@ def _loss(value: Any) -> str:
     if isinstance(value, str):
         return value
     return f"{float(value):.4g}"
+
+
+def plain(value: object, style: str = "") -> Text:
+    """A cell or line of data as plain text: never read as rich markup (a ``[/x]`` in a path
+    stays as written), control characters and undecodable bytes escaped."""
+    return Text(printable(str(value)), style=style)
 
 
 def slowest_rank(ranks: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -63,7 +78,7 @@ def ranks_table(summary: Mapping[str, Any], *, title: str | None = None) -> Tabl
         is_slow = slow is not None and r.get("rank") == slow.get("rank")
         table.add_row(
             str(r.get("rank")),
-            str(r.get("host", "")),
+            plain(r.get("host", "")),
             str(r.get("steps", 0)),
             _ms(r.get("step_ms_median")),
             _ms(r.get("compute_ms_median")),
@@ -88,14 +103,14 @@ def gpu_table(summary: Mapping[str, Any]) -> Table | None:
         table.add_column(col, justify="left" if col in ("host", "name", "throttle") else "right")
     for host, g in rows:
         table.add_row(
-            str(host),
+            plain(host),
             str(g.get("gpu_index")),
-            str(g.get("name", "")),
+            plain(g.get("name", "")),
             _ms(g.get("util_pct")),
             str(g.get("sm_clock_mhz") if g.get("sm_clock_mhz") is not None else "-"),
             _ms(g.get("temp_c")),
             _ms(g.get("power_w")),
-            str(g.get("throttle_reasons") or "-"),
+            plain(g.get("throttle_reasons") or "-"),
         )
     return table
 
@@ -111,8 +126,16 @@ def headline(summary: Mapping[str, Any]) -> Text:
     if run.get("exit_code") is not None and run.get("exit_code", -1) >= 0:
         parts.append(f"exit code {run['exit_code']}")
     if run.get("num_dropped"):
-        parts.append(f"hook dropped {run['num_dropped']} events")
+        parts.append(hook_drops(run))
     text = Text(" | ".join(parts))
+    if silent := run.get("silent_ranks"):
+        ranks = ", ".join(str(r) for r in silent)
+        who = f"hook of rank {ranks}" if len(silent) == 1 else f"hooks of ranks {ranks}"
+        text.append(
+            f"\nthe {who} went silent (its thread died or is stuck): the events it would have "
+            "sent since are missing.",
+            style="bold red",
+        )
     slow = slowest_rank(list(summary.get("ranks", [])))
     if slow is not None:
         text.append(
@@ -122,6 +145,14 @@ def headline(summary: Mapping[str, Any]) -> Text:
             style="bold red",
         )
     return text
+
+
+def hook_drops(run: Mapping[str, Any]) -> str:
+    """``"hook dropped 12 events: 8 daemon unreachable, 4 unencodable"`` (the reasons a hook of
+    schema 1.9 on reports; an older one gives the total only)."""
+    reasons = [f"{run[k]} {label}" for k, label in DROP_REASONS.items() if run.get(k)]
+    line = f"hook dropped {run['num_dropped']} events"
+    return f"{line}: {', '.join(reasons)}" if reasons else line
 
 
 def culprit(finding: Finding) -> str:
@@ -145,7 +176,13 @@ def findings_table(findings: Sequence[Finding], *, title: str = "Findings") -> T
         slow = "-" if f.slowdown is None or math.isnan(f.slowdown) else f"{f.slowdown:.1%}"
         style = {"critical": "bold red", "warning": "yellow"}.get(f.severity)
         table.add_row(
-            culprit(f), f.cause, f.severity, f"{f.confidence:.2f}", slow, f.summary, style=style
+            plain(culprit(f)),
+            plain(f.cause),
+            plain(f.severity),
+            f"{f.confidence:.2f}",
+            slow,
+            plain(f.summary),
+            style=style,
         )
     return table
 
@@ -234,8 +271,8 @@ def kernel_table(
             cells = [Text(_ms(k.get(f))) for f in ("min_ms", "median_ms")]
             cells.append(Text(_ms(k.get("max_ms")), style=red or ""))
         table.add_row(
-            _kernel_name(str(k.get("name", ""))),
-            str(k.get("category", "")),
+            plain(_kernel_name(str(k.get("name", "")))),
+            plain(k.get("category", "")),
             *cells,
             _spread(spread),
             Text(str(slowest), style=red or ""),
@@ -256,15 +293,15 @@ def trace_table(summary: Mapping[str, Any], *, top: int | None = None) -> Table:
     title = f"{head}: {_ms(span)} ms traced{gpu}; top {len(rows)} = {share:.1%} of it"
     if share > 1:
         title += " (CPU ops nest and overlap)"
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(title=plain(title), title_justify="left", header_style="bold")
     table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=40)
     for col in ("cat", "device", "calls", "total ms", "median ms", "max ms", "share"):
         table.add_column(col, justify="left" if col in ("cat", "device") else "right", no_wrap=True)
     for k in rows:
         table.add_row(
-            _kernel_name(str(k.get("name", ""))),
-            str(k.get("category", "")),
-            str(k.get("device", "")),
+            plain(_kernel_name(str(k.get("name", "")))),
+            plain(k.get("category", "")),
+            plain(k.get("device", "")),
             str(k.get("num_calls", 0)),
             _ms(k.get("total_ms")),
             f"{float(k.get('median_us', 0.0)) / 1000:.3f}",

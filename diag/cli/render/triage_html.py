@@ -18,6 +18,7 @@ from diag.errors import InputError
 from diag.fsutil import atomic_write
 from diag.postmortem.analyze import RemainsReport
 from diag.postmortem.discover import is_run_dir
+from diag.untrusted import printable
 
 
 def report_data(path: Path, result: TriageResult, report: RemainsReport | None) -> ReportData:
@@ -61,5 +62,7 @@ def write_report(out: Path, path: Path, result: TriageResult, report: RemainsRep
     try:
         atomic_write(out, page)
     except OSError as exc:
-        raise InputError(f"{out}: cannot write the HTML report ({exc.strerror or exc})") from None
+        raise InputError(
+            f"{printable(str(out))}: cannot write the HTML report ({exc.strerror or exc})"
+        ) from None
     return out
