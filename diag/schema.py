@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -249,11 +249,20 @@ class ProcSample(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookHealth(Event):
-    """The hook's own health, sent periodically and at exit: what it dropped and why.
+    """The hook's own health, sent when its thread starts, every ``health_interval_ns`` and at
+    exit: what it dropped and why.
 
-    ``num_dropped`` events were lost because the bounded queue was full or the daemon unreachable;
-    ``num_errors`` counts exceptions caught inside the hook (the training loop never sees them);
-    ``last_error`` is the most recent one, one line.
+    ``num_dropped`` records and events were lost in the hook, all reasons together; by reason
+    (schema 1.9; they sum to ``num_dropped``): ``num_queue_dropped`` records the training
+    thread's bounded queue had no room for, ``num_fr_dropped`` Flight Recorder entries overwritten
+    before a harvest read them, ``num_undelivered`` events the daemon did not take (the backlog
+    overflowed while it was unreachable or slow, or they were unsent at exit),
+    ``num_unencodable`` events with a value their proto field cannot hold (a bug in diag; text
+    that is not valid Unicode is sent escaped, never dropped), ``num_oversize`` events larger
+    than a frame on their own. ``num_errors`` counts exceptions caught inside the hook (the
+    training loop never sees them); ``last_error`` is the most recent one, one line.
+    ``health_interval_ns`` is how often the hook sends this (the daemon takes a hook that sent
+    none for several intervals for dead or stuck: :class:`HookSilent`).
     """
 
     kind: ClassVar[str] = "hook_health"
@@ -266,6 +275,12 @@ class HookHealth(Event):
     last_error: str = ""
     queue_depth: int = 0
     final: bool = False
+    num_queue_dropped: int = 0
+    num_fr_dropped: int = 0
+    num_undelivered: int = 0
+    num_unencodable: int = 0
+    num_oversize: int = 0
+    health_interval_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -725,6 +740,29 @@ class NicSample(Event):
     num_xmit_wait: int = -1
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookSilent(Event):
+    """A rank's hook stopped reporting while its process runs (schema 1.9): its connection to the
+    node daemon stayed open, but no :class:`HookHealth` came for ``silent_ns`` (several of its
+    ``health_interval_ns``) while the process was neither gone nor stopped. Its thread died or
+    is stuck, so the rank's events after its last health are missing (until it reports again).
+
+    Sent by the node daemon (the envelope's ``source`` is the daemon's, ``rank``/``local_rank``
+    the hook's), once per silence. ``hook_source`` is the silent hook's ``source``,
+    ``last_health_seq`` the ``seq`` of its last health, ``last_error`` that health's
+    ``last_error`` (a hook thread that ended on an exception says so there).
+    """
+
+    kind: ClassVar[str] = "hook_silent"
+
+    pid: int
+    hook_source: str
+    silent_ns: int
+    health_interval_ns: int = 0
+    last_health_seq: int = -1
+    last_error: str = ""
+
+
 #: Every event kind, by its ``kind`` name. Order is stable (it is the proto oneof order).
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
@@ -756,6 +794,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         HostProcess,
         TcpPeerSample,
         NicSample,
+        HookSilent,
     )
 }
 

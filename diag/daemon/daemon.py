@@ -8,7 +8,10 @@ cuts the queue into batches of at most ``batch_max_events`` every ``flush_interv
 when a full batch is waiting); each batch goes to the :class:`~diag.daemon.spool.Spool` first, from
 which the :class:`~diag.daemon.shipper.Shipper` ships it to the analyzer. A ``HangReport`` from a
 hook is also handed to every :class:`~diag.daemon.collectors.base.HangAware` collector (the rank
-watch then takes native stacks of every local rank with py-spy).
+watch then takes native stacks of every local rank with py-spy). Each loop the
+:class:`~diag.daemon.hook_watch.HookWatch` names the hooks whose connection stayed open without a
+health report for several of their intervals while their process ran; each such silence ships
+once, as a ``HookSilent`` of the daemon's (and one warning line).
 
 Control path (pull only): every ``control_poll_interval_s`` (0.5 s; <= 0 turns it off) a thread
 asks the analyzer for the control messages newer than the last ``seq`` it saw (``PollControl``) and
@@ -40,6 +43,7 @@ from diag import schema
 from diag.config import DaemonConfig, default_host
 from diag.daemon.collectors import COLLECTORS
 from diag.daemon.collectors.base import Collector, HangAware, RankAware, stamp
+from diag.daemon.hook_watch import HookWatch
 from diag.daemon.listener import HookListener
 from diag.daemon.probe_runner import ProbeRunner
 from diag.daemon.shipper import Shipper
@@ -110,6 +114,7 @@ class Daemon:
         grace_s: float = 0.5,
         final_flush_s: float = 5.0,
         pid: int | None = None,
+        hook_watch: HookWatch | None = None,
     ) -> None:
         if not cfg.listen_sock or not cfg.analyzer:
             raise ConfigError("the daemon needs a listen socket and an analyzer address")
@@ -150,8 +155,11 @@ class Daemon:
             on_clock=self._on_clock,
             clock_sync_interval_s=cfg.clock_sync_interval_s,
         )
+        self.hook_watch = hook_watch or HookWatch()
         try:
-            self.listener = HookListener(cfg.listen_sock, self._on_batch, self._control_greeting)
+            self.listener = HookListener(
+                cfg.listen_sock, self._on_batch, self._control_greeting, watch=self.hook_watch
+            )
         except BaseException:
             self.client.close()
             self.spool.close()
@@ -310,6 +318,7 @@ class Daemon:
             while not self._stopping.is_set():
                 self._wake.clear()  # before the work, so a wake-up during it is not lost
                 self._apply_new_ranks()
+                self._check_hooks()
                 for c in list(self._collectors):
                     if time.monotonic() >= due[id(c)]:
                         self._run_collector(c)
@@ -333,6 +342,24 @@ class Daemon:
             for c in self._collectors:
                 if isinstance(c, RankAware):
                     c.track(info.pid, info.rank, info.local_rank)
+
+    def _check_hooks(self) -> None:
+        """Ship a ``HookSilent`` for each hook that stopped reporting (see :class:`HookWatch`)."""
+        try:
+            silent = self.hook_watch.check(self._wall())
+        except Exception:  # the daemon's bug must not stop the daemon
+            log.exception("checking the hooks' health reports failed")
+            return
+        for ev in silent:
+            log.warning(
+                "the hook of rank %d (pid %d) sent no health report for %.0f s while its process "
+                "runs: its thread died or is stuck; the rank's events since are missing%s",
+                ev.rank,
+                ev.pid,
+                ev.silent_ns / 1e9,
+                f" (its last error: {ev.last_error})" if ev.last_error else "",
+            )
+            self.emit(ev)
 
     def _run_collector(self, c: Collector) -> None:
         try:

@@ -11,6 +11,9 @@ done by the listener thread, non-blocking, from a per-connection outbox of at mo
 ``max_outbox_bytes``: a frame that does not fit in a connection's outbox is skipped for that
 connection (counted), and a connection whose peer stopped reading or went away only loses its own
 control frames. So a hook that never reads cannot stall the daemon or the other hooks.
+
+Given a :class:`~diag.daemon.hook_watch.HookWatch`, the listener tells it each connection's latest
+``HookHealth`` and when a connection closes, so a hook that stops reporting is noticed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from diag import schema
+from diag.daemon.hook_watch import HookWatch
 from diag.errors import ConfigError, SchemaError
 from diag.proto import diag_pb2 as pb
 from diag.transport import codec, framing
@@ -51,8 +55,10 @@ class HookListener:
         on_connect: ConnectHandler | None = None,
         *,
         max_outbox_bytes: int = 64 * 1024,
+        watch: HookWatch | None = None,
     ) -> None:
         self.path = Path(path)
+        self._watch = watch
         self._on_batch = on_batch
         self._on_connect = on_connect
         self._max_outbox = max_outbox_bytes
@@ -226,6 +232,10 @@ class HookListener:
         try:
             for frame in decoder.feed(data):
                 batch, events = codec.decode_batch(frame)
+                if self._watch is not None:
+                    for ev in events:
+                        if isinstance(ev, schema.HookHealth):
+                            self._watch.health(conn, ev)
                 self.num_batches += 1
                 self.num_events += len(events)
                 try:
@@ -242,6 +252,8 @@ class HookListener:
     def _drop(self, conn: socket.socket) -> None:
         self._selector.unregister(conn)
         del self._decoders[conn]
+        if self._watch is not None:
+            self._watch.closed(conn)
         with self._out_lock:
             if self._outbox.pop(conn, None):
                 self._num_pending_out -= 1

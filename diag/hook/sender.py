@@ -2,9 +2,19 @@
 
 Used only from the hook thread. Events wait in a bounded backlog until written; while the daemon is
 unreachable the sender retries every ``reconnect_interval_s`` and, when the backlog is full, drops
-the oldest events and counts them (``num_dropped``). A write that fails or stalls past
-``timeout_s`` closes the connection; the unsent batch stays in the backlog and is written again on
-the next connection (the analyzer drops repeats by ``(source, seq)``).
+the oldest events and counts them. A write that fails or stalls past ``timeout_s`` closes the
+connection; the unsent batch goes back to the front of the backlog and is written again on the
+next connection (the analyzer drops repeats by ``(source, seq)``).
+
+Events are encoded here, in the hook thread, batch by batch. An event that cannot be encoded (a
+value its proto field cannot hold: a producer's bug) is dropped and counted; text that is not
+valid Unicode never is one (:func:`~diag.transport.codec.escape_text`). A batch whose frame would
+exceed ``max_frame_bytes`` is halved until each part fits; one event too large for a frame on its
+own is dropped and counted. So no event can stop the stream: every later one is still sent.
+
+What was dropped, by reason (:class:`DropCounts`, reported in ``HookHealth``): ``undelivered``
+(the backlog overflowed while the daemon was unreachable or slow, or was left unsent at exit),
+``unencodable``, ``oversize``.
 
 The daemon may write control frames back on the same connection (length-prefixed serialized
 ``ControlMessage``s); :meth:`FrameSender.poll_control` reads whatever has arrived without blocking.
@@ -19,7 +29,9 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
+from diag.proto import diag_pb2 as pb
 from diag.schema import Event
 from diag.transport import codec
 from diag.transport import framing as frames
@@ -28,6 +40,19 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH_EVENTS = 1000
 MAX_CONTROL_BYTES = 1 << 20  # read at most this much control data per poll
+
+
+@dataclass(slots=True, eq=False)
+class DropCounts:
+    """Events the sender dropped, by reason (written by the hook thread only)."""
+
+    undelivered: int = 0  # backlog full (daemon unreachable or slow), or unsent at exit
+    unencodable: int = 0  # a value its proto field cannot hold
+    oversize: int = 0  # larger than a frame on its own
+
+    @property
+    def total(self) -> int:
+        return self.undelivered + self.unencodable + self.oversize
 
 
 class FrameSender:
@@ -42,21 +67,29 @@ class FrameSender:
         reconnect_interval_s: float,
         timeout_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        max_frame_bytes: int = frames.MAX_FRAME_BYTES,
     ) -> None:
         self.path = path
         self.sender = sender
         self.max_backlog = max(1, max_backlog)
         self.reconnect_interval_s = reconnect_interval_s
         self.timeout_s = timeout_s
+        self.max_frame_bytes = min(max_frame_bytes, frames.MAX_FRAME_BYTES)
         self._clock = clock
         self._backlog: deque[Event] = deque()
         self._sock: socket.socket | None = None
         self._next_attempt = 0.0
         self.num_sent = 0
-        self.num_dropped = 0
+        self.dropped = DropCounts()
         self.last_error = ""
         self._warned = False
+        self._warned_drops: set[str] = set()
         self._control = frames.FrameDecoder()
+
+    @property
+    def num_dropped(self) -> int:
+        """Events dropped so far, every reason (:attr:`dropped` has them by reason)."""
+        return self.dropped.total
 
     @property
     def backlog(self) -> int:
@@ -71,7 +104,7 @@ class FrameSender:
         for ev in events:
             if len(backlog) >= self.max_backlog:
                 backlog.popleft()
-                self.num_dropped += 1
+                self.dropped.undelivered += 1
             backlog.append(ev)
 
     def retry_now(self) -> None:
@@ -105,24 +138,74 @@ class FrameSender:
     def flush(self) -> None:
         """Write everything in the backlog that the daemon takes now; never raises."""
         if not self.path:
-            self.num_dropped += len(self._backlog)
+            self.dropped.undelivered += len(self._backlog)
             self._backlog.clear()
             return
         if not self._backlog or (self._sock is None and not self._connect()):
             return
         while self._backlog and self._sock is not None:
             n = min(len(self._backlog), MAX_BATCH_EVENTS)
-            batch = [self._backlog[i] for i in range(n)]
+            encoded = self._encode([self._backlog.popleft() for _ in range(n)])
             try:
-                payload = codec.encode_batch(batch, sender=self.sender, sent_ns=time.time_ns())
+                self._write(encoded)
+            except Exception as exc:  # a bug of ours: lose this batch (counted), not the thread
+                for ev, _ in encoded:
+                    self._drop("unencodable", ev, f"{type(exc).__name__}: {exc}")
+                return
+
+    def _write(self, encoded: list[tuple[Event, pb.Event]]) -> None:
+        """Send ``encoded`` in as many frames as it takes, removing what was sent; on a failed
+        write put the rest back at the front of the backlog and close the connection."""
+        while encoded and self._sock is not None:
+            payload, k = self._fit(encoded)
+            if k == 0:  # the first event alone is larger than a frame
+                self._drop("oversize", encoded.pop(0)[0], f"{len(payload)} bytes encoded")
+                continue
+            try:
                 self._sock.sendall(frames.encode_frame(payload))
             except OSError as exc:
+                self._backlog.extendleft(ev for ev, _ in reversed(encoded))
+                encoded.clear()
                 self.close()
                 self._fail(f"write to {self.path} failed: {exc}")
                 return
-            for _ in range(n):
-                self._backlog.popleft()
-            self.num_sent += n
+            del encoded[:k]
+            self.num_sent += k
+
+    def _encode(self, batch: list[Event]) -> list[tuple[Event, pb.Event]]:
+        """The events of ``batch`` that encode, with their messages; the others dropped."""
+        out = []
+        for ev in batch:
+            try:
+                out.append((ev, codec.event_to_proto(ev)))
+            except Exception as exc:  # a producer's bug: lose this event, never the stream
+                self._drop("unencodable", ev, f"{type(exc).__name__}: {exc}")
+        return out
+
+    def _fit(self, encoded: list[tuple[Event, pb.Event]]) -> tuple[bytes, int]:
+        """The serialized batch of the longest first half, quarter, ... of ``encoded`` that fits
+        in a frame, and how many events it holds (0: not even the first one fits)."""
+        k = len(encoded)
+        while True:
+            batch = codec.protos_to_batch(
+                (msg for _, msg in encoded[:k]), sender=self.sender, sent_ns=time.time_ns()
+            )
+            payload = batch.SerializeToString()
+            if len(payload) <= self.max_frame_bytes:
+                return payload, k
+            if k == 1:
+                return payload, 0
+            k //= 2
+
+    def _drop(self, reason: str, ev: Event, detail: str) -> None:
+        """Count one event lost for ``reason`` (a :class:`DropCounts` field); the first of each
+        reason is logged (the hook never prints)."""
+        setattr(self.dropped, reason, getattr(self.dropped, reason) + 1)
+        message = f"dropped a {type(ev).kind} event ({reason}: {detail})"
+        self.last_error = message.splitlines()[0][:300]
+        if reason not in self._warned_drops:
+            self._warned_drops.add(reason)
+            log.warning("diag hook: %s", self.last_error)
 
     def poll_control(self) -> list[bytes]:
         """The control frames the daemon wrote since the last poll; never blocks.
@@ -160,7 +243,7 @@ class FrameSender:
 
     def drop_backlog(self) -> None:
         """Give up on everything unsent (at exit), counting it as dropped."""
-        self.num_dropped += len(self._backlog)
+        self.dropped.undelivered += len(self._backlog)
         self._backlog.clear()
 
     def close(self) -> None:

@@ -21,7 +21,8 @@ field                  written by                        read by
 =====================  ================================  ==========================================
 
 ``HookHealth.num_dropped`` is :attr:`HookState.num_dropped` (queue drops + Flight Recorder
-drops) plus what the sender dropped; ``num_errors`` and ``last_error`` combine both sides
+drops) plus what the sender dropped (:class:`~diag.hook.sender.DropCounts`); the health reports
+each reason apart too. ``num_errors`` and ``last_error`` combine both sides
 (:attr:`HookState.num_errors`, :attr:`HookState.last_error`: the more recent of the two).
 
 ``active`` (installed or not) is not here: the wrappers read it on their fast path as

@@ -2,12 +2,13 @@
 
 Every ``flush_interval_s`` it drains the record queue, reports the process groups it has not
 reported yet (:class:`~diag.schema.ProcessGroupInfo`: the job's layout, groups created after
-install included), every ``health_interval_s`` it emits a :class:`~diag.schema.HookHealth`, and
-it writes what it built to the daemon socket. It harvests the Flight Recorder (``_dump_fr_trace``
-without stack traces, parsed by the restricted unpickler) when about half its ring buffer is new
-or ``fr_poll_interval_s`` passed (:mod:`diag.hook.fr_pacing`: it looks as often as the job's
-measured collectives need, between its cycles too). On stop it does a final drain, harvest and
-health event and one last flush, then closes the daemon connection. The last health event says
+install included), in its first cycle and then every ``health_interval_s`` it emits a
+:class:`~diag.schema.HookHealth`, and it writes what it built to the daemon socket. It harvests
+the Flight Recorder (``_dump_fr_trace`` without stack traces, parsed by the restricted
+unpickler) when about half its ring buffer is new or ``fr_poll_interval_s`` passed
+(:mod:`diag.hook.fr_pacing`: it looks as often as the job's measured collectives need, between
+its cycles too). On stop it does a final drain, harvest and health event and one last flush,
+then closes the daemon connection. The last health event says
 ``final`` (the process is exiting normally) unless the stop is a detach (:meth:`HookThread.stop`
 with ``exiting=False``: the hook leaves a job that runs on).
 
@@ -20,6 +21,12 @@ While the Flight Recorder works, a finished step is held until the first harvest
 its ``num_collectives`` counts the FR entries created inside it (DDP's C++ all-reduces included);
 without the Flight Recorder it counts the Python-level collective calls of the step.
 
+Nothing its work raises leaves the loop: an exception is counted (``num_errors``), and the loop
+goes on with the next cycle; an event that cannot be sent is dropped and counted by the sender.
+Should the thread end all the same (an exception that is not an ``Exception``), it records why
+and sends one last, non-final health saying so; its connection stays open, so the node daemon
+reports the silence that follows (:class:`~diag.schema.HookSilent`).
+
 The thread receives everything it uses (:class:`HookThread`'s arguments) and shares with the job's
 threads only the :class:`~diag.hook.state.HookState` (its fields' writers are listed there) and the
 profiler windows' inbox/done deques; it reads the step tracker's counters (:class:`StepProgress`).
@@ -27,6 +34,7 @@ profiler windows' inbox/done deques; it reads the step tracker's counters (:clas
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
@@ -137,7 +145,7 @@ class HookThread(threading.Thread):
         self._exiting = True  # the last cycle's health says final (set by stop() before _stop_evt)
         self._pending_steps: deque[tuple[Any, ...]] = deque()
         self._probe: int | None = None  # the latest FR probe total (FrPacer)
-        self._next_health = time.monotonic() + self.cfg.health_interval_s
+        self._next_health = time.monotonic()  # the first cycle reports (and its interval)
         self._full_rank_info = False
         self._announced = False
         self._prev_dump_wall_ns = 0
@@ -175,31 +183,59 @@ class HookThread(threading.Thread):
     # ----------------------------------------------------------------- loop
     def run(self) -> None:
         try:
-            self._rank_info()
-            if self.fr_ok:  # the first dump can take seconds: pay it here, not mid-run
-                self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
-        except Exception as exc:
-            self._error(exc)
+            self._serve()
+        except BaseException as exc:  # last resort: the thread ends; say why while it still can
+            self._died(exc)
+
+    def _serve(self) -> None:
+        self._guarded(self._start)
         flush_s = self.cfg.flush_interval_s
         next_cycle = time.monotonic() + flush_s
-        while True:
-            now = time.monotonic()
-            timeout = next_cycle - now
-            if self.fr_ok:  # between cycles, look at the Flight Recorder as its pace needs
-                timeout = min(timeout, self.pacer.wait_s(now, self._probe))
-            if self._stop_evt.wait(max(0.0, timeout)):
-                break
+        while not self._wait(next_cycle):
             if time.monotonic() >= next_cycle:
                 self._cycle(final=False)
                 next_cycle = time.monotonic() + flush_s
             elif self.fr_ok:
-                try:
-                    if self._fr_due():
-                        self._harvest(final=False)
-                except Exception as exc:
-                    self._error(exc)
+                self._guarded(self._fr_look)
         self._cycle(final=True)
         self.sender.close()  # the daemon sees the end now, not when the process exits
+
+    def _start(self) -> None:
+        self._rank_info()
+        if self.fr_ok:  # the first dump can take seconds: pay it here, not mid-run
+            self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
+
+    def _wait(self, next_cycle: float) -> bool:
+        """Sleep until the next cycle, or sooner when the Flight Recorder's pace needs a look
+        between cycles; True when asked to stop."""
+        timeout = next_cycle - time.monotonic()
+        if self.fr_ok:
+            try:
+                timeout = min(timeout, self.pacer.wait_s(time.monotonic(), self._probe))
+            except Exception as exc:
+                self._error(exc)
+        return self._stop_evt.wait(max(0.0, timeout))
+
+    def _fr_look(self) -> None:
+        if self._fr_due():
+            self._harvest(final=False)
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        """Run ``work``; an exception it raises is counted (``num_errors``), never raised."""
+        try:
+            work()
+        except Exception as exc:
+            self._error(exc)
+
+    def _died(self, exc: BaseException) -> None:
+        """The thread is ending on ``exc``: record it and try to send one last (non-final)
+        health carrying it. The connection is left open: the daemon reports the silence."""
+        try:
+            self._error(RuntimeError(f"hook thread ended: {type(exc).__name__}: {exc}"))
+            self._emit(self._health(final=False))
+            self.sender.flush()
+        except BaseException:  # nothing is left to report it to
+            pass
 
     def stop(self, timeout_s: float, *, exiting: bool = True) -> None:
         """Ask for the final cycle and wait for it at most ``timeout_s``. ``exiting=False`` is a
@@ -215,34 +251,37 @@ class HookThread(threading.Thread):
         self.watchdog.arm()
 
     def _cycle(self, *, final: bool) -> None:
-        try:
-            now = time.monotonic()
-            if self.fr_ok and (final or self._fr_due()):
-                self._harvest(final=final)
-            else:
-                self._drain()
-                if not self.fr_ok:
-                    self._release_steps(None)
-            if not final:
-                self.sender.add(self.watchdog.check())  # sent by this cycle's flush
-            if not self._full_rank_info:
-                self._rank_info()
-            if self._full_rank_info:
-                self._layout()
-            self._control()
-            self._profile_windows()
-            if self.cfg.capture_checkpoints:
-                self._patch_late()
-            if final:
-                self.sender.retry_now()  # one more connection attempt for the last events
-                self.sender.flush()  # so the final health counts what was sent
-                self.sender.drop_backlog()  # what the daemon did not take now is lost
-            if final or now >= self._next_health:
-                self._next_health = now + self.cfg.health_interval_s
-                self._emit(self._health(final=final and self._exiting))
-        except Exception as exc:
-            self._error(exc)
-        self.sender.flush()
+        """One cycle: its work, then the health report when due, then the flush. Each part is
+        guarded on its own: a failing part costs neither the heartbeat nor the sending."""
+        now = time.monotonic()
+        self._guarded(functools.partial(self._work, final=final))
+        if final:
+            self.sender.retry_now()  # one more connection attempt for the last events
+            self._guarded(self.sender.flush)  # so the final health counts what was sent
+            self.sender.drop_backlog()  # what the daemon did not take now is lost
+        if final or now >= self._next_health:
+            self._next_health = now + self.cfg.health_interval_s
+            health = functools.partial(self._health, final=final and self._exiting)
+            self._guarded(lambda: self._emit(health()))
+        self._guarded(self.sender.flush)
+
+    def _work(self, *, final: bool) -> None:
+        if self.fr_ok and (final or self._fr_due()):
+            self._harvest(final=final)
+        else:
+            self._drain()
+            if not self.fr_ok:
+                self._release_steps(None)
+        if not final:
+            self.sender.add(self.watchdog.check())  # sent by this cycle's flush
+        if not self._full_rank_info:
+            self._rank_info()
+        if self._full_rank_info:
+            self._layout()
+        self._control()
+        self._profile_windows()
+        if self.cfg.capture_checkpoints:
+            self._patch_late()
 
     def _emit(self, event: schema.Event) -> None:
         self.sender.add((event,))
@@ -495,15 +534,22 @@ class HookThread(threading.Thread):
         )
 
     def _health(self, *, final: bool) -> schema.Event:
-        state = self.state
+        state, sender = self.state, self.sender
+        dropped = sender.dropped
         return self.ev.make(
             schema.HookHealth,
             pid=self.ev.pid,
             num_emitted=self.ev.num_emitted + 1,
-            num_sent=self.sender.num_sent,
-            num_dropped=state.num_dropped + self.sender.num_dropped,
+            num_sent=sender.num_sent,
+            num_dropped=state.num_dropped + dropped.total,
             num_errors=state.num_errors,
-            last_error=state.last_error or self.sender.last_error,
-            queue_depth=len(state.queue) + self.sender.backlog,
+            last_error=state.last_error or sender.last_error,
+            queue_depth=len(state.queue) + sender.backlog,
             final=final,
+            num_queue_dropped=state.num_queue_dropped,
+            num_fr_dropped=state.num_fr_dropped,
+            num_undelivered=dropped.undelivered,
+            num_unencodable=dropped.unencodable,
+            num_oversize=dropped.oversize,
+            health_interval_ns=round(self.cfg.health_interval_s * 1e9),
         )

@@ -227,7 +227,7 @@ class ProcSample(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., num_threads: _Optional[int] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., num_ctx_switches_involuntary: _Optional[int] = ..., last_cpu: _Optional[int] = ..., num_state_samples: _Optional[int] = ..., num_stopped: _Optional[int] = ..., num_disk_wait: _Optional[int] = ...) -> None: ...
 
 class HookHealth(_message.Message):
-    __slots__ = ("pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final")
+    __slots__ = ("pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final", "num_queue_dropped", "num_fr_dropped", "num_undelivered", "num_unencodable", "num_oversize", "health_interval_ns")
     PID_FIELD_NUMBER: _ClassVar[int]
     NUM_EMITTED_FIELD_NUMBER: _ClassVar[int]
     NUM_SENT_FIELD_NUMBER: _ClassVar[int]
@@ -236,6 +236,12 @@ class HookHealth(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
+    NUM_QUEUE_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    NUM_FR_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    NUM_UNDELIVERED_FIELD_NUMBER: _ClassVar[int]
+    NUM_UNENCODABLE_FIELD_NUMBER: _ClassVar[int]
+    NUM_OVERSIZE_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     num_emitted: int
     num_sent: int
@@ -244,7 +250,13 @@ class HookHealth(_message.Message):
     last_error: str
     queue_depth: int
     final: bool
-    def __init__(self, pid: _Optional[int] = ..., num_emitted: _Optional[int] = ..., num_sent: _Optional[int] = ..., num_dropped: _Optional[int] = ..., num_errors: _Optional[int] = ..., last_error: _Optional[str] = ..., queue_depth: _Optional[int] = ..., final: _Optional[bool] = ...) -> None: ...
+    num_queue_dropped: int
+    num_fr_dropped: int
+    num_undelivered: int
+    num_unencodable: int
+    num_oversize: int
+    health_interval_ns: int
+    def __init__(self, pid: _Optional[int] = ..., num_emitted: _Optional[int] = ..., num_sent: _Optional[int] = ..., num_dropped: _Optional[int] = ..., num_errors: _Optional[int] = ..., last_error: _Optional[str] = ..., queue_depth: _Optional[int] = ..., final: _Optional[bool] = ..., num_queue_dropped: _Optional[int] = ..., num_fr_dropped: _Optional[int] = ..., num_undelivered: _Optional[int] = ..., num_unencodable: _Optional[int] = ..., num_oversize: _Optional[int] = ..., health_interval_ns: _Optional[int] = ...) -> None: ...
 
 class CollectorError(_message.Message):
     __slots__ = ("collector", "message", "unavailable")
@@ -632,8 +644,24 @@ class NicSample(_message.Message):
     num_xmit_wait: int
     def __init__(self, device: _Optional[str] = ..., port: _Optional[int] = ..., link_layer: _Optional[str] = ..., interval_ns: _Optional[int] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., num_drops: _Optional[int] = ..., num_errors: _Optional[int] = ..., num_xmit_wait: _Optional[int] = ...) -> None: ...
 
+class HookSilent(_message.Message):
+    __slots__ = ("pid", "hook_source", "silent_ns", "health_interval_ns", "last_health_seq", "last_error")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    HOOK_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SILENT_NS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEALTH_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    hook_source: str
+    silent_ns: int
+    health_interval_ns: int
+    last_health_seq: int
+    last_error: str
+    def __init__(self, pid: _Optional[int] = ..., hook_source: _Optional[str] = ..., silent_ns: _Optional[int] = ..., health_interval_ns: _Optional[int] = ..., last_health_seq: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
+
 class Event(_message.Message):
-    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result", "process_group", "host_process", "tcp_peer", "nic")
+    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result", "process_group", "host_process", "tcp_peer", "nic", "hook_silent")
     ENV_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -662,6 +690,7 @@ class Event(_message.Message):
     HOST_PROCESS_FIELD_NUMBER: _ClassVar[int]
     TCP_PEER_FIELD_NUMBER: _ClassVar[int]
     NIC_FIELD_NUMBER: _ClassVar[int]
+    HOOK_SILENT_FIELD_NUMBER: _ClassVar[int]
     env: Envelope
     step: StepEvent
     collective: CollectiveEvent
@@ -690,7 +719,8 @@ class Event(_message.Message):
     host_process: HostProcess
     tcp_peer: TcpPeerSample
     nic: NicSample
-    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfo, _Mapping]] = ..., host_process: _Optional[_Union[HostProcess, _Mapping]] = ..., tcp_peer: _Optional[_Union[TcpPeerSample, _Mapping]] = ..., nic: _Optional[_Union[NicSample, _Mapping]] = ...) -> None: ...
+    hook_silent: HookSilent
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfo, _Mapping]] = ..., host_process: _Optional[_Union[HostProcess, _Mapping]] = ..., tcp_peer: _Optional[_Union[TcpPeerSample, _Mapping]] = ..., nic: _Optional[_Union[NicSample, _Mapping]] = ..., hook_silent: _Optional[_Union[HookSilent, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("schema_version", "sender", "sent_ns", "events")

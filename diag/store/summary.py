@@ -44,6 +44,14 @@ class RunInfoSummary:
     - ``num_events``: distinct events stored, all kinds.
     - ``num_dropped``: events the hooks lost (full queue, daemon away) and that never reached the
       store: the sum over hook processes of their latest :class:`~diag.schema.HookHealth` count.
+      By reason, summed the same way (they add up to ``num_dropped`` for hooks of schema 1.9 on):
+      ``num_queue_dropped`` (the training thread's queue was full), ``num_fr_dropped`` (Flight
+      Recorder entries overwritten before a harvest), ``num_undelivered`` (the daemon was
+      unreachable or slow, or they were unsent at exit), ``num_unencodable`` (a value the wire
+      cannot hold: a bug in diag), ``num_oversize`` (an event larger than a frame).
+    - ``silent_ranks``: the ranks whose hook went silent (:class:`~diag.schema.HookSilent`: its
+      thread died or is stuck while the process ran) and sent no health after: their events from
+      then on are missing.
     """
 
     id: str
@@ -59,6 +67,21 @@ class RunInfoSummary:
     duration_ns: int | None
     num_events: int
     num_dropped: int
+    num_queue_dropped: int = 0
+    num_fr_dropped: int = 0
+    num_undelivered: int = 0
+    num_unencodable: int = 0
+    num_oversize: int = 0
+    silent_ranks: tuple[int, ...] = ()
+
+
+_DROP_REASONS = (
+    "num_queue_dropped",
+    "num_fr_dropped",
+    "num_undelivered",
+    "num_unencodable",
+    "num_oversize",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,9 +94,11 @@ class RankSummary:
     ``optimizer_ms_median``: the step's phases. ``checkpoint_ms_total``: all checkpoint saves and
     loads of the rank (``CheckpointEvent``), summed. ``num_collectives``: collective records stored
     for the rank. ``loss_last``: the loss of the latest step that reported one.
-    ``compute_vs_peers``: this rank's median compute / the median over ranks of median compute;
-    1.0 is typical, 1.5 means 50% slower than the typical rank (``None`` without steps). In
-    synchronous training the slow rank has the largest ratio and the smallest wait.
+    ``compute_vs_peers``: this rank's median compute / the median over its peers (every other
+    rank) of their median compute; 1.0 is typical, 1.5 means 50% slower than its peers (``None``
+    without steps or peers). The rank itself is left out of its reference: with it, a 2-rank
+    job capped every ratio at 2x ("1.95x" for a rank 37x slower). In synchronous training the
+    slow rank has the largest ratio and the smallest wait.
     """
 
     rank: int
@@ -210,7 +235,7 @@ def _ranks(frames: dict[str, pd.DataFrame]) -> tuple[RankSummary, ...]:
     ck_count = ckpts.groupby("rank").size().to_dict()
     coll_count = colls.groupby("rank").size().to_dict()
     compute = (medians["compute_ns"] / _NS_PER_MS).to_dict() if medians is not None else {}
-    typical = float(pd.Series(list(compute.values())).median()) if compute else None
+    peers = _peer_medians(compute)
     out = []
     for rank in all_ranks:
         ms: dict[str, float | None] = {name: None for name in _MEDIANS}
@@ -236,10 +261,38 @@ def _ranks(frames: dict[str, pd.DataFrame]) -> tuple[RankSummary, ...]:
                 num_checkpoints=int(ck_count.get(rank, 0)),
                 num_collectives=int(coll_count.get(rank, 0)),
                 loss_last=None if loss is None else float(loss),
-                compute_vs_peers=(mine / typical if mine is not None and typical else None),
+                compute_vs_peers=_ratio(mine, peers.get(rank)),
             )
         )
     return tuple(out)
+
+
+def _peer_medians(values: dict[int, float]) -> dict[int, float]:
+    """rank -> the median of every *other* rank's value (NaN values left out); one sort for all
+    ranks (the median of a sorted list less one element is one or two lookups)."""
+    finite = sorted((v, r) for r, v in values.items() if v == v)
+    n = len(finite)
+    out: dict[int, float] = {}
+    if n < 2:
+        return out
+    vals = [v for v, _ in finite]
+    m = n - 1  # the peers' count
+
+    def at(j: int, i: int) -> float:  # the j-th of the sorted values without index i
+        return vals[j] if j < i else vals[j + 1]
+
+    for i, (_, rank) in enumerate(finite):
+        if m % 2:
+            out[rank] = at(m // 2, i)
+        else:
+            out[rank] = (at(m // 2 - 1, i) + at(m // 2, i)) / 2
+    return out
+
+
+def _ratio(mine: float | None, reference: float | None) -> float | None:
+    if mine is None or reference is None or not reference > 0 or mine != mine:
+        return None
+    return mine / reference
 
 
 def _ranked(frames: dict[str, pd.DataFrame], kind: str) -> pd.DataFrame:
@@ -288,11 +341,11 @@ def _run(frames: dict[str, pd.DataFrame], ranks: tuple[RankSummary, ...]) -> Run
     if duration_ns is None and start_ns is not None and end_ns is not None:
         duration_ns = end_ns - start_ns
 
-    num_dropped = 0
+    dropped = dict.fromkeys(("num_dropped", *_DROP_REASONS), 0)
     health = frames.get("hook_health")
     if health is not None and len(health):
         latest = health.sort_values(["source", "seq"]).groupby("source").tail(1)
-        num_dropped = int(latest["num_dropped"].sum())
+        dropped = {name: int(latest[name].sum()) for name in dropped}
 
     return RunInfoSummary(
         id=run_id,
@@ -307,8 +360,24 @@ def _run(frames: dict[str, pd.DataFrame], ranks: tuple[RankSummary, ...]) -> Run
         end_ns=end_ns,
         duration_ns=duration_ns,
         num_events=num_events,
-        num_dropped=num_dropped,
+        **dropped,
+        silent_ranks=_silent_ranks(health, frames.get("hook_silent")),
     )
+
+
+def _silent_ranks(health: pd.DataFrame | None, silent: pd.DataFrame | None) -> tuple[int, ...]:
+    """Ranks with a :class:`~diag.schema.HookSilent` after which their hook sent no health."""
+    if silent is None or not len(silent):
+        return ()
+    last_seq: dict[str, int] = {}
+    if health is not None and len(health):
+        last_seq = health.groupby("source")["seq"].max().to_dict()
+    ranks = {
+        int(row.rank)
+        for row in silent.itertuples()
+        if last_seq.get(str(row.hook_source), -1) <= int(row.last_health_seq)
+    }
+    return tuple(sorted(ranks))
 
 
 def _gpus(df: pd.DataFrame | None) -> tuple[GpuSummary, ...]:

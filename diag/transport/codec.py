@@ -3,11 +3,17 @@
 The mapping is by field name (the proto is generated from the schema, see
 ``scripts/gen_proto.py``), so it needs no per-kind code. Decoding validates: a message of an
 unknown kind, a missing envelope or a different schema major version raise :class:`SchemaError`.
+
+Text that is not valid Unicode, a Python ``str`` holding lone surrogates (a file name or an
+argument with a non-UTF-8 byte, as ``os.fsdecode`` gives it), is sent escaped
+(:func:`escape_text`: ``ck\\xff.pt``), since a proto string must be UTF-8. The escaping runs
+only for an event that holds such text: encoding everything else costs nothing more.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 
 from google.protobuf.message import DecodeError
@@ -18,14 +24,47 @@ from diag.proto import diag_pb2 as pb
 
 _PB_CLASSES = {kind: getattr(pb, cls.__name__) for kind, cls in schema.EVENT_TYPES.items()}
 _PAYLOAD = {kind: schema.payload_fields(cls) for kind, cls in schema.EVENT_TYPES.items()}
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _OPTIONAL = {
     kind: frozenset(f.name for f in dataclasses.fields(cls) if "None" in str(f.type))
     for kind, cls in schema.EVENT_TYPES.items()
 }
 
 
+def escape_text(text: str) -> str:
+    """``text`` as valid Unicode: each byte ``os.fsdecode`` kept as a lone surrogate written as
+    ``\\xNN`` (``"ck\\udcff.pt"`` -> ``"ck\\\\xff.pt"``), any other lone surrogate as
+    ``\\uNNNN``; valid text is returned unchanged."""
+    return _SURROGATE.sub(_escape_one, text)
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def _escaped(ev: schema.Event) -> schema.Event:
+    """``ev`` with every text field escaped (:func:`escape_text`)."""
+    text: dict[str, object] = {
+        f.name: escape_text(value)
+        for f in dataclasses.fields(ev)
+        if isinstance(value := getattr(ev, f.name), str)
+    }
+    return dataclasses.replace(ev, **text)  # type: ignore[arg-type]
+
+
 def event_to_proto(ev: schema.Event) -> pb.Event:
-    """One event as a proto ``Event`` (envelope plus the payload of its kind)."""
+    """One event as a proto ``Event`` (envelope plus the payload of its kind); text that is not
+    valid Unicode is escaped (:func:`escape_text`). A field whose value does not fit its proto
+    type (an ``int`` beyond int64, a ``str`` in a number field) raises ``ValueError`` or
+    ``TypeError``."""
+    try:
+        return _to_proto(ev)
+    except UnicodeEncodeError:  # protobuf refuses lone surrogates: the slow path, this event only
+        return _to_proto(_escaped(ev))
+
+
+def _to_proto(ev: schema.Event) -> pb.Event:
     kind = type(ev).kind
     msg = pb.Event()
     env = msg.env
@@ -62,8 +101,15 @@ def event_from_proto(msg: pb.Event) -> schema.Event:
 
 
 def batch_to_proto(events: Iterable[schema.Event], *, sender: str, sent_ns: int) -> pb.EventBatch:
-    batch = pb.EventBatch(schema_version=schema.SCHEMA_VERSION, sender=sender, sent_ns=sent_ns)
-    batch.events.extend(event_to_proto(ev) for ev in events)
+    return protos_to_batch([event_to_proto(ev) for ev in events], sender=sender, sent_ns=sent_ns)
+
+
+def protos_to_batch(protos: Iterable[pb.Event], *, sender: str, sent_ns: int) -> pb.EventBatch:
+    """An ``EventBatch`` of events already encoded (:func:`event_to_proto`)."""
+    batch = pb.EventBatch(
+        schema_version=schema.SCHEMA_VERSION, sender=escape_text(sender), sent_ns=sent_ns
+    )
+    batch.events.extend(protos)
     return batch
 
 

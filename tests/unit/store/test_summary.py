@@ -66,6 +66,20 @@ def test_slow_rank_has_compute_vs_peers_near_one_and_a_half(tmp_path: Path) -> N
     assert fast.steps == 10 and fast.last_step == 9 and fast.loss_last == pytest.approx(1.1)
 
 
+def test_a_rank_is_not_its_own_peer_in_a_two_rank_job(tmp_path: Path) -> None:
+    """With the rank in its own reference, a 2-rank job capped every ratio at 2x: a rank 37x
+    slower read "1.95x the typical rank", its healthy peer 0.05x."""
+    store = RunStore.create(tmp_path)
+    for r, compute in ((0, 4.0), (1, 148.0)):
+        src = Source(rank=r, pid=10 + r)
+        store.append([src.step(i, compute_ms=compute) for i in range(5)])
+    ratios = {r.rank: r.compute_vs_peers for r in summarize(store).ranks}
+    assert ratios[1] == pytest.approx(37.0) and ratios[0] == pytest.approx(4.0 / 148.0)
+    alone = RunStore.create(tmp_path / "one")
+    alone.append([Source(rank=0).step(0)])
+    assert summarize(alone).ranks[0].compute_vs_peers is None  # no peer: no ratio
+
+
 def test_run_facts(tmp_path: Path) -> None:
     run = summarize(_run(tmp_path)).run
     assert (run.id, run.command, run.world_size, run.steps) == ("run-7", "train.py", 4, 10)
