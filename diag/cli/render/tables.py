@@ -14,10 +14,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from diag.findings import Finding, findings_from_json
+from diag.findings import Finding, factor_text, findings_from_json
 from diag.untrusted import printable
 
-#: A rank whose median compute time is this far above the typical rank's is highlighted.
+#: A rank whose median compute time is this far above its peers' is highlighted.
 SLOW_RATIO = 1.10
 #: Why hooks dropped events (the run summary's counts, from ``HookHealth``), as the report says it.
 DROP_REASONS: dict[str, str] = {
@@ -62,7 +62,11 @@ def ranks_table(summary: Mapping[str, Any], *, title: str | None = None) -> Tabl
     """Per-rank medians: step, compute, collective wait, data wait; the slow rank in bold red."""
     ranks = list(summary.get("ranks", []))
     slow = slowest_rank(ranks)
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(
+        title=title, title_justify="left", header_style="bold", caption_justify="left",
+        caption="step, compute, wait, data: per-step medians; ckpt: the run's total; "
+        "compute/peers: against the median of the other ranks; loss: the last",
+    )  # fmt: skip
     table.add_column("rank", justify="right")
     table.add_column("host")
     table.add_column("steps", justify="right")
@@ -140,7 +144,7 @@ def headline(summary: Mapping[str, Any]) -> Text:
     if slow is not None:
         text.append(
             f"\nrank {slow.get('rank')} on {slow.get('host')} computes "
-            f"{float(slow['compute_vs_peers']):.2f}x the typical rank "
+            f"{factor_text(float(slow['compute_vs_peers']))} as long as its peers' median "
             f"({_ms(slow.get('compute_ms_median'))} ms per step); the others wait for it.",
             style="bold red",
         )
@@ -168,9 +172,10 @@ def culprit(finding: Finding) -> str:
 
 
 def findings_table(findings: Sequence[Finding], *, title: str = "Findings") -> Table:
-    """Findings, as ranked: culprit, cause, severity, confidence, share of step time, summary."""
+    """Findings, as ranked: culprit, cause, severity, confidence, the share of each step lost
+    (the finding's ``slowdown``), summary."""
     table = Table(title=title, title_justify="left", header_style="bold")
-    for col in ("culprit", "cause", "severity", "conf", "slowdown", "summary"):
+    for col in ("culprit", "cause", "severity", "conf", "step lost", "summary"):
         table.add_column(col, overflow="fold")
     for f in findings:
         slow = "-" if f.slowdown is None or math.isnan(f.slowdown) else f"{f.slowdown:.1%}"

@@ -38,7 +38,7 @@ def _text(renderable: object) -> str:
 
 def test_report_names_the_slow_rank_and_its_ratio() -> None:
     out = _text(render.report(_summary(1.9)))
-    assert "rank 2 on node-b computes 1.90x the typical rank" in out
+    assert "rank 2 on node-b computes 1.90x as long as its peers' median" in out
     assert "world size 4" in out and "exit code 0" in out
     row = next(line for line in out.splitlines() if line.startswith("│") and "1.90x" in line)
     assert row.split("│")[1].strip() == "2"
