@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from diag.cli.security_args import add_security_arguments, export_client_security
-from diag.errors import ConfigError, InputError
+from diag.errors import ConfigError, InputError, TransportError
 
 if TYPE_CHECKING:
     from diag.proto import diag_pb2 as pb
@@ -54,7 +54,9 @@ def analyzer_of(run_dir: Path) -> str:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise InputError(f"{path} not found: not a run directory written by diag run") from None
+        from diag.store.run_store import RunStore
+
+        raise RunStore.not_a_run(run_dir) from None
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path}: {exc}") from None
     target = data.get("analyzer") if isinstance(data, dict) else None
@@ -64,6 +66,15 @@ def analyzer_of(run_dir: Path) -> str:
             "use --analyzer HOST:PORT"
         )
     return target
+
+
+def _ended(run_dir: Path) -> bool:
+    """Whether ``diag run`` recorded the job's end in ``run_dir/run.json``."""
+    try:
+        data = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("exit_code") is not None
 
 
 def describe(req: pb.ProfileRequest) -> str:
@@ -87,8 +98,18 @@ def run(args: argparse.Namespace) -> int:
     from diag.analyzer.control import request_to_json
     from diag.transport.client import AnalyzerClient  # grpc only for this command
 
-    with AnalyzerClient(target, timeout_s=5.0) as client:
-        req = client.request_profile(num_steps=args.steps, ranks=ranks, at_step=args.at_step)
+    try:
+        with AnalyzerClient(target, timeout_s=5.0) as client:
+            req = client.request_profile(num_steps=args.steps, ranks=ranks, at_step=args.at_step)
+    except TransportError as exc:
+        if args.run_dir is None or "UNAVAILABLE" not in str(exc):
+            raise
+        ended = _ended(args.run_dir)
+        raise InputError(
+            f"{args.run_dir}: "
+            + ("the run has ended" if ended else "the run's analyzer does not answer")
+            + f" (nothing listens at {target}): a profiler window needs a running job"
+        ) from None
     if args.json:
         json.dump(request_to_json(req), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -32,7 +32,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from diag.errors import InputError
     from diag.preflight.runner import make_context
     from diag.replay.plan import ProbePlan
     from diag.replay.replay import Target, replay
@@ -41,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
 
     export_client_security(args)
     if not (args.run_dir / "store").is_dir():
-        raise InputError(f"{args.run_dir}: not a diag run directory (no store/)")
+        from diag.store.run_store import RunStore
+
+        raise RunStore.not_a_run(args.run_dir)
     if args.via_analyzer:
         from diag.replay.remote import daemon_runner
         from diag.transport.client import AnalyzerClient

@@ -15,6 +15,17 @@ ranked by severity, then share of the job lost x confidence; ``"problems"`` and 
 when remains were read).
 ``--html FILE`` also writes one self-contained HTML report. ``--config FILE.toml`` sets detector
 thresholds (:mod:`diag.diagnose.detector_config`).
+
+Exit status: 0; with ``--fail-on warning`` (or ``critical``) 1 when a finding is at least that
+severe, so that a CI step can gate on it; 2 (one line on stderr) for a path that is none of the
+three (a script, an empty folder).
+
+Examples::
+
+    diag triage runs/20261203-1200-ab12cd                 # a diag run: table, evidence, verdict
+    diag triage runs/x --json | jq '.findings[0].ranks'   # the top culprit's ranks
+    diag triage /shared/job-42/ --html job42.html         # a failed job's dumps and logs
+    diag triage timings.parquet --fail-on critical        # another tool's table, as a CI gate
 """
 
 from __future__ import annotations
@@ -22,14 +33,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from diag.findings import Finding
+    from diag.postmortem.analyze import RemainsReport
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run_dir",
         type=Path,
-        metavar="RUN",
+        metavar="RUN_DIR",
         help="a run directory written by diag run/analyzer, a timing table (.parquet/.csv), or "
         "a failed run's remains (Flight Recorder dumps, torchelastic error files, worker logs)",
     )
@@ -43,6 +60,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.toml",
         help="detector thresholds: a table per detector, e.g. [node] min_ratio = 1.1",
     )
+    parser.add_argument(
+        "--fail-on",
+        choices=("warning", "critical"),
+        default=None,
+        help="exit 1 when a finding is at least this severe (a CI gate)",
+    )
+    parser.epilog = "examples:\n" + __doc__.split("Examples::\n\n", 1)[1].rstrip('" \n') + "\n"
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +86,16 @@ def run(args: argparse.Namespace) -> int:
         write_findings(args.run_dir, result.findings)
     else:
         result, report = triage_remains(args.run_dir)  # remains: never written into
+        if _nothing_recognized(report):
+            from diag.errors import InputError
+
+            raise InputError(
+                f"{args.run_dir}: not a diag run directory, a timing table (.parquet/.csv) or a "
+                "failed run's remains (no Flight Recorder dump, torchelastic error file or "
+                "worker log line found)"
+            )
     out = result.to_json()
+    failed = _fails(result.findings, args.fail_on)
     if args.html:
         from diag.cli.render.triage_html import write_report
 
@@ -69,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
-        return 0
+        return failed
     from rich.console import Console
 
     from diag.cli.render import tables
@@ -84,4 +118,27 @@ def run(args: argparse.Namespace) -> int:
         console.print(tables.plain(f"unreadable: {line}"), soft_wrap=True)
     for line in out.get("missing", []):
         console.print(tables.plain(f"missing: {line}"), soft_wrap=True)
-    return 0
+    for line in tables.details(result.findings):
+        console.print(line, soft_wrap=True)
+    run = out.get("run") or {}
+    steps, ranks = int(run.get("steps") or 0), int(run.get("world_size") or 0)
+    console.print(tables.verdict_line(result.findings, steps, ranks), soft_wrap=True)
+    return failed
+
+
+def _fails(findings: Sequence[Finding], floor: str | None) -> int:
+    """1 when a finding is at least ``floor`` severe (``--fail-on``), else 0."""
+    from diag.findings import SEVERITIES
+
+    if floor is None:
+        return 0
+    least = SEVERITIES.index(floor)
+    return 1 if any(SEVERITIES.index(f.severity) >= least for f in findings) else 0
+
+
+def _nothing_recognized(report: RemainsReport | None) -> bool:
+    """Whether the remains reader found nothing it knows in the path (a script, a photo)."""
+    if report is None:
+        return False
+    r = report.remains
+    return not (r.dumps or r.num_error_files or r.clues or r.ranks_seen or r.problems)

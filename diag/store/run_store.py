@@ -59,6 +59,14 @@ class RunStore:
         self._loaded: dict[str, set[str]] = {}
         self._cached: dict[str, pd.DataFrame] = {}
 
+    @staticmethod
+    def not_a_run(path: str | Path) -> InputError:
+        """The one wording of "this is not a run directory", for every command."""
+        return InputError(
+            f"{path}: not a diag run directory (no {STORE_DIR}/: diag run, diag attach and "
+            "diag analyzer write one)"
+        )
+
     @classmethod
     def open(cls, run_dir: str | Path) -> RunStore:
         """An existing run directory, for reading; :class:`InputError` if it is not one."""
@@ -66,7 +74,7 @@ class RunStore:
         if not path.exists():
             raise InputError(f"{path} does not exist")
         if not path.is_dir() or not (path / STORE_DIR).is_dir():
-            raise InputError(f"{path} is not a diag run directory (no {STORE_DIR}/)")
+            raise cls.not_a_run(path)
         return cls(path)
 
     @classmethod

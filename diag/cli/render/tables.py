@@ -171,6 +171,45 @@ def culprit(finding: Finding) -> str:
     return who
 
 
+#: Evidence items shown per finding under the triage table (all of them are in --json/--html).
+MAX_EVIDENCE_LINES = 4
+
+
+def _num(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def details(findings: Sequence[Finding], *, limit: int = 3) -> list[Text]:
+    """Under the table, for the first ``limit`` findings: when (onset, detected) and the first
+    evidence items (value against reference), one line each."""
+    out: list[Text] = []
+    for i, f in enumerate(findings[:limit], 1):
+        when = "from the start" if f.onset_step is None else f"onset step {f.onset_step}"
+        if f.detected_step is not None:
+            when += f", detected at step {f.detected_step}"
+        out.append(plain(f"{i}. {culprit(f)} ({f.cause}, {f.severity}): {when}", style="bold"))
+        for e in f.evidence[:MAX_EVIDENCE_LINES]:
+            ref = f" against {_num(e.reference)}" if e.reference is not None else ""
+            note = f" ({e.note})" if e.note else ""
+            out.append(plain(f"   {e.metric} of {e.subject}: {_num(e.value)}{ref} {e.unit}{note}"))
+        if len(f.evidence) > MAX_EVIDENCE_LINES:
+            out.append(plain(f"   (+{len(f.evidence) - MAX_EVIDENCE_LINES} more: --json, --html)"))
+    return out
+
+
+def verdict_line(findings: Sequence[Finding], num_steps: int, num_ranks: int) -> Text:
+    """The run in one sentence: the top finding, or that none was found in how much."""
+    if findings:
+        top = findings[0]
+        more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+        return plain(f"verdict: {top.severity} {top.cause}: {top.summary}{more}", style="bold")
+    if num_ranks:
+        return plain(f"verdict: no problem found in {num_steps} steps of {num_ranks} ranks")
+    return plain("verdict: no problem found")
+
+
 def findings_table(findings: Sequence[Finding], *, title: str = "Findings") -> Table:
     """Findings, as ranked: culprit, cause, severity, confidence, the share of each step lost
     (the finding's ``slowdown``), summary."""

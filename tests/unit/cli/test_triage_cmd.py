@@ -33,6 +33,37 @@ def test_table_output(tmp_path: Path) -> None:
     res = run_cli("triage", str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert "node1" in res.stdout and "warning" in res.stdout
+    lines = res.stdout.splitlines()
+    assert any(line.startswith("1. ") and "onset step" in line for line in lines)  # when
+    assert any(line.startswith("   compute_ms of ") for line in lines)  # and the evidence
+    (verdict,) = [line for line in lines if line.startswith("verdict: ")]
+    assert verdict.startswith("verdict: warning node: ") and lines[-1] == verdict
+
+
+def test_fail_on_gates_a_ci_step_on_severity(tmp_path: Path) -> None:
+    Scenario(slow_ranks=(2,), onset_step=50, severity=0.2).write(tmp_path)
+    found = json.loads(run_cli("triage", str(tmp_path), "--json").stdout)["findings"]
+    worst = max((f["severity"] for f in found), key=["info", "warning", "critical"].index)
+    for floor in ("warning", "critical"):
+        res = run_cli("triage", str(tmp_path), "--fail-on", floor)
+        want = ["info", "warning", "critical"].index(worst) >= ["warning", "critical"].index(
+            floor
+        ) + 1
+        assert res.returncode == (1 if want else 0), (floor, worst)
+    clean = tmp_path / "clean"
+    Scenario().write(clean)
+    res = run_cli("triage", str(clean), "--fail-on", "warning")
+    assert res.returncode == 0 and "verdict: no problem found in 120 steps of 4 ranks" in res.stdout
+
+
+def test_a_path_that_is_no_run_table_or_remains_is_exit_2(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nprint('hello')\n")
+    for path in (script, tmp_path):
+        res = run_cli("triage", str(path))
+        assert res.returncode == 2, res.stdout
+        (line,) = res.stderr.strip().splitlines()
+        assert "not a diag run directory, a timing table (.parquet/.csv) or a failed run" in line
 
 
 def _truncated_part(target: Path) -> None:

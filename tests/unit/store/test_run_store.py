@@ -53,7 +53,7 @@ def test_empty_store_gives_empty_frames_with_columns(tmp_path: Path) -> None:
 
 
 def test_open_refuses_what_is_not_a_run_dir(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="is not a diag run directory \\(no store/\\)"):
+    with pytest.raises(InputError, match=": not a diag run directory \\(no store/: "):
         RunStore.open(tmp_path)
     with pytest.raises(InputError, match="does not exist"):
         RunStore.open(tmp_path / "missing")
