@@ -41,6 +41,7 @@ from diag.diagnose.features import (
 )
 from diag.diagnose.layout_infer import early_steps, infer, summarize
 from diag.errors import InputError
+from diag.untrusted import open_regular
 
 _NS_PER_MS = 1e6
 
@@ -145,12 +146,19 @@ def run_info(path: Path, table: pd.DataFrame) -> dict[str, Any]:
 
 
 def _read_raw(path: Path) -> pd.DataFrame:
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path}: no such timing table")
     try:
-        if path.suffix.lower() == ".parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path, skipinitialspace=True)
+        fh = open_regular(path)  # a FIFO or a device is refused, never waited on
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        with fh:
+            if path.suffix.lower() == ".parquet":
+                return pd.read_parquet(fh)
+            return pd.read_csv(fh, skipinitialspace=True)
     except InputError:
         raise
     except Exception as exc:  # pyarrow / pandas raise many kinds; each means "not readable"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,9 @@ def _bad(tmp_path: Path, make: str) -> Path:
         df["start_ns"] = df["start_ns"].astype(object)
         df.loc[4, "start_ns"] = "soon"
         df.to_csv(path, index=False)
+    elif make == "fifo":  # a named pipe called .csv: refused, never waited on
+        path = tmp_path / "t.csv"
+        os.mkfifo(path)
     elif make == "csv":
         path = tmp_path / "t.csv"
         path.write_text('rank,step,phase,op,start_ns,duration_ns\n0,0,"data\n')
@@ -131,6 +135,7 @@ def _bad(tmp_path: Path, make: str) -> Path:
         ("numeric", "start_ns"),
         ("csv", "CSV"),
         ("truncated", "Parquet"),
+        ("fifo", "not a regular file"),
     ],
 )
 def test_bad_table_raises_input_error(tmp_path: Path, make: str, expect: str) -> None:
