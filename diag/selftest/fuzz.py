@@ -163,6 +163,77 @@ def _spool_seed() -> bytes:
         return b"".join(p.read_bytes() for p in sorted(Path(d).glob("seg-*.spool")))
 
 
+def _fr_dump_obj(rank: int) -> dict[str, object]:
+    """A small Flight Recorder dump in torch's format (version 2.9): one group, one entry."""
+    entry = {
+        "record_id": 7, "pg_id": 0, "process_group": ("0", "default_pg"), "thread_name": "main",
+        "thread_id": "1", "collective_seq_id": 26, "p2p_seq_id": 0, "op_id": 26,
+        "profiling_name": "nccl:all_reduce", "time_created_ns": 1_758_610_505_592_849_034,
+        "input_sizes": [[1024]], "input_dtypes": ["Float"], "output_sizes": [[1024]],
+        "output_dtypes": ["Float"], "state": "scheduled", "time_discovered_started_ns": None,
+        "time_discovered_completed_ns": None, "retired": False, "timeout_ms": 180000,
+        "is_p2p": False, "frames": [{"name": "train", "filename": "train.py", "line": 42}],
+    }  # fmt: skip
+    return {
+        "version": "2.9",
+        "nccl_version": "2.27.3",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+        "pg_status": {"0": {"last_enqueued_collective": 26, "last_completed_collective": 25}},
+        "entries": [entry],
+        "rank": rank,
+    }
+
+
+def _remains(name: str) -> Callable[[bytes, Path], object]:
+    """A failed run's remains holding one file ``name`` with the bytes, triaged as a whole."""
+
+    def run(data: bytes, scratch: Path) -> object:
+        from diag.diagnose.triage import triage_remains
+
+        (scratch / name).write_bytes(data)
+        return triage_remains(scratch)[0].to_json()
+
+    return run
+
+
+def _fr_pickle_seed() -> bytes:
+    import pickle
+
+    return pickle.dumps(_fr_dump_obj(0), protocol=2)  # plain data only: our own test input
+
+
+_ERROR_FILE_SEED = json.dumps(
+    {"message": {"message": "RuntimeError: NCCL error: unhandled system error",
+                 "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File "
+                               '"train.py", line 42, in <module>\nRuntimeError: NCCL error',
+                               "timestamp": "1758610505"}}}
+).encode()  # fmt: skip
+_LOG_SEED = (
+    b"[rank1]: Traceback (most recent call last):\n"
+    b'[rank1]:   File "train.py", line 42, in <module>\n'
+    b"[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    b"torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1) local_rank: 1 "
+    b"(pid: 4242) of binary: /usr/bin/python\n"
+)
+
+
+def _kineto(data: bytes, scratch: Path) -> object:
+    from diag.traces.kineto import load_trace
+
+    path = scratch / "rank0.pt.trace.json.gz"
+    path.write_bytes(data)
+    return load_trace(path)
+
+
+def _kineto_seed() -> bytes:
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": {"Input Dims": [[8, 8], [8, 8]]}},
+        {"ph": "X", "cat": "kernel", "name": "sgemm", "pid": 0, "tid": 7, "ts": 11, "dur": 3},
+    ]}  # fmt: skip
+    return gzip.compress(json.dumps(trace).encode())
+
+
 _CAPTURE_SEED = json.dumps(
     {"ts_ns": 1, "status": "requested", "finding_id": "f", "kind": "profile", "ranks": [1]}
 ).encode()
@@ -190,6 +261,20 @@ TARGETS: dict[str, Callable[[], Target]] = {
     ),
     "wal": lambda: Target("wal", _wal, (DiagError,), (_wal_seed(),)),
     "spool_segment": lambda: Target("spool_segment", _spool, (DiagError,), (_spool_seed(),)),
+    "fr_dump_pickle": lambda: Target(
+        "fr_dump_pickle", _remains("_dump_0"), (DiagError,), (_fr_pickle_seed(),)
+    ),
+    "fr_dump_json": lambda: Target(
+        "fr_dump_json",
+        _remains("nccl_trace_rank_0.json"),
+        (DiagError,),
+        (json.dumps(_fr_dump_obj(0)).encode(),),
+    ),
+    "error_file": lambda: Target(
+        "error_file", _remains("error.json"), (DiagError,), (_ERROR_FILE_SEED,)
+    ),
+    "worker_log": lambda: Target("worker_log", _remains("worker.log"), (DiagError,), (_LOG_SEED,)),
+    "kineto_trace": lambda: Target("kineto_trace", _kineto, (DiagError,), (_kineto_seed(),)),
 }
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from diag.selftest.fuzz import EDGE_INPUTS, TARGETS, Target, mutate
 
 SETTINGS = settings(
-    max_examples=150,
+    max_examples=100,
     deadline=None,  # a busy machine must not fail a test on time
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=True,  # the same inputs every run: a failure is reproducible
