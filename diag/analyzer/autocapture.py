@@ -161,7 +161,7 @@ class AutoCapture:
             )  # fmt: skip
             self._pending[req.request_id] = _Pending(c, now)
             self._record(c, new)
-            log.warning(
+            log.info(
                 "automatic profiler window for step %s on ranks %s (peers %s): %s",
                 c.at_step, list(suspects), list(peers), reason,
             )  # fmt: skip
@@ -205,7 +205,7 @@ class AutoCapture:
                 at_step=c.at_step, request_id=rid, outcome=outcome,
             )  # fmt: skip
             self._record(done, new)
-            log.warning("automatic %s %s: %s", _KIND[c.kind], rid, outcome)
+            log.info("automatic %s %s: %s", _KIND[c.kind], rid, outcome)
 
     def _links(
         self, findings: Sequence[Finding], addresses: Mapping[str, str], new: list[Capture]
@@ -258,7 +258,7 @@ class AutoCapture:
             )  # fmt: skip
             self._pending[c.request_id] = _Pending(c, now)
             self._record(c, new)
-            log.warning("link probe round between %s: %s", ", ".join(hosts), reason)
+            log.info("link probe round between %s: %s", ", ".join(hosts), reason)
 
     def _note(
         self,
@@ -281,7 +281,7 @@ class AutoCapture:
         )  # fmt: skip
         self._record(c, new)
         if status == "observed":
-            log.warning("auto capture (observe): would request a %s: %s", _KIND[kind], reason)
+            log.info("auto capture (observe): would request a %s: %s", _KIND[kind], reason)
 
     def _record(self, c: Capture, new: list[Capture]) -> None:
         self.records.append(c)

@@ -216,7 +216,8 @@ def _triage_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) -
             known = {f["id"] for f in seen}
             for f in current:
                 if f["id"] not in known:
-                    log.warning("finding: %s (%s, confidence %.2f)", f["summary"], f["cause"],
+                    # INFO: the analyzer's log file has it; diag run's own view shows findings
+                    log.info("finding: %s (%s, confidence %.2f)", f["summary"], f["cause"],
                                 f["confidence"])  # fmt: skip
             seen = current
 

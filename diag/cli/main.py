@@ -59,6 +59,9 @@ HELP: dict[str, str] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diag", description="Diagnose distributed training.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no log lines on stderr but errors"
+    )
     parser.add_argument("--version", action="version", version=f"diag {_version()}")
     sub = parser.add_subparsers(dest="diag_command", metavar="COMMAND", required=True)
     for name in COMMANDS:
@@ -91,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:  # the command's own usage line, not the top level's
         (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
+        level=logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s: %(message)s",
     )
     module = importlib.import_module(COMMANDS[args.diag_command])

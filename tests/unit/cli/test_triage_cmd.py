@@ -85,3 +85,12 @@ def test_bad_input_is_one_line(tmp_path: Path, make: str) -> None:
     assert len(lines) == 1 and "Traceback" not in res.stderr
     assert lines[0].startswith("diag triage: error:") and str(target) in lines[0]
     assert not (target / "findings.jsonl").exists()
+
+
+def test_quiet_keeps_diags_own_log_lines_off_stderr(tmp_path: Path) -> None:
+    Scenario().write(tmp_path)
+    (tmp_path / "auto_capture.jsonl").write_text("not json\n")  # logged as a warning
+    loud = run_cli("triage", str(tmp_path))
+    assert loud.returncode == 0 and "auto_capture.jsonl line 1: skipped" in loud.stderr
+    quiet = run_cli("-q", "triage", str(tmp_path))
+    assert quiet.returncode == 0 and quiet.stderr == "" and "verdict: " in quiet.stdout
