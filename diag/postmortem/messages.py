@@ -7,6 +7,7 @@ ones :mod:`diag.postmortem.analyze` documents.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -64,12 +65,29 @@ def missing_lines(
                 "error, out of memory) is unknown"
             )
     no_stack = [r for r in culprits if r not in stacks]
-    if no_stack:
+    # a rank whose error names its file and line has that much of a traceback: say so, not
+    # "no log holds their traceback" beside a finding that quotes the line
+    located = {
+        c.rank for c in remains.clues if c.rank is not None and _LOCATION.search(c.text + c.detail)
+    }
+    partial = [r for r in no_stack if r in located]
+    none = [r for r in no_stack if r not in located]
+    if partial:
+        name = "their errors name" if len(partial) > 1 else "its error names"
         out.append(
-            f"no stack for {fmt_ranks(no_stack)}: no dump holds stack frames for them and no "
+            f"no whole stack for {fmt_ranks(partial)}: {name} only the line that raised; no "
+            "dump holds their frames"
+        )
+    if none:
+        out.append(
+            f"no stack for {fmt_ranks(none)}: no dump holds stack frames for them and no "
             "log holds their traceback"
         )
     return tuple(out)
+
+
+#: A Python traceback's location in an error's text.
+_LOCATION = re.compile(r'File "[^"]+", line \d+')
 
 
 def missing_evidence(lines: Iterable[str]) -> list[Evidence]:

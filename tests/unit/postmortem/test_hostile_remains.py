@@ -268,3 +268,20 @@ def test_the_plain_reader_reads_what_pickle_writes(protocol: int) -> None:
     if protocol >= 3:  # protocol 2 writes bytes as a call to codecs.encode: refused
         obj["b"] = b"\x00" * 300
     assert load_plain_pickle(pickle.dumps(obj, protocol=protocol)) == obj
+
+
+def test_an_error_that_names_its_line_is_not_said_to_have_no_traceback(tmp_path: Path) -> None:
+    """A crash finding quoted 'File "train.py", line 42' and the missing lines said that "no log
+    holds their traceback" beside it."""
+    from diag.diagnose.triage import triage_remains
+
+    (tmp_path / "worker.log").write_text(
+        "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered (File "
+        '"train.py", line 42, in step)\n'
+    )
+    result, _ = triage_remains(tmp_path)
+    assert result.findings and result.findings[0].ranks == (1,)
+    assert 'File "train' in result.findings[0].summary  # (the summary's quote is cut short)
+    missing = " | ".join(result.missing)
+    assert "no log holds their traceback" not in missing
+    assert "no whole stack for rank 1: its error names only the line that raised" in missing
