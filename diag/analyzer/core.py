@@ -39,7 +39,7 @@ from diag.diagnose.features import Features
 from diag.diagnose.triage import TriageResult
 from diag.errors import InputError, SchemaError, TransportError
 from diag.proto import diag_pb2 as pb
-from diag.store.run_store import RunStore
+from diag.store.run_store import ANALYZER_LOCK, RunStore
 from diag.store.summary import RunSummary, summarize
 from diag.transport import codec
 
@@ -81,7 +81,7 @@ def _lock_run_dir(store: RunStore) -> IO[str]:
     """Refuse a second analyzer process on the same run directory (two WAL writers would each
     replay and fold the other's files). A POSIX record lock: per process, released by the kernel
     when the process dies, even by SIGKILL."""
-    fh = open(store.store_dir / "analyzer.lock", "a+")  # noqa: SIM115 - held while serving
+    fh = open(store.store_dir / ANALYZER_LOCK, "a+")  # noqa: SIM115 - held while serving
     try:
         fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

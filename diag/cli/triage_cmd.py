@@ -122,6 +122,14 @@ def run(args: argparse.Namespace) -> int:
         console.print(line, soft_wrap=True)
     run = out.get("run") or {}
     steps, ranks = int(run.get("steps") or 0), int(run.get("world_size") or 0)
+    if run.get("in_progress"):
+        console.print(
+            tables.plain(
+                f"the run is still going (analyzer pid {run.get('writer_pid')} is writing it): "
+                f"this is the run so far, {steps} steps"
+            ),
+            soft_wrap=True,
+        )
     console.print(tables.verdict_line(result.findings, steps, ranks), soft_wrap=True)
     return failed
 

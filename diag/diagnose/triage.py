@@ -112,8 +112,11 @@ def triage_run_dir(
     exit_code = base.run.get("exit_code")
     failed = exit_code is not None and exit_code != 0
     # A job whose end diag did not see (diag attach detached, the launcher was killed) failed
-    # only if its steps stopped: entries in flight are what any running job shows.
-    stopped = _steps_stopped(store) if exit_code is None else None
+    # only if its steps stopped: entries in flight are what any running job shows. A run an
+    # analyzer is still writing is not judged stopped from the store at all: its newest steps
+    # may be on their way (a live run once read as "ranks 0, 1 wait in collectives").
+    in_progress = base.run.get("in_progress", False)
+    stopped = _steps_stopped(store) if exit_code is None and not in_progress else None
     live = [f for f in base.findings if f.symptom in _FAILED]
     if (failed or stopped) and not remains.dumps and not live:
         stored = dumps_from_collectives(store.frame("collective"), f"{run_dir}/store")

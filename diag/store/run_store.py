@@ -37,6 +37,8 @@ from diag.store import dataframes
 log = logging.getLogger(__name__)
 
 STORE_DIR = "store"
+#: The analyzer's lock in ``store/``: held while an analyzer writes the run.
+ANALYZER_LOCK = "analyzer.lock"
 WAL_DIR = "wal"
 _PART_RE = re.compile(r"^part-(\d{6,})\.parquet(\.corrupt)?$")
 _SORT = ["ts_ns", "source", "seq"]
@@ -58,6 +60,32 @@ class RunStore:
         # Parts are immutable: each is read once and kept, per kind, as one concatenated frame.
         self._loaded: dict[str, set[str]] = {}
         self._cached: dict[str, pd.DataFrame] = {}
+
+    def writer_pid(self, locks: str | Path = "/proc/locks") -> int | None:
+        """The pid of another process's analyzer that holds this run directory now (the run is
+        still being written), ``None`` when none does (or the kernel's lock table cannot be
+        read). Read from the kernel's table of locks, by the lock file's device and inode: the
+        file is never opened here, since closing any descriptor of a file drops the POSIX locks
+        this process holds on it (asked from inside the analyzer, an open-and-close would
+        release its own guard)."""
+        try:
+            st = os.stat(self.store_dir / ANALYZER_LOCK)
+            with open(locks, encoding="ascii", errors="replace") as fh:
+                table = fh.read(1 << 22)
+        except OSError:
+            return None
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in table.splitlines():
+            # "1: POSIX  ADVISORY  WRITE 7260 fe:00:2278367 0 EOF"
+            parts = line.split()
+            if len(parts) >= 6 and parts[1] == "POSIX" and parts[5] == key:
+                try:
+                    pid = int(parts[4])
+                except ValueError:
+                    continue
+                if pid > 0 and pid != os.getpid():
+                    return pid
+        return None
 
     @staticmethod
     def not_a_run(path: str | Path) -> InputError:

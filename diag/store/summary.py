@@ -17,7 +17,7 @@ other non-finite float (a GPU reading) becomes ``null``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,8 @@ class RunInfoSummary:
       Recorder entries overwritten before a harvest), ``num_undelivered`` (the daemon was
       unreachable or slow, or they were unsent at exit), ``num_unencodable`` (a value the wire
       cannot hold: a bug in diag), ``num_oversize`` (an event larger than a frame).
+    - ``in_progress``: another process's analyzer is writing the run now (its ``writer_pid``):
+      the job may still be running, and what is stored is the run so far.
     - ``silent_ranks``: the ranks whose hook went silent (:class:`~diag.schema.HookSilent`: its
       thread died or is stuck while the process ran) and sent no health after: their events from
       then on are missing.
@@ -73,6 +75,8 @@ class RunInfoSummary:
     num_unencodable: int = 0
     num_oversize: int = 0
     silent_ranks: tuple[int, ...] = ()
+    in_progress: bool = False
+    writer_pid: int | None = None
 
 
 _DROP_REASONS = (
@@ -197,6 +201,9 @@ def summarize(store: RunStore | str | Path) -> RunSummary:
     frames = {kind: store.frame(kind) for kind in store.kinds()}
     ranks = _ranks(frames)
     run = _run(frames, ranks)
+    writer = store.writer_pid()
+    if writer is not None:
+        run = replace(run, in_progress=True, writer_pid=writer)
     return RunSummary(run=run, ranks=ranks, gpus=_gpus(frames.get("gpu")))
 
 
@@ -360,7 +367,12 @@ def _run(frames: dict[str, pd.DataFrame], ranks: tuple[RankSummary, ...]) -> Run
         end_ns=end_ns,
         duration_ns=duration_ns,
         num_events=num_events,
-        **dropped,
+        num_dropped=dropped["num_dropped"],
+        num_queue_dropped=dropped["num_queue_dropped"],
+        num_fr_dropped=dropped["num_fr_dropped"],
+        num_undelivered=dropped["num_undelivered"],
+        num_unencodable=dropped["num_unencodable"],
+        num_oversize=dropped["num_oversize"],
         silent_ranks=_silent_ranks(health, frames.get("hook_silent")),
     )
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -196,3 +197,37 @@ def test_refused_request_is_one_line(analyzer: tuple[Path, str]) -> None:
     run_dir, _ = analyzer
     line = one_error_line(run_cli("profile", str(run_dir), "--steps", "0"), "profile")
     assert "INVALID_ARGUMENT: num_steps must be between 1 and 100, got 0" in line
+
+
+def test_a_run_an_analyzer_still_writes_is_said_to_be_in_progress(tmp_path: Path) -> None:
+    """diag triage on a live run once added a critical "wait in collectives; no culprit" hang:
+    report and triage now say the run is still going, and judge no hang from the store."""
+    run_dir = tmp_path / "run"
+    proc, port = _start(run_dir, tmp_path, "a")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.AnalyzerStub(channel)
+            for b in _batches()[:30]:
+                stub.Ingest(b, timeout=10)
+        res = run_cli("triage", str(run_dir), "--json")
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)
+        assert out["run"]["in_progress"] is True and out["run"]["writer_pid"] == proc.pid
+        assert not [f for f in out["findings"] if f["symptom"] == "hang"], out["findings"]
+        table = run_cli("triage", str(run_dir))
+        assert f"the run is still going (analyzer pid {proc.pid} is writing it)" in table.stdout
+        report = run_cli("report", str(run_dir))
+        assert f"in progress (analyzer pid {proc.pid} writing)" in report.stdout
+        # asking (here, and in the analyzer's own live triage) must not drop its guard: a
+        # first version opened and closed the lock file, which releases a process's locks
+        time.sleep(6)  # a live triage pass (every 5 s) has run summarize() in the analyzer
+        second = subprocess.run(
+            [sys.executable, "-m", "diag.cli.main", "analyzer", "--run-dir", str(run_dir)],
+            cwd=REPO, capture_output=True, text=True, timeout=30, env=ENV,
+        )  # fmt: skip
+        assert second.returncode == 2 and f"(pid {proc.pid})" in second.stderr, second.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    done = json.loads(run_cli("report", str(run_dir), "--json").stdout)
+    assert done["run"]["in_progress"] is False and done["run"]["writer_pid"] is None

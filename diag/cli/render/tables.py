@@ -127,6 +127,8 @@ def headline(summary: Mapping[str, Any]) -> Text:
         f"world size {run.get('world_size', '?')}",
         f"steps {run.get('steps', 0)}",
     ]
+    if run.get("in_progress"):
+        parts.append(f"in progress (analyzer pid {run.get('writer_pid')} writing)")
     if run.get("exit_code") is not None and run.get("exit_code", -1) >= 0:
         parts.append(f"exit code {run['exit_code']}")
     if run.get("num_dropped"):
