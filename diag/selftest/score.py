@@ -87,8 +87,27 @@ def _line(f: Finding | None) -> str:
     )
 
 
+#: Mechanisms whose fault is itself a process outside the job competing for a rank's CPU.
+FOREIGN_MECHANISMS = frozenset({"node.cpu_hog"})
+
+
+def the_machines(case: Case, f: Finding) -> bool:
+    """Whether ``f`` is contention naming a process outside the job (its host-process
+    evidence) in a case that injects none: the machine's own load, a true finding that is not
+    the injected fault (CI beside a busy loop: "ranks 0, 2 wait 37.9 ms/step for a CPU ...
+    pid N (python3 -c while True: pass) uses 33% of a core" above a kernel fault). Such
+    findings are left out of the judging, never counted right or wrong."""
+    return (
+        case.mechanism not in FOREIGN_MECHANISMS
+        and f.id.startswith("contention-")
+        and any(e.metric == "host_process_cpu_pct" for e in f.evidence)
+    )
+
+
 def judge(case: Case, findings: Sequence[Finding]) -> Outcome:
-    """Score ``findings`` (ranked, as ``diag triage`` lists them) against ``case``."""
+    """Score ``findings`` (ranked, as ``diag triage`` lists them) against ``case``; findings
+    about the machine's own load are left out (:func:`the_machines`)."""
+    findings = [f for f in findings if not the_machines(case, f)]
     loud = [f for f in findings if f.severity != "info"]
     if case.cause == CLEAN:
         top = loud[0] if loud else None

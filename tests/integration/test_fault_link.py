@@ -17,7 +17,7 @@ from diag.findings import Finding
 from diag.selftest.cases import Case
 from diag.selftest.link import HOSTS, run_link_case
 from diag.selftest.netns import unavailable_reason
-from diag.selftest.score import judge
+from diag.selftest.score import judge, the_machines
 from tests.fakes.foreign import foreign_process_contention
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
@@ -45,6 +45,7 @@ def test_slow_link_is_named_with_its_hosts(tmp_path: Path) -> None:
     assert case.hosts == HOSTS
     outcome = judge(case, findings)
     assert outcome.ok, f"top finding: {outcome.top}\n{shown}"
+    findings = [f for f in findings if not the_machines(case, f)]  # a busy neighbour's: true
     top = findings[0]
     assert top.cause == "link" and top.severity in ("warning", "critical"), shown
     assert set(top.link.hosts) == set(HOSTS) == set(top.hosts), shown

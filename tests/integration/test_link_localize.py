@@ -26,6 +26,7 @@ from diag.findings import Finding
 from diag.selftest.cases import Case
 from diag.selftest.link import run_link_case
 from diag.selftest.netns import unavailable_reason
+from diag.selftest.score import the_machines
 from tests.fakes.foreign import foreign_process_contention
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
@@ -61,6 +62,7 @@ def test_slow_link_is_localized_to_its_host(tmp_path: Path) -> None:
     assert case.hosts == (SLOW_HOST,), shown
     assert shaping["node"] == SLOW_HOST and shaping["num_nodes"] == NODES, shown
     assert case.onset_step is not None and case.onset_step >= ONSET, shown
+    findings = [f for f in findings if not the_machines(case, f)]  # a busy neighbour's: true
     assert findings, f"no findings\n{shown}"
     top = findings[0]
     assert top.cause == "link" and top.severity in ("warning", "critical"), shown
