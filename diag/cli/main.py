@@ -97,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s: %(message)s",
     )
+    if args.quiet:  # whatever level a diag logger was given, nothing below ERROR is shown
+        for handler in logging.getLogger().handlers:
+            handler.setLevel(logging.ERROR)
     module = importlib.import_module(COMMANDS[args.diag_command])
     try:
         return int(module.run(args))

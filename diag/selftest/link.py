@@ -236,7 +236,8 @@ def _run_job(
     auto_capture: str | None = None,
 ) -> Shaping:
     """The analyzer and every node's ``diag run``; ``slow``'s link limited at the onset."""
-    analyzer, port = _start_analyzer(nodes, run_dir, logdir, auto_capture)
+    token = write_token(logdir / "diag.token")  # the nodes reach it over the bridge: a token
+    analyzer, port = _start_analyzer(nodes, run_dir, logdir, auto_capture, token)
     procs: dict[str, subprocess.Popen[str]] = {}
     nproc = case.world_size // len(nodes.nodes)
     try:
@@ -251,7 +252,12 @@ def _run_job(
             ]  # fmt: skip
             with (logdir / f"{node.hostname}.out").open("w") as out:
                 procs[node.hostname] = nodes.popen(
-                    node, argv, env=_node_env(node), cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+                    node,
+                    argv,
+                    env=_node_env(node, token),
+                    cwd=REPO,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
                 )
         shaping = _watch(case, nodes, slow, procs, logdir, time.monotonic() + timeout_s)
     finally:
@@ -441,8 +447,18 @@ def _torchrun_args(nodes: Nodes, node: Node, port: int, nproc: int) -> list[str]
     ]  # fmt: skip
 
 
-def _node_env(node: Node) -> dict[str, str]:
+def write_token(path: Path) -> Path:
+    """A fresh random token in ``path`` (mode 600): what a multi-node run's analyzer requires."""
+    import secrets
+
+    path.write_text(secrets.token_urlsafe(32) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def _node_env(node: Node, token: Path) -> dict[str, str]:
     env = node.env()
+    env["DIAG_TOKEN_FILE"] = str(token)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["OMP_NUM_THREADS"] = "1"
@@ -455,7 +471,7 @@ def _node_env(node: Node) -> dict[str, str]:
 
 
 def _start_analyzer(
-    nodes: Nodes, run_dir: Path, logdir: Path, auto_capture: str | None = None
+    nodes: Nodes, run_dir: Path, logdir: Path, auto_capture: str | None, token: Path
 ) -> tuple[subprocess.Popen[bytes], int]:
     """The analyzer in the root namespace on the bridge address: it and its port."""
     port_file = logdir / "analyzer.port"
@@ -465,6 +481,7 @@ def _start_analyzer(
     bind = f"{nodes.bridge_ip}:0"
     argv = _diag(
         "analyzer", "--run-dir", str(run_dir), "--bind", bind, "--port-file", str(port_file),
+        "--token-file", str(token),
         *(("--auto-capture", auto_capture) if auto_capture else ()),
     )  # fmt: skip
     with (logdir / "analyzer.out").open("w") as out:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from diag.selftest.link import write_token
 from diag.selftest.workloads import TRAIN_DDP
 from tests.fakes.netns import Node, TwoNodes, stop
 from tests.fakes.paths import DATA, REPO
@@ -64,8 +65,10 @@ def _torchrun_args(nodes: TwoNodes, node: Node, port: int, rdzv_id: str) -> list
     ]
 
 
-def _node_env(node: Node) -> dict[str, str]:
+def _node_env(node: Node, token: Path | None) -> dict[str, str]:
     env = node.env()
+    if token is not None:  # the analyzer listens on the bridge: it wants a token
+        env["DIAG_TOKEN_FILE"] = str(token)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["OMP_NUM_THREADS"] = "1"
@@ -92,6 +95,7 @@ def _run_on_both(
     argv: Mapping[str, Sequence[str]],
     logdir: Path,
     timeout: float = JOB_TIMEOUT_S,
+    token: Path | None = None,
 ) -> dict[str, NodeResult]:
     """Run ``argv[hostname]`` on each node at once; wait for both (or kill everything)."""
     logdir.mkdir(parents=True, exist_ok=True)
@@ -102,7 +106,12 @@ def _run_on_both(
             err = logdir / f"{node.hostname}.err"
             with out.open("w") as fo, err.open("w") as fe:
                 proc = nodes.popen(
-                    node, argv[node.hostname], env=_node_env(node), cwd=REPO, stdout=fo, stderr=fe
+                    node,
+                    argv[node.hostname],
+                    env=_node_env(node, token),
+                    cwd=REPO,
+                    stdout=fo,
+                    stderr=fe,
                 )
             procs[node.hostname] = (node, proc, out, err)
         deadline = time.monotonic() + timeout
@@ -189,7 +198,7 @@ def _diag(*args: str) -> list[str]:
 
 
 def _start_analyzer(
-    nodes: TwoNodes, run_dir: Path, logdir: Path
+    nodes: TwoNodes, run_dir: Path, logdir: Path, token: Path
 ) -> tuple[subprocess.Popen[str], int]:
     """The analyzer in the root namespace, bound to the bridge address; returns it and its port."""
     port_file = logdir / "analyzer.port"
@@ -206,6 +215,8 @@ def _start_analyzer(
             f"{nodes.bridge_ip}:0",
             "--port-file",
             str(port_file),
+            "--token-file",
+            str(token),
         ),
         cwd=REPO,
         env=env,
@@ -262,7 +273,8 @@ def test_two_node_diag_run(two_nodes: TwoNodes, tmp_path: Path) -> None:
     train = str(TRAIN_DDP)
 
     t0 = time.monotonic()
-    analyzer, analyzer_port = _start_analyzer(nodes, run_dir, logdir)
+    token = write_token(logdir / "diag.token")
+    analyzer, analyzer_port = _start_analyzer(nodes, run_dir, logdir, token)
     try:
         argv = {
             node.hostname: _diag(
@@ -280,7 +292,7 @@ def test_two_node_diag_run(two_nodes: TwoNodes, tmp_path: Path) -> None:
             )
             for node in nodes.nodes
         }
-        results = _run_on_both(nodes, argv, logdir)
+        results = _run_on_both(nodes, argv, logdir, token=token)
     except BaseException:
         stop(analyzer, timeout=10)
         raise

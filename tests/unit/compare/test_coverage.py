@@ -98,7 +98,7 @@ def test_cli_json_and_table_say_incomplete_and_why(
 ) -> None:
     a = _full(tmp_path).write(tmp_path / "a")
     b = collectives(_resumed(tmp_path, range(41)), range(41)).write(tmp_path / "b")
-    assert main(["diff", str(a), str(b), "--json"]) == 0
+    assert main(["diff", str(a), str(b), "--json"]) == 4  # incomplete: diag diff --help
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"]["kind"] == "incomplete"
     assert set(out["verdict"]) >= {"kind", "step", "metric", "rank", "phase", "by", "summary"}
