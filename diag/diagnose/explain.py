@@ -9,7 +9,9 @@ all of these hold:
    (:data:`ECHOES`: a link makes its ranks look slow (``node``); a node cause seen twice, by two
    detectors, is one node; a data loader that computes on its rank's CPU makes that rank wait
    for a CPU on a busy host, which reads as contention (``node``)), both are slowdowns, and
-   ``A`` is at least as severe as ``B``;
+   ``A`` is at least as severe as ``B``; and a competitor for a rank's CPU (``node``
+   contention naming processes outside the job: evidence ``foreign_processes`` > 0) starves a
+   loader that computes on that CPU, so its rank waits longer for data (``data``);
 2. **the same culprits**: ``B``'s ranks are among ``A``'s, or ``B``'s hosts among ``A``'s;
 3. **the same time**: both have an onset and they are at most ``onset_steps`` (10) steps apart
    (a node detector window: an echo starts with its cause, within the steps it takes to see it);
@@ -21,6 +23,15 @@ all of these hold:
 4. **its loss accounted for**: ``B``'s slowdown is at most ``A``'s x ``(1 + slack)`` (0.25):
    what ``B`` says the job loses is what ``A`` already says it loses, up to measurement error
    (an echo cannot lose more than its cause; a second fault on the same ranks can).
+
+A loader starved by a competitor is accounted in time, not in slowdowns (the two findings
+measure them over different windows; CI beside a busy loop: contention from step 43 at 1.82x, the
+starved loader's wait from step 70 at 5.55x): ``B``'s onset is no earlier than ``onset_steps``
+before ``A``'s (the competitor comes first), and every rank's extra data wait per step
+(evidence ``data_ms`` over its reference) is at most its extra run-queue delay per step
+(evidence ``cpu_wait_ms`` over its peers') x ``(1 + slack)``: a loader that waits no longer than
+its CPU was taken from it. A sleeping loader beside a hog waits longer than that and stays a
+finding of its own.
 
 ``A`` keeps its culprit, cause, onset, slowdown and confidence, takes the more severe severity,
 and gains one evidence item per folded finding (metric ``explains``: subject the folded id,
@@ -39,7 +50,11 @@ from diag.diagnose.coverage import FOREIGN_PROCESSES
 from diag.findings import SEVERITIES, Evidence, Finding, ranked
 
 #: explainer cause -> the causes of the findings it can explain on its own culprits.
-ECHOES: dict[str, tuple[str, ...]] = {"link": ("node",), "node": ("node",), "data": ("node",)}
+ECHOES: dict[str, tuple[str, ...]] = {
+    "link": ("node",),
+    "node": ("node", "data"),
+    "data": ("node",),
+}
 EXPLAINS = "explains"
 
 
@@ -67,6 +82,8 @@ def explains(a: Finding, b: Finding, cfg: ExplainConfig | None = None) -> bool:
         return False
     if a.onset_step is None or b.onset_step is None:
         return False
+    if (a.cause, b.cause) == ("node", "data"):
+        return _starved_loader(a, b, cfg)
     own_load = a.cause == "data" and any(
         e.metric == FOREIGN_PROCESSES and e.value == 0 for e in b.evidence
     )
@@ -79,6 +96,32 @@ def explains(a: Finding, b: Finding, cfg: ExplainConfig | None = None) -> bool:
     if not (math.isfinite(a.slowdown) and math.isfinite(b.slowdown)):
         return False
     return b.slowdown <= a.slowdown * (1.0 + cfg.slack)
+
+
+def _starved_loader(a: Finding, b: Finding, cfg: ExplainConfig) -> bool:
+    """Whether contention ``a`` by processes outside the job accounts for data wait ``b`` (the
+    time rule of the module docstring)."""
+    assert a.onset_step is not None and b.onset_step is not None
+    if not any(e.metric == FOREIGN_PROCESSES and e.value > 0 for e in a.evidence):
+        return False
+    if b.onset_step < a.onset_step - cfg.onset_steps:
+        return False
+    for rank in b.ranks:
+        waited = _excess(b, "data_ms", rank)
+        starved = _excess(a, "cpu_wait_ms", rank)
+        if waited is None or starved is None or waited > starved * (1.0 + cfg.slack):
+            return False
+    return bool(b.ranks)
+
+
+def _excess(f: Finding, metric: str, rank: int) -> float | None:
+    """``f``'s evidence ``metric`` on ``rank``: value over reference, None when it has none."""
+    for e in f.evidence:
+        ref = e.reference
+        mine = e.metric == metric and e.subject == f"rank {rank}"
+        if mine and ref is not None and math.isfinite(e.value) and math.isfinite(ref):
+            return e.value - ref
+    return None
 
 
 def fold(findings: list[Finding], cfg: ExplainConfig | None = None) -> list[Finding]:

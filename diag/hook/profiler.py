@@ -247,33 +247,41 @@ class ProfilerWindows:
         self._train_ns = t1 - t0
 
     def _stop(self, error: str) -> None:
-        plan, self.active = self.active, None
+        # ``active`` is cleared only once the result is in ``done``: a detach waiting on another
+        # thread for the window to stop (:meth:`close_at_boundary`) then runs the hook thread's
+        # final cycle, which must find the result (cleared first, the final cycle could run
+        # while the profiler was still stopping here, and the window's event was lost)
+        plan = self.active
         assert plan is not None
-        autograd_profiler = self.torch.autograd.profiler
-        t_enter = t0 = self.clock()
-        result = None
         try:
-            if self._cuda:
-                self.torch.cuda.synchronize()
-                t0 = self.clock()
-            result = autograd_profiler._disable_profiler()
-        except Exception as exc:
-            error = f"profiler failed to stop: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-        finally:
-            autograd_profiler._run_on_profiler_stop()
-        t1 = self.clock()
-        self.busy = result is not None
-        self.done.append(
-            WindowResult(
-                plan,
-                result,
-                self._start_ns,
-                t0 + self.wall_offset_ns,
-                self._device,
-                error,
-                self._train_ns + (t1 - t_enter),
+            autograd_profiler = self.torch.autograd.profiler
+            t_enter = t0 = self.clock()
+            result = None
+            try:
+                if self._cuda:
+                    self.torch.cuda.synchronize()
+                    t0 = self.clock()
+                result = autograd_profiler._disable_profiler()
+            except Exception as exc:
+                error = f"profiler failed to stop: {type(exc).__name__}: {exc}"
+                error = error.splitlines()[0][:300]
+            finally:
+                autograd_profiler._run_on_profiler_stop()
+            t1 = self.clock()
+            self.busy = result is not None
+            self.done.append(
+                WindowResult(
+                    plan,
+                    result,
+                    self._start_ns,
+                    t0 + self.wall_offset_ns,
+                    self._device,
+                    error,
+                    self._train_ns + (t1 - t_enter),
+                )
             )
-        )
+        finally:
+            self.active = None
 
 
 class RequestFilter:

@@ -105,3 +105,28 @@ def test_the_loaders_own_load_is_explained_from_two_blocks_before_the_loader_on(
     hog = replace(contention, evidence=(replace(own, value=1.0),))
     assert not explains(data, hog)
     assert not explains(data, replace(contention, onset_step=5))
+
+
+def test_a_competitor_on_a_ranks_cpu_explains_its_starved_loader() -> None:
+    # CI beside a busy loop: a hog on rank 2's CPU from step 43 (1.82x); the loader computing on
+    # that CPU falls behind, its wait dated from step 70 at 5.55x (another window, another ratio)
+    starved = Evidence(metric="cpu_wait_ms", subject="rank 2", value=178.4, reference=18.2)
+    foreign = Evidence(metric="foreign_processes", subject="host vm", value=1.0)
+    hog = _f("contention-rank2", "node", "critical", ranks=(2,), hosts=("vm",), slowdown=0.82,
+             onset_step=43, evidence=(starved, foreign))  # fmt: skip
+    waited = Evidence(metric="data_ms", subject="rank 2", value=52.0, reference=6.1)
+    data = _f("data-rank2", "data", "critical", ranks=(2,), hosts=("vm",), slowdown=4.55,
+              onset_step=70, evidence=(waited,))  # fmt: skip
+    assert explains(hog, data)
+    (out,) = fold([data, hog])
+    assert out.id == "contention-rank2"
+    assert [e.subject for e in out.evidence if e.metric == EXPLAINS] == ["data-rank2"]
+    # a loader that waits longer than its CPU was taken (a sleeping loader beside the hog), one
+    # that began waiting well before the competitor, the job's own load, another rank: its own
+    assert not explains(hog, replace(data, evidence=(replace(waited, value=250.0),)))
+    assert not explains(hog, replace(data, onset_step=20))
+    own = replace(hog, evidence=(starved, replace(foreign, value=0.0)))
+    assert not explains(own, data)
+    other = replace(data, ranks=(1,), evidence=(replace(waited, subject="rank 1"),))
+    assert not explains(hog, other)
+    assert not explains(hog, replace(data, evidence=()))  # no measure of its wait: undecided

@@ -23,7 +23,7 @@ from diag import schema
 from diag.config import HookConfig
 from diag.hook import core as hook
 from diag.hook.kernels import TraceFiles, summarize
-from diag.hook.profiler import ProfilerWindows, RequestFilter
+from diag.hook.profiler import ProfilerWindows, RequestFilter, WindowPlan
 from diag.proto import diag_pb2 as pb
 from diag.transport import framing as frames
 from tests.fakes.hook_sink import FrameSink, of_kind
@@ -248,6 +248,44 @@ def test_periodic_schedule_skips_windows_that_would_overlap() -> None:
     assert ids == ["p2"] and w.active is not None and w.active.window_id == "p8"
     w.close()
     assert [d.plan.window_id for d in w.done] == ["p2", "p8"] and w.done[1].error
+
+
+def test_a_window_is_stopped_only_once_its_result_is_handed_over() -> None:
+    """A detach waits on another thread for the open window to stop, then runs the hook
+    thread's final cycle: the result must be in ``done`` by the time ``active`` reads None (CI on
+    a busy machine: ``active`` was cleared first, the final cycle ran while the training thread
+    was still stopping the profiler, and the window's event was lost)."""
+    release, entered = threading.Event(), threading.Event()
+
+    def disable() -> object:
+        entered.set()
+        release.wait(10)
+        return object()
+
+    fake_profiler = type(
+        "P",
+        (),
+        {
+            "_disable_profiler": staticmethod(disable),
+            "_run_on_profiler_stop": staticmethod(lambda: None),
+        },
+    )
+    fake_torch = type("T", (), {"autograd": type("A", (), {"profiler": fake_profiler})})
+    w = ProfilerWindows(HookConfig(), fake_torch, clock=time.perf_counter_ns, wall_offset_ns=0,
+                        on_error=lambda exc: None)  # fmt: skip
+    w.active, w.stop_after = WindowPlan("p1", "periodic", 1, 2), 2
+    training = threading.Thread(target=w.step_ends, args=(2,))
+    training.start()
+    assert entered.wait(10)  # the training thread is inside the profiler's stop
+    seen: list[int] = []
+    detacher = threading.Thread(target=lambda: (w.close_at_boundary(10), seen.append(len(w.done))))
+    detacher.start()
+    time.sleep(0.05)
+    assert not seen  # still waiting: the window has not stopped
+    release.set()
+    training.join(10)
+    detacher.join(10)
+    assert seen == [1] and w.active is None and w.done[0].plan.window_id == "p1"
 
 
 def test_request_filter() -> None:
