@@ -282,13 +282,14 @@ def _watch(
             while going():
                 time.sleep(0.2)
             return
-        from rich.console import Console
         from rich.live import Live
 
         from diag.cli.render import tables
+        from diag.cli.render.console import stdout_console
 
         history: list[tuple[float, int]] = []  # (time, steps) of the last ~10 s: the rate
-        with Live(tables.live(None, elapsed_s=0, steps_per_s=None), console=Console()) as view:
+        initial = tables.live(None, elapsed_s=0, steps_per_s=None)
+        with Live(initial, console=stdout_console()) as view:
             while going():
                 time.sleep(1.0)
                 summary, now = source.get(), time.monotonic()
@@ -316,11 +317,10 @@ def fewest_steps(summary: dict[str, Any] | None, num_ranks: int) -> int:
 def _print_final(
     summary: dict[str, Any] | None, out: Path, workers: Sequence[discover.Worker]
 ) -> None:
-    from rich.console import Console
-
     from diag.cli.render import tables
+    from diag.cli.render.console import stdout_console
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = stdout_console()
     if summary:
         console.print(tables.report(summary))
     else:

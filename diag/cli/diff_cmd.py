@@ -85,11 +85,10 @@ def run(args: argparse.Namespace) -> int:
         json.dump(result.to_json(), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return EXIT_CODES[result.verdict.kind]
-    from rich.console import Console
-
+    from diag.cli.render.console import stdout_console
     from diag.cli.render.diff import diff_renderables
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = stdout_console()
     for item in diff_renderables(result.to_json()):
         console.print(item)
     return EXIT_CODES[result.verdict.kind]

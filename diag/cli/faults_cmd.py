@@ -118,11 +118,10 @@ def _run_case(args: argparse.Namespace) -> int:
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0 if outcome.ok else 1
-    from rich.console import Console
-
     from diag.cli.render import tables
+    from diag.cli.render.console import stdout_console
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = stdout_console()
     console.print(f"injected: {case.name} — {_DESCRIPTIONS[case.cause]}")
     if findings:
         console.print(tables.findings_table(findings, title="diag triage"))

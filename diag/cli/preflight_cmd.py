@@ -35,9 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.progress import Progress
 
+    from diag.cli.render.console import stderr_console, stdout_console
     from diag.cli.render.preflight import results_table
     from diag.errors import CollectorUnavailable
     from diag.gpu import GpuBackend, open_backend
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         except CollectorUnavailable:
             backend = None
     ctx = make_context(backend)
-    console = Console(stderr=True)
+    console = stderr_console()
     show = ctx.rank == 0 and not args.json
     with Progress(console=console, disable=not show, transient=True) as progress:
         task = progress.add_task("preflight", total=len(names))
@@ -82,5 +82,5 @@ def run(args: argparse.Namespace) -> int:
         out = {"host": ctx.host, "results": [j.to_json() for j in judged]}
         print(json.dumps(out))
     else:
-        Console().print(results_table(judged, multi_host=len({j.host for j in judged}) > 1))
+        stdout_console().print(results_table(judged, multi_host=len({j.host for j in judged}) > 1))
     return 1 if any(j.verdict == "fail" for j in judged) else 0

@@ -43,11 +43,10 @@ def run(args: argparse.Namespace) -> int:
         json.dump(summary, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
-    from rich.console import Console
-
     from diag.cli.render import tables
+    from diag.cli.render.console import stdout_console
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = stdout_console()
     console.print(tables.report(summary))
     if args.kernels:
         if summary["kernels"]:

@@ -8,6 +8,7 @@ gets one line and the job runs without diagnostics. The job's own output passes 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -387,13 +388,13 @@ def watch(job: Job, source: SummarySource, *, live: bool, refresh_s: float = 1.0
             return job.wait()
         except KeyboardInterrupt:
             return job.wait()
-    from rich.console import Console
     from rich.live import Live
 
     from diag.cli.render import tables
+    from diag.cli.render.console import stdout_console
 
-    console = Console()
-    job.sink = lambda line, is_err: console.print(line, markup=False, highlight=False)
+    console = stdout_console()
+    job.sink = functools.partial(_job_line, console)
     start = time.monotonic()
     history: list[tuple[float, int]] = []
     initial = tables.live(None, elapsed_s=0, steps_per_s=None)
@@ -414,13 +415,22 @@ def watch(job: Job, source: SummarySource, *, live: bool, refresh_s: float = 1.0
     return job.wait()
 
 
-def print_final(summary: Mapping[str, Any] | None, *, out: Path, exit_code: int) -> None:
-    from rich.console import Console
+def _job_line(console: Any, line: str, is_err: bool) -> None:
+    """One line of the job's output under the live view: on a terminal above the view (rich
+    keeps the view at the bottom); piped, as the job wrote it, to the stream it wrote it to
+    (never wrapped at the console's width, stderr never merged into stdout)."""
+    if console.is_terminal:
+        console.print(line, markup=False, highlight=False)
+        return
+    _plain_sink(line, is_err)
 
+
+def print_final(summary: Mapping[str, Any] | None, *, out: Path, exit_code: int) -> None:
     from diag.cli.render import tables
+    from diag.cli.render.console import stdout_console
 
     # A report piped to a file or a pager still gets room for its columns.
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = stdout_console()
     if summary:
         console.print(tables.report(summary))
     else:

@@ -86,11 +86,10 @@ def _files(paths: list[Path], args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        from rich.console import Console
-
         from diag.cli.render import tables
+        from diag.cli.render.console import stdout_console
 
-        console = Console(width=None if sys.stdout.isatty() else 120)
+        console = stdout_console()
         for s in per_trace:
             console.print(tables.trace_table(s))
         if len(table.ranks) > 1:

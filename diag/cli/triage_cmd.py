@@ -104,11 +104,10 @@ def run(args: argparse.Namespace) -> int:
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return failed
-    from rich.console import Console
-
     from diag.cli.render import tables
+    from diag.cli.render.console import stdout_console
 
-    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    console = stdout_console(highlight=False)
     if result.findings:
         console.print(tables.findings_table(result.findings, title="diag triage"))
     else:

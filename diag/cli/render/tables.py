@@ -7,10 +7,11 @@ and tests render into a ``Console(file=io.StringIO())`` to check what a user see
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -58,42 +59,117 @@ def slowest_rank(ranks: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return top if float(top["compute_vs_peers"]) >= SLOW_RATIO else None
 
 
-def ranks_table(summary: Mapping[str, Any], *, title: str | None = None) -> Table:
-    """Per-rank medians: step, compute, collective wait, data wait; the slow rank in bold red."""
+#: The ranks table's columns, left out in this order (first the least needed) when the table
+#: does not fit the width it is drawn at; rank, step, compute and vs peers always stay.
+RANKS_DROP_ORDER = ("ckpt ms", "loss", "host", "steps", "data ms", "wait ms")
+
+
+class Fitted:
+    """A table that fits the width it is drawn at: ``build(left_out, width)`` lays it out in
+    ``width`` columns or returns None; while it cannot, the next column of ``drop_order`` is left
+    out (and the caption says which) instead of cutting headers and numbers to "comp…"."""
+
+    def __init__(
+        self,
+        build: Callable[[frozenset[str], int | None], Table | None],
+        drop_order: Sequence[str],
+    ):
+        self.build = build
+        self.drop_order = tuple(drop_order)
+
+    def fit(self, width: int) -> Table:
+        left: list[str] = []
+        table = self.build(frozenset(), width)
+        for name in self.drop_order:
+            if table is not None:
+                break
+            left.append(name)
+            table = self.build(frozenset(left), width)
+        if table is None:  # narrower than the narrowest layout: rich does what it can
+            table = self.build(frozenset(left), None)
+            assert table is not None
+        if left:
+            note = (
+                f"left out to fit {width} columns: {', '.join(left)} (a wider terminal shows "
+                "them; piped, set COLUMNS)"
+            )
+            table.caption = f"{table.caption}\n{note}" if table.caption else note
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.fit(options.max_width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.fit(options.max_width))
+
+
+def fixed_widths(columns: Sequence[Sequence[str]], width: int | None) -> list[int] | None:
+    """Column widths (text only) for cells ``columns[i]`` (header first) in ``width`` columns
+    of a bordered table: each as wide as its widest cell; if that is too wide, the headers
+    wrap at their spaces (each column as wide as its longest header word or widest value); None
+    when even that does not fit. ``width`` None: the natural widths."""
+    natural = [max(len(c) for c in col) for col in columns]
+    if width is None:
+        return natural
+    frame = 3 * len(columns) + 1  # a border and one space of padding each side, per column
+    if sum(natural) + frame <= width:
+        return natural
+    wrapped = [
+        max(max(map(len, col[0].split()), default=1), *(len(c) for c in col[1:])) for col in columns
+    ]
+    return wrapped if sum(wrapped) + frame <= width else None
+
+
+def ranks_table(summary: Mapping[str, Any], *, title: str | None = None) -> Fitted:
+    """Per-rank medians: step, compute, collective wait, data wait; the slow rank in bold red.
+    Narrower than its columns, it leaves some out (:data:`RANKS_DROP_ORDER`)."""
+    return Fitted(lambda left, width: _ranks_table(summary, title, left, width), RANKS_DROP_ORDER)
+
+
+def _ranks_table(
+    summary: Mapping[str, Any], title: str | None, left: frozenset[str], width: int | None
+) -> Table | None:
     ranks = list(summary.get("ranks", []))
     slow = slowest_rank(ranks)
+    columns: list[tuple[str, str, Callable[[Mapping[str, Any]], str]]] = [
+        ("rank", "right", lambda r: str(r.get("rank"))),
+        ("host", "left", lambda r: printable(str(r.get("host", "")))),
+        ("steps", "right", lambda r: str(r.get("steps", 0))),
+        ("step ms", "right", lambda r: _ms(r.get("step_ms_median"))),
+        ("compute ms", "right", lambda r: _ms(r.get("compute_ms_median"))),
+        ("wait ms", "right", lambda r: _ms(r.get("wait_ms_median"))),
+        ("data ms", "right", lambda r: _ms(r.get("data_ms_median"))),
+        ("ckpt ms", "right", lambda r: _ms(r.get("checkpoint_ms_total"))),
+        ("vs peers", "right", lambda r: _ratio(r.get("compute_vs_peers"))),
+        ("loss", "right", lambda r: _loss(r.get("loss_last"))),
+    ]
+    columns = [c for c in columns if c[0] not in left]
+    rows = [[cell(r) for _, _, cell in columns] for r in ranks]
+    widths = fixed_widths(
+        [[name, *(row[i] for row in rows)] for i, (name, _, _) in enumerate(columns)], width
+    )
+    if widths is None:
+        return None
+    parts = [
+        ("step, compute, wait, data: per-step medians", True),
+        ("ckpt: the run's total", "ckpt ms" not in left),
+        ("vs peers: its compute against the other ranks' median", True),
+        ("loss: the last", "loss" not in left),
+    ]
     table = Table(
         title=title, title_justify="left", header_style="bold", caption_justify="left",
-        caption="step, compute, wait, data: per-step medians; ckpt: the run's total; "
-        "compute/peers: against the median of the other ranks; loss: the last",
+        caption="; ".join(text for text, shown in parts if shown),
     )  # fmt: skip
-    table.add_column("rank", justify="right")
-    table.add_column("host")
-    table.add_column("steps", justify="right")
-    table.add_column("step ms", justify="right")
-    table.add_column("compute ms", justify="right")
-    table.add_column("wait ms", justify="right")
-    table.add_column("data ms", justify="right")
-    table.add_column("ckpt ms", justify="right")
-    table.add_column("compute/peers", justify="right")
-    table.add_column("loss", justify="right")
-    for r in ranks:
-        ratio = r.get("compute_vs_peers")
+    for (name, justify, _), w in zip(columns, widths, strict=True):
+        table.add_column(name, justify=justify, width=w)  # type: ignore[arg-type]
+    for r, row in zip(ranks, rows, strict=True):
         is_slow = slow is not None and r.get("rank") == slow.get("rank")
-        table.add_row(
-            str(r.get("rank")),
-            plain(r.get("host", "")),
-            str(r.get("steps", 0)),
-            _ms(r.get("step_ms_median")),
-            _ms(r.get("compute_ms_median")),
-            _ms(r.get("wait_ms_median")),
-            _ms(r.get("data_ms_median")),
-            _ms(r.get("checkpoint_ms_total")),
-            "-" if ratio is None else f"{float(ratio):.2f}x",
-            _loss(r.get("loss_last")),
-            style="bold red" if is_slow else None,
-        )
+        table.add_row(*(Text(c) for c in row), style="bold red" if is_slow else None)
     return table
+
+
+def _ratio(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.2f}x"
 
 
 def gpu_table(summary: Mapping[str, Any]) -> Table | None:
@@ -212,24 +288,61 @@ def verdict_line(findings: Sequence[Finding], num_steps: int, num_ranks: int) ->
     return plain("verdict: no problem found")
 
 
-def findings_table(findings: Sequence[Finding], *, title: str = "Findings") -> Table:
+#: The findings table's columns left out, in this order, when the summary would get fewer than
+#: :data:`MIN_SUMMARY` columns (headers wrapped first).
+FINDINGS_DROP_ORDER = ("conf", "step lost", "severity")
+MIN_SUMMARY = 24
+
+
+def findings_table(findings: Sequence[Finding], *, title: str = "Findings") -> Fitted:
     """Findings, as ranked: culprit, cause, severity, confidence, the share of each step lost
-    (the finding's ``slowdown``), summary."""
-    table = Table(title=title, title_justify="left", header_style="bold")
-    for col in ("culprit", "cause", "severity", "conf", "step lost", "summary"):
-        table.add_column(col, overflow="fold")
-    for f in findings:
-        slow = "-" if f.slowdown is None or math.isnan(f.slowdown) else f"{f.slowdown:.1%}"
+    (the finding's ``slowdown``), summary. The summary takes the width the others leave: the
+    short columns never wrap, the culprit folds beyond a sixth of the width; with less than
+    :data:`MIN_SUMMARY` columns left for it, some are left out (:data:`FINDINGS_DROP_ORDER`)."""
+    return Fitted(
+        lambda left, width: _findings_table(findings, title, left, width), FINDINGS_DROP_ORDER
+    )
+
+
+def _findings_table(
+    findings: Sequence[Finding], title: str, left: frozenset[str], width: int | None
+) -> Table | None:
+    def lost(f: Finding) -> str:
+        return "-" if f.slowdown is None or math.isnan(f.slowdown) else f"{f.slowdown:.1%}"
+
+    columns: list[tuple[str, Callable[[Finding], str]]] = [
+        ("culprit", lambda f: printable(culprit(f))),
+        ("cause", lambda f: printable(f.cause)),
+        ("severity", lambda f: printable(f.severity)),
+        ("conf", lambda f: f"{f.confidence:.2f}"),
+        ("step lost", lost),
+    ]
+    columns = [c for c in columns if c[0] not in left]
+    rows = [[cell(f) for _, cell in columns] for f in findings]
+    summaries = [printable(f.summary) for f in findings]
+    cells = [[name, *(row[i] for row in rows)] for i, (name, _) in enumerate(columns)]
+    widths: list[int | None] = [None] * (len(columns) + 1)
+    if width is not None:
+        frame = 3 * (len(columns) + 1) + 1
+        cap = max(len("culprit"), width // 6)  # the culprit folds beyond a sixth of the width
+        want = min(MIN_SUMMARY, max(map(len, summaries), default=0))
+        natural = [max(map(len, c)) for c in cells]
+        wrapped = [max(max(map(len, c[0].split())), *map(len, c[1:])) for c in cells]
+        for fixed in (natural, wrapped):  # headers wrapped at their spaces only if need be
+            fixed = [min(fixed[0], cap), *fixed[1:]]
+            room = width - frame - sum(fixed)
+            if room >= want:
+                widths = [*fixed, room]
+                break
+        else:
+            return None
+    table = Table(title=title, title_justify="left", header_style="bold", caption_justify="left")
+    for (name, _), w in zip(columns, widths, strict=False):
+        table.add_column(name, overflow="fold", width=w)
+    table.add_column("summary", overflow="fold", width=widths[-1])
+    for f, row, text in zip(findings, rows, summaries, strict=True):
         style = {"critical": "bold red", "warning": "yellow"}.get(f.severity)
-        table.add_row(
-            plain(culprit(f)),
-            plain(f.cause),
-            plain(f.severity),
-            f"{f.confidence:.2f}",
-            slow,
-            plain(f.summary),
-            style=style,
-        )
+        table.add_row(*(Text(c) for c in row), Text(text), style=style)
     return table
 
 
