@@ -30,10 +30,18 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-dir", required=True, help="run directory (created if missing)")
-    parser.add_argument("--bind", default=None, help="HOST:PORT to listen on (127.0.0.1:0)")
-    parser.add_argument("--port-file", default=None, help="write the bound port to this file")
-    parser.add_argument("--config", default=None, help="TOML config file ([analyzer] table)")
+    parser.add_argument(
+        "--run-dir", required=True, metavar="RUN_DIR", help="run directory (created if missing)"
+    )
+    parser.add_argument(
+        "--bind", default=None, metavar="HOST:PORT", help="listen here (default 127.0.0.1:0)"
+    )
+    parser.add_argument(
+        "--port-file", default=None, metavar="FILE", help="write the bound port to this file"
+    )
+    parser.add_argument(
+        "--config", default=None, metavar="FILE.toml", help="config file ([analyzer] table)"
+    )
     add_auto_capture_argument(parser)
     parser.add_argument(
         "--detector-config",

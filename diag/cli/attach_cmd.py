@@ -40,18 +40,27 @@ DETACH_WAIT_S = 5.0  # the most detaching may take (watcher poll + final flush)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("pid", nargs="?", type=int, help="the torchrun agent's or a worker's pid")
+    parser.add_argument(
+        "pid", nargs="?", type=int, metavar="PID", help="the torchrun agent's or a worker's pid"
+    )
     parser.add_argument("--job", metavar="RUN_ID", help="every worker with this run id instead")
     parser.add_argument(
-        "--duration", type=float, default=0.0, help="detach after S seconds (default: at Ctrl-C)"
+        "--duration",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="detach after S seconds (default: at Ctrl-C)",
     )
     parser.add_argument(
         "--steps",
         type=int,
         default=0,
+        metavar="N",
         help="detach once every attached rank has recorded N steps (default: no step limit)",
     )
-    parser.add_argument("--out", type=Path, help="run directory (default runs/attach-<run id>)")
+    parser.add_argument(
+        "--out", type=Path, metavar="RUN_DIR", help="run directory (default runs/attach-<run id>)"
+    )
     parser.add_argument(
         "--analyzer", metavar="HOST:PORT", help="ship to this analyzer instead of an embedded one"
     )

@@ -17,11 +17,21 @@ from diag.selftest.workloads import TRAIN_DDP
 def configure(parser: argparse.ArgumentParser) -> None:
     run_cmd.add_run_arguments(parser)
     parser.set_defaults(gpu_backend="fake", fake_gpus=4)
-    parser.add_argument("--nproc", type=int, default=4, help="ranks (default 4)")
-    parser.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
-    parser.add_argument("--slow-rank", type=int, default=2, help="the rank made slow (default 2)")
-    parser.add_argument("--slow-ms", type=float, default=40.0, help="its extra compute per step")
-    parser.add_argument("--slow-from", type=int, default=20, help="the step it slows down at")
+    parser.add_argument("--nproc", type=int, default=4, metavar="N", help="ranks (default 4)")
+    parser.add_argument(
+        "--steps", type=int, default=60, metavar="N", help="training steps (default 60)"
+    )
+    parser.add_argument(
+        "--slow-rank", type=int, default=2, metavar="RANK", help="the rank made slow (default 2)"
+    )
+    parser.add_argument(
+        "--slow-ms", type=float, default=40.0, metavar="MS", help="its extra compute per step"
+    )
+    # --onset, as in ``diag faults run``; --slow-from, its first name, still works
+    parser.add_argument(
+        "--onset", "--slow-from", dest="slow_from", type=int, default=20, metavar="STEP",
+        help="the step it slows down at (default 20)",
+    )  # fmt: skip
 
 
 def demo_command(args: argparse.Namespace) -> list[str]:

@@ -42,13 +42,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run = sub.add_parser("run", help="run one fault case and judge diag's diagnosis")
     run.add_argument("cause", choices=sorted(_DESCRIPTIONS))
     run.add_argument("--mechanism", default="", help="how to inject it (see diag faults list)")
-    run.add_argument("--severity", type=float, default=0.2, help="fraction of the step lost")
-    run.add_argument("--rank", type=int, default=1, help="the culprit rank (default 1)")
-    run.add_argument("--onset", type=int, default=30, help="the step the fault starts at")
-    run.add_argument("--steps", type=int, default=80)
-    run.add_argument("--nproc", type=int, default=4, help="ranks (default 4)")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--out", type=Path, help="keep the run here (default: a temporary dir)")
+    run.add_argument(
+        "--severity", type=float, default=0.2, metavar="X", help="share of the step lost (0.2)"
+    )
+    run.add_argument(
+        "--rank", type=int, default=1, metavar="RANK", help="the culprit rank (default 1)"
+    )
+    run.add_argument(
+        "--onset", type=int, default=30, metavar="STEP", help="the step the fault starts at (30)"
+    )
+    run.add_argument("--steps", type=int, default=80, metavar="N", help="steps (default 80)")
+    run.add_argument("--nproc", type=int, default=4, metavar="N", help="ranks (default 4)")
+    run.add_argument("--seed", type=int, default=0, metavar="N", help="seed (default 0)")
+    run.add_argument(
+        "--out", type=Path, metavar="RUN_DIR", help="keep the run here (default: a temporary dir)"
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object")
 
 

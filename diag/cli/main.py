@@ -56,6 +56,64 @@ HELP: dict[str, str] = {
 }
 
 
+#: One to three real invocations per command, shown under its ``--help`` (a command module that
+#: sets its own epilog, as ``triage`` does, keeps it).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "run": (
+        "diag run -- torchrun --nproc_per_node 4 train.py --lr 0.1",
+        "diag run --out runs/exp7 --live off -- torchrun --nnodes 2 --nproc_per_node 8 train.py",
+        "diag run --analyzer 10.0.0.5:50051 --token-file ~/.diag/token -- torchrun ... train.py",
+    ),
+    "demo": (
+        "diag demo                                  # rank 2 made slow from step 20",
+        "diag demo --slow-rank 1 --slow-ms 20 --onset 30 --steps 80 --out runs/demo",
+    ),
+    "report": (
+        "diag report runs/exp7",
+        "diag report runs/exp7 --kernels --kernels-top 10",
+        "diag report runs/exp7 --json | jq '.ranks[] | {rank, step_ms_median}'",
+    ),
+    "trace": (
+        "diag trace runs/exp7                       # writes runs/exp7/trace.json",
+        "diag trace runs/exp7 --step-range 100:120 --output slow.json.gz",
+        "diag trace traces/rank*.json.gz --top 5    # kernel tables of Kineto traces",
+    ),
+    "daemon": (
+        "diag daemon --listen /tmp/diag.sock --analyzer 10.0.0.5:50051 --spool /var/tmp/diag",
+    ),
+    "analyzer": (
+        "diag analyzer --run-dir runs/exp7 --port-file runs/exp7.port",
+        "diag analyzer --run-dir runs/exp7 --bind 0.0.0.0:50051 --token-file ~/.diag/token",
+    ),
+    "profile": (
+        "diag profile runs/exp7                     # one step on every rank, a few steps ahead",
+        "diag profile runs/exp7 --steps 3 --ranks 0,5 --at-step 1200",
+    ),
+    "faults": (
+        "diag faults list",
+        "diag faults run node --severity 0.3 --rank 2 --onset 30",
+        "diag faults run data --mechanism data.sleep_loader --json",
+    ),
+    "diff": (
+        "diag diff runs/before runs/after           # exit 0 equivalent, 1 diverged, 3 slower",
+        "diag diff runs/a runs/b --offset 500 --html diff.html",
+    ),
+    "preflight": (
+        "diag preflight",
+        "diag preflight --probes gemm,membw --save-baseline",
+        "torchrun --nproc_per_node 8 -m diag.cli.main preflight --json",
+    ),
+    "replay": (
+        "diag replay runs/exp7                      # the top finding",
+        "diag replay runs/exp7 --finding node-rank2 --json",
+    ),
+    "attach": (
+        "diag attach 12345                          # the torchrun agent's pid; Ctrl-C detaches",
+        "diag attach --job my-run-id --duration 300 --out runs/attached",
+    ),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diag", description="Diagnose distributed training.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
@@ -90,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub_action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         sub = sub_action.choices[name]
         module.configure(sub)
+        if sub.epilog is None and name in EXAMPLES:
+            sub.epilog = "examples:\n" + "".join(f"  {line}\n" for line in EXAMPLES[name])
+            sub.formatter_class = argparse.RawDescriptionHelpFormatter
     args, extra = parser.parse_known_args(argv)
     if extra:  # the command's own usage line, not the top level's
         (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")

@@ -23,7 +23,7 @@ DEFAULT_BASELINE = Path("diag-baseline.json")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--probes", help="comma-separated probe names (default: all registered probes)"
+        "--probes", metavar="LIST", help="comma-separated probe names (default: all registered)"
     )
     parser.add_argument(
         "--baseline", type=Path, default=DEFAULT_BASELINE, metavar="FILE", help="baseline JSON"

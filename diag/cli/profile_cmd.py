@@ -24,13 +24,24 @@ if TYPE_CHECKING:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", nargs="?", type=Path, help="run directory of a running diag run")
-    parser.add_argument("--analyzer", metavar="HOST:PORT", help="the analyzer to ask instead")
-    parser.add_argument("--steps", type=int, default=1, help="steps in the window (default 1)")
-    parser.add_argument("--ranks", default="", help="comma-separated ranks (default: all ranks)")
     parser.add_argument(
-        "--at-step", type=int, default=0, help="first step of the window (default: a few ahead)"
+        "run_dir",
+        nargs="?",
+        type=Path,
+        metavar="RUN_DIR",
+        help="the run directory of a running job",
     )
+    parser.add_argument("--analyzer", metavar="HOST:PORT", help="the analyzer to ask instead")
+    parser.add_argument(
+        "--steps", type=int, default=1, metavar="N", help="steps in the window (default 1)"
+    )
+    parser.add_argument(
+        "--ranks", default="", metavar="LIST", help="comma-separated ranks (default: all ranks)"
+    )
+    parser.add_argument(
+        "--at-step", type=int, default=0, metavar="STEP",
+        help="first step of the window (default: a few ahead)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the request as one JSON object")
     add_security_arguments(parser)
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, help="a run directory written by diag run/analyzer")
+    parser.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="a run directory written by diag run/analyzer"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--kernels",

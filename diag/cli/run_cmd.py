@@ -34,7 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``diag run`` and ``diag demo``."""
-    parser.add_argument("--out", type=Path, help="run directory (default runs/<run id>)")
+    parser.add_argument(
+        "--out", type=Path, metavar="RUN_DIR", help="run directory (default runs/<run id>)"
+    )
     parser.add_argument(
         "--analyzer", metavar="HOST:PORT", help="ship to this analyzer instead of an embedded one"
     )
@@ -44,7 +46,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default="nvml",
         help="GPU telemetry source of the node daemon (default nvml; 'fake' simulates GPUs)",
     )
-    parser.add_argument("--fake-gpus", type=int, default=0, help="devices of the fake backend")
+    parser.add_argument(
+        "--fake-gpus", type=int, default=0, metavar="N", help="devices of the fake backend"
+    )
     parser.add_argument(
         "--detector-config",
         type=Path,

@@ -1,11 +1,14 @@
-"""``diag trace PATH [PATH ...] [--out FILE] [--steps A:B] [--top N] [--json]``.
+"""``diag trace PATH [PATH ...] [--output FILE] [--step-range A:B] [--top N] [--json]``.
 
 - One run directory: writes the merged Chrome/Perfetto trace of all ranks (steps, collectives,
-  the profiler windows' kernels; :mod:`diag.traces.timeline`) to ``--out`` (default
+  the profiler windows' kernels; :mod:`diag.traces.timeline`) to ``--output`` (default
   ``RUN_DIR/trace.json``; a name ending in ``.gz`` is gzipped).
 - Kineto trace files, or folders of them (searched recursively for ``*.json``/``*.json.gz``):
-  prints each rank's heaviest kernels and the cross-rank kernel table; with ``--out`` also writes
-  one merged trace of the files, a process per rank.
+  prints each rank's heaviest kernels and the cross-rank kernel table; with ``--output`` also
+  writes one merged trace of the files, a process per rank.
+
+``--out`` and ``--steps`` are the old names of ``--output`` and ``--step-range`` (still read):
+everywhere else ``--out`` is a run directory and ``--steps N`` a count.
 """
 
 from __future__ import annotations
@@ -28,11 +31,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="a run directory, or Kineto trace files / folders of them",
     )
-    parser.add_argument("--out", type=Path, help="write the merged trace here (.json or .json.gz)")
+    # --output is a file (``--out`` is a run directory in every other command: kept working
+    # here, not shown); --step-range is a range (``--steps N`` is a count elsewhere: likewise)
     parser.add_argument(
-        "--steps", metavar="A:B", help="run directory only: keep steps A..B-1 (Python slice)"
+        "-o", "--output", dest="out", type=Path, metavar="FILE",
+        help="write the merged trace to FILE (.json or .json.gz; default RUN_DIR/trace.json)",
+    )  # fmt: skip
+    parser.add_argument("--out", dest="out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--step-range", dest="steps", metavar="A:B",
+        help="run directory only: keep steps A..B-1 (Python slice: 10:, :50)",
+    )  # fmt: skip
+    parser.add_argument("--steps", dest="steps", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--top", type=int, default=10, metavar="N", help="kernels per table (default 10)"
     )
-    parser.add_argument("--top", type=int, default=10, help="kernels per table (default 10)")
     parser.add_argument("--json", action="store_true", help="print the tables as one JSON object")
 
 
@@ -46,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if runs:
         return _run_dir(runs[0], args)
     if args.steps:
-        raise InputError("--steps needs a run directory (Kineto files have no step records)")
+        raise InputError("--step-range needs a run directory (Kineto files have no step records)")
     return _files(paths, args)
 
 

@@ -52,7 +52,7 @@ def parse_steps(text: str | None) -> slice | None:
             raise ValueError
         lo, hi = (int(p) if p.strip() else None for p in parts)
     except ValueError:
-        raise InputError(f"--steps {text!r}: expected A:B, e.g. 10:20") from None
+        raise InputError(f"--step-range {text!r}: expected A:B, e.g. 10:20") from None
     return slice(lo, hi)
 
 

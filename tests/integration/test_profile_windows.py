@@ -123,7 +123,7 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     # diag trace: one merged Chrome trace, a process per rank, steps aligned across ranks.
     merged_path = out / "merged.json"
     res = subprocess.run(
-        diag("trace", str(out), "--out", str(merged_path), "--steps", "0:30"),
+        diag("trace", str(out), "--output", str(merged_path), "--step-range", "0:30"),
         env=env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr

@@ -50,8 +50,8 @@ def test_bad_trace_file_is_one_line_exit_2(tmp_path: Path, kind: str) -> None:
 
 
 def test_steps_need_a_run_directory(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["trace", str(FIXTURE), "--steps", "1:2"]) == 2
-    assert "--steps needs a run directory" in capsys.readouterr().err
+    assert main(["trace", str(FIXTURE), "--step-range", "1:2"]) == 2
+    assert "--step-range needs a run directory" in capsys.readouterr().err
 
 
 def test_empty_folder_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -145,7 +145,7 @@ def _run_dir(path: Path) -> Path:
 
 def test_trace_of_a_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = _run_dir(tmp_path / "run")
-    assert main(["trace", str(run), "--steps", "1:"]) == 0
+    assert main(["trace", str(run), "--step-range", "1:"]) == 0
     out = run / "trace.json"
     assert capsys.readouterr().out == (
         f"wrote 12 events for 2 ranks to {out} (open in https://ui.perfetto.dev)\n"
