@@ -188,7 +188,8 @@ def entry_to_collective(entry: Mapping[str, Any], sizes: Mapping[str, int]) -> d
             "start_ns": start,
             "end_ns": end,
             "duration_ns": duration,
-            "state": str(entry.get("state", "")),
+            # retired = finished (gloo leaves "scheduled" to the end: no CUDA events)
+            "state": "completed" if entry.get("retired") is True else str(entry.get("state", "")),
             "origin": "fr",
         }
     except (KeyError, TypeError, ValueError, IndexError) as exc:

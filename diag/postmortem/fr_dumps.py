@@ -196,6 +196,11 @@ def _entry(raw: Mapping[str, Any], members: Mapping[str, tuple[int, ...]]) -> Fr
     state = str(raw.get("state") or "")
     if not state:
         state = "completed" if completed else ("started" if started else "scheduled")
+    if raw.get("retired") is True:
+        # retired: the work finished and left the watchdog's list. gloo records no CUDA events,
+        # so its entries keep "scheduled" to the end: a healthy job's last collectives read as
+        # all pending (the triage page drew them so), but retired is its completion
+        state = "completed"
     is_p2p = bool(raw.get("is_p2p", False))
     peer = None
     m = _P2P.search(name)

@@ -106,3 +106,25 @@ def test_steps_that_stopped_long_before_the_end_are_a_hang(tmp_path: Path) -> No
 def test_a_job_that_exited_non_zero_is(tmp_path: Path) -> None:
     result, _ = triage_run_dir(_run_dir(tmp_path, steps_until_s=69.8, exit_code=1))
     assert [f for f in result.findings if f.symptom == "hang"]
+
+
+def _gloo(e: dict, retired: bool) -> dict:
+    """gloo records no CUDA events: its entries say "scheduled" to the end, and only
+    ``retired`` tells a finished collective from one in flight."""
+    return e | {"state": "scheduled", "time_discovered_completed_ns": None, "retired": retired}
+
+
+def test_a_gloo_dumps_retired_collectives_are_completed(tmp_path: Path) -> None:
+    from diag.flight_recorder import entry_to_collective
+
+    root = tmp_path / "dumps"
+    root.mkdir()
+    for r in range(4):
+        entries = [_gloo(entry("0", s), True) for s in range(30, 35)]
+        write_pickle(root / f"_dump_{r}", dump(GROUPS, [*entries, _gloo(entry("0", 35), False)]))
+    (d0, *_) = sorted(collect(root).dumps, key=lambda d: d.rank)
+    assert [e.state for e in d0.entries] == ["completed"] * 5 + ["scheduled"]
+    assert [e.pending for e in d0.entries] == [False] * 5 + [True]
+    # the hook's own records of the same entries (what diag's triage page draws for a diag run)
+    states = [entry_to_collective(_gloo(entry("0", 30), r), {})["state"] for r in (True, False)]
+    assert states == ["completed", "scheduled"]
