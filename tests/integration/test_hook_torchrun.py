@@ -84,3 +84,29 @@ def test_torchrun_two_ranks_slow_rank_split() -> None:
     print("median (compute_ms, collective_wait_ms) by rank:", split)
     assert split[1][0] > split[0][0]
     assert split[0][1] > split[1][1]
+
+
+@pytest.mark.integration
+def test_a_stopped_demo_job_leaves_its_newest_checkpoint_not_all(tmp_path: Path) -> None:
+    """Most tests and users stop the demo workload before its end (SIGTERM: no cleanup runs):
+    its temporary checkpoint folder keeps only the newest save (it kept every one, ~100 MB per
+    stopped run in /tmp), and the rank that saves nothing makes no folder."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        str(TRAIN_DDP), "--steps", "100000", "--save-every", "2", "--print-every", "1",
+    ]  # fmt: skip
+    job = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert job.stdout is not None
+        for line in job.stdout:  # saves at steps 0, 2, ..., 20 have been made
+            if line.startswith("rank 0 step 21 "):
+                break
+    finally:
+        job.terminate()
+        job.wait(timeout=60)
+    (folder,) = tmp_path.glob("diag-demo-*")  # rank 0's: the rank that saves nothing has none
+    saves = sorted(p.name for p in folder.iterdir())
+    assert len(saves) <= 2, saves  # the newest, and the one before when stopped between the two

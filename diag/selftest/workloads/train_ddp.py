@@ -64,12 +64,14 @@ parameters): ``--nan-*`` and ``--bitflip-*``, see :mod:`diag.selftest.workloads.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import io
 import itertools
 import os
 import pickle
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -477,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
     faults = NumericsFaults(args, rank, model.module)
-    tmp = tempfile.TemporaryDirectory(prefix="diag-demo-") if not args.ckpt_dir else None
+    saves = bool(args.save_every) and (rank == 0 or args.dcp)  # rank 0 saves, or DCP on all
+    tmp = tempfile.TemporaryDirectory(prefix="diag-demo-") if saves and not args.ckpt_dir else None
     ckpt_dir = args.ckpt_dir or (tmp.name if tmp else "")
     slow_ckpt = args.slow_ckpt_ms > 0 or args.slow_ckpt_from_step >= 0
     storage = SlowStorage(0.0) if slow_ckpt else None
@@ -535,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
                     stall = storage.ms
                 dcp_save({"model": model.module.state_dict()},
                          os.path.join(ckpt_dir, f"dcp-step{step}"), stall)  # fmt: skip
+                if tmp is not None and rank == 0 and prev_ckpt:
+                    shutil.rmtree(prev_ckpt, ignore_errors=True)  # the newest only, as below
+                prev_ckpt = os.path.join(ckpt_dir, f"dcp-step{step}")
             elif rank == 0 and args.save_every and step % args.save_every == 0:
                 pickle_module: Any = pickle
                 if storage is not None and step >= max(0, args.slow_ckpt_from_step):
@@ -556,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
                         torch.save(state, fh)  # type: ignore[arg-type]
                 else:
                     torch.save(state, path, pickle_module=pickle_module)
+                if tmp is not None and prev_ckpt:
+                    # a temporary folder keeps only the newest save: a job killed before its
+                    # end (most tests stop theirs) never runs the folder's cleanup, and left
+                    # every save behind (~100 MB per run in /tmp)
+                    with contextlib.suppress(OSError):
+                        os.remove(prev_ckpt)
                 prev_ckpt = path
             calib.step_done()
             if step >= args.steps:
