@@ -74,12 +74,12 @@ def detect(features: Features, cfg: DriftConfig | None = None) -> list[Finding]:
 
 
 def _loss_spike(ctx: Context, cfg: DriftConfig) -> Finding | None:
-    found: dict[int, list[drift_rules.Spike]] = {}
-    for rank, series in ctx.losses.items():
-        found[rank] = drift_rules.spikes(
-            series, window=cfg.loss_window, min_history=cfg.loss_min_history, k=cfg.loss_k,
-            min_ratio=cfg.loss_min_ratio, rel_floor=cfg.rel_floor,
-        )  # fmt: skip
+    t = ctx.loss_table
+    found = drift_rules.spikes_table(
+        pd.DataFrame({"group": t["rank"], "step": t["step"], "value": t["loss"]}),
+        window=cfg.loss_window, min_history=cfg.loss_min_history, k=cfg.loss_k,
+        min_ratio=cfg.loss_min_ratio, rel_floor=cfg.rel_floor,
+    )  # fmt: skip
     by_step: dict[int, list[tuple[int, drift_rules.Spike]]] = {}
     for rank, spikes in found.items():
         for sp in spikes:
@@ -88,7 +88,7 @@ def _loss_spike(ctx: Context, cfg: DriftConfig) -> Finding | None:
         return None
     step = min(by_step)
     hit = sorted(by_step[step], key=lambda rs: rs[0])
-    job = len(hit) >= max(2, cfg.job_share * max(len(ctx.losses), 1))
+    job = len(hit) >= max(2, cfg.job_share * max(len(ctx.loss_ranks), 1))
     ranks = () if job else tuple(r for r, _ in hit)
     evidence = [
         Evidence(metric="loss", subject=f"rank {r}", value=sp.value, reference=sp.median,
@@ -194,7 +194,7 @@ def _loss_scale(ctx: Context, cfg: DriftConfig) -> list[Finding]:
     onset = min(c.onset_step for c in collapses)
     detected = min(c.detected_step for c in collapses)
     ranks = tuple(sorted(c.rank for c in collapses))
-    everyone = set(ranks) >= set(ctx.losses) and len(ranks) > 1
+    everyone = set(ranks) >= set(ctx.loss_ranks) and len(ranks) > 1
     shown = () if everyone else ranks
     cause, why = ctx.cause(onset, shown, default="unknown")
     worst = min(collapses, key=lambda c: c.value)

@@ -41,8 +41,10 @@ class Context:
     features: Features
     after_load_steps: int
     outlier_factor: float
-    losses: dict[int, pd.Series]  # rank -> step loss (index step; NaN where missing/non-finite)
-    loss_present: dict[int, pd.Series]  # rank -> the hook recorded a loss at that step
+    # one row per (rank, step) with a step event, sorted: ``loss`` (NaN where missing or NaN),
+    # ``present`` (the hook recorded a loss); long, not a Series per rank (100k ranks)
+    loss_table: pd.DataFrame
+    loss_ranks: tuple[int, ...]  # the ranks with step events
     loads: list[tuple[int, str]]  # (step, path) of checkpoint loads
     batches: pd.DataFrame  # BatchStats with a "magnitude" column
     typical_magnitude: float
@@ -50,16 +52,23 @@ class Context:
 
     @classmethod
     def build(cls, features: Features, after_load_steps: int, outlier_factor: float) -> Context:
-        losses: dict[int, pd.Series] = {}
-        present: dict[int, pd.Series] = {}
+        table = pd.DataFrame(
+            {"rank": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),
+             "loss": pd.Series(dtype=float), "present": pd.Series(dtype=bool)}
+        )  # fmt: skip
         ev = features.step_events
         if not ev.empty and "loss" in ev:
             ev = ev[ev["rank"] >= 0].drop_duplicates(subset=["rank", "step"], keep="last")
             ev = ev.sort_values(["rank", "step"], kind="stable")
-            for rank, g in ev.groupby("rank", sort=True):
-                index = pd.Index(g["step"].astype("int64"), name="step")
-                losses[int(rank)] = pd.Series(float_column(g, "loss"), index=index)
-                present[int(rank)] = pd.Series(~g["loss"].isna().to_numpy(), index=index)
+            table = pd.DataFrame(
+                {
+                    "rank": ev["rank"].to_numpy(dtype="int64"),
+                    "step": ev["step"].to_numpy(dtype="int64"),
+                    "loss": float_column(ev, "loss"),
+                    "present": ~ev["loss"].isna().to_numpy(),
+                }
+            )
+        ranks = tuple(int(r) for r in pd.unique(table["rank"]))
         ck = features.ckpt
         loads: list[tuple[int, str]] = []
         if not ck.empty:
@@ -77,7 +86,7 @@ class Context:
             sampled = batches.loc[batches["reason"] == "sampled", "magnitude"].dropna()
             typical = float(sampled.median()) if len(sampled) else float("nan")
         hosts = features.hosts_of() if not features.steps.empty else {}
-        return cls(features, after_load_steps, outlier_factor, losses, present, loads, batches,
+        return cls(features, after_load_steps, outlier_factor, table, ranks, loads, batches,
                    typical, hosts)  # fmt: skip
 
     # ------------------------------------------------------------------ causes

@@ -60,10 +60,12 @@ def observations(ctx: Context) -> list[Obs]:
             out.append(Obs(int(r.rank), int(r.step), str(r.where), str(r.module), str(r.tensor),
                            int(r.num_nonfinite), int(r.num_elements), str(r.method),
                            bool(r.reproduced)))  # fmt: skip
-    for rank, losses in ctx.losses.items():
-        present = ctx.loss_present[rank].to_numpy()
-        bad = present & ~np.isfinite(losses.to_numpy())
-        out.extend(Obs(rank, int(s), "loss") for s in losses.index[bad])
+    t = ctx.loss_table
+    bad = t["present"].to_numpy(dtype=bool) & ~np.isfinite(t["loss"].to_numpy(dtype=float))
+    out.extend(
+        Obs(int(r), int(s), "loss")
+        for r, s in zip(t["rank"].to_numpy()[bad], t["step"].to_numpy()[bad], strict=True)
+    )
     b = ctx.batches
     if not b.empty:
         out.extend(
@@ -90,7 +92,7 @@ def finding(ctx: Context, replica: Finding | None) -> Finding | None:
     step = min(o.step for o in pool)
     at = [o for o in pool if o.step == step]
     ranks = tuple(sorted({o.rank for o in at}))
-    all_ranks = set(ctx.losses) | {o.rank for o in obs}
+    all_ranks = set(ctx.loss_ranks) | {o.rank for o in obs}
     if not primary and set(ranks) >= all_ranks and len(ranks) > 1:
         ranks = ()
     report = _best(at)

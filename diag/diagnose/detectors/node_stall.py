@@ -129,18 +129,16 @@ def find_stalls(
     members = _members(compute, frames.classes)
     class_of = {j: cols for cols in members.values() for j in cols}
     # Candidates: a lead that could pass, or pauses that fall on it (too few for a t test).
+    # the pauses of each rank's class mates: its class's total less its own (one pass over the
+    # classes, not over every pair: with one class of N ranks that was N^2, 16,384^2 at scale)
     mine, theirs = pauses.sum(axis=0), np.zeros(compute.shape[1], dtype=int)
-    for c in range(compute.shape[1]):
-        theirs[c] = sum(int(mine[k]) for k in class_of.get(c, []) if k != c)
-    exclusive = np.array(
-        [
-            mine[j] >= MIN_PAUSES
-            and size[j] * _binomial_tail(int(mine[j]), int(mine[j] + theirs[j]), 1 / size[j])
-            <= SUGGEST_P
-            for j in range(compute.shape[1])
-        ],
-        dtype=bool,
-    )
+    for cols in members.values():
+        idx = np.asarray(cols, dtype=int)
+        theirs[idx] = int(mine[idx].sum()) - mine[idx]
+    exclusive = np.zeros(compute.shape[1], dtype=bool)
+    for j in np.flatnonzero(mine >= MIN_PAUSES):  # the tail only where it can pass
+        tail = _binomial_tail(int(mine[j]), int(mine[j] + theirs[j]), 1 / size[j])
+        exclusive[j] = size[j] * tail <= SUGGEST_P
     candidates = [
         j
         for j in np.flatnonzero((t_all >= min_t / 2) | exclusive)
