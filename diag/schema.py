@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.9"
+SCHEMA_VERSION = "1.10"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -309,7 +309,15 @@ class ClockSync(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankInfo(Event):
-    """A rank's process announcing itself when its hook starts (and the launcher's view)."""
+    """A rank's process announcing itself when its hook starts (and the launcher's view).
+
+    Which GPU the rank drives (schema 1.10): ``device`` (``cuda:N``, N an index among the
+    devices the process sees), ``cuda_visible_devices`` as the process was started with (how N
+    maps to the node's devices) and ``device_uuid`` (the device's own UUID, as NVML reports it:
+    the join of a rank with the daemon's GPU samples that holds whatever the visible devices).
+    ``nccl_timing``: the job runs with ``TORCH_NCCL_ENABLE_TIMING`` on, so the Flight Recorder
+    carries NCCL collective start and end times (off: arrivals only).
+    """
 
     kind: ClassVar[str] = "rank_info"
 
@@ -322,6 +330,9 @@ class RankInfo(Event):
     torch_version: str = ""
     backend: str = ""
     device: str = ""
+    cuda_visible_devices: str = ""
+    device_uuid: str = ""
+    nccl_timing: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

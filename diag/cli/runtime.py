@@ -132,6 +132,10 @@ def worker_env(
     # every profiler window diag opens: its level 6 keeps only what is above them. A user who
     # set the level keeps it.
     env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
+    # NCCL collective start and end times in the Flight Recorder (each rank's arrival and the
+    # collective's duration: the straggler without the compute/wait split); a user's own
+    # setting, on or off, wins. Costs two CUDA events per collective; no effect on gloo.
+    env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     if trace_dir is not None:
         env.setdefault("DIAG_HOOK_TRACE_DIR", str(trace_dir.resolve()))
     return env

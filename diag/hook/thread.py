@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from diag import schema
@@ -506,7 +506,7 @@ class HookThread(threading.Thread):
     def _rank_info(self) -> None:
         torch = self.torch
         dist = torch.distributed
-        backend = device = ""
+        backend = device = uuid = ""
         world_size = _env_int("WORLD_SIZE", 1)
         if dist.is_available() and dist.is_initialized():
             backend = str(dist.get_backend())
@@ -514,6 +514,7 @@ class HookThread(threading.Thread):
             self.ev.rank = dist.get_rank()
             cuda = torch.cuda.is_initialized()
             device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
+            uuid = _device_uuid(torch) if cuda else ""
             self._full_rank_info = True
         elif self._announced:
             return  # announced once already; announce again when the process group exists
@@ -530,6 +531,9 @@ class HookThread(threading.Thread):
                 torch_version=str(torch.__version__),
                 backend=backend,
                 device=device,
+                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                device_uuid=uuid,
+                nccl_timing=nccl_timing_on(os.environ),
             )
         )
 
@@ -553,3 +557,22 @@ class HookThread(threading.Thread):
             num_oversize=dropped.oversize,
             health_interval_ns=round(self.cfg.health_interval_s * 1e9),
         )
+
+
+def nccl_timing_on(environ: Mapping[str, str]) -> bool:
+    """Whether ``TORCH_NCCL_ENABLE_TIMING`` is on in ``environ`` (torch reads it as a boolean:
+    1/true/yes/on, any case)."""
+    return environ.get("TORCH_NCCL_ENABLE_TIMING", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _device_uuid(torch: Any) -> str:
+    """The current CUDA device's UUID as NVML writes it (``GPU-<uuid>``; "" if torch cannot say).
+    Device properties are cached by torch: no device call, no synchronization."""
+    try:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        text = str(getattr(props, "uuid", "") or "")
+    except Exception:
+        return ""
+    if not text:
+        return ""
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"

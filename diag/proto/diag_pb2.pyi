@@ -277,7 +277,7 @@ class ClockSync(_message.Message):
     def __init__(self, offset_ns: _Optional[int] = ..., rtt_ns: _Optional[int] = ...) -> None: ...
 
 class RankInfo(_message.Message):
-    __slots__ = ("pid", "world_size", "local_world_size", "node_rank", "run_id", "argv", "torch_version", "backend", "device")
+    __slots__ = ("pid", "world_size", "local_world_size", "node_rank", "run_id", "argv", "torch_version", "backend", "device", "cuda_visible_devices", "device_uuid", "nccl_timing")
     PID_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     LOCAL_WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +287,9 @@ class RankInfo(_message.Message):
     TORCH_VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    CUDA_VISIBLE_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
+    NCCL_TIMING_FIELD_NUMBER: _ClassVar[int]
     pid: int
     world_size: int
     local_world_size: int
@@ -296,7 +299,10 @@ class RankInfo(_message.Message):
     torch_version: str
     backend: str
     device: str
-    def __init__(self, pid: _Optional[int] = ..., world_size: _Optional[int] = ..., local_world_size: _Optional[int] = ..., node_rank: _Optional[int] = ..., run_id: _Optional[str] = ..., argv: _Optional[str] = ..., torch_version: _Optional[str] = ..., backend: _Optional[str] = ..., device: _Optional[str] = ...) -> None: ...
+    cuda_visible_devices: str
+    device_uuid: str
+    nccl_timing: bool
+    def __init__(self, pid: _Optional[int] = ..., world_size: _Optional[int] = ..., local_world_size: _Optional[int] = ..., node_rank: _Optional[int] = ..., run_id: _Optional[str] = ..., argv: _Optional[str] = ..., torch_version: _Optional[str] = ..., backend: _Optional[str] = ..., device: _Optional[str] = ..., cuda_visible_devices: _Optional[str] = ..., device_uuid: _Optional[str] = ..., nccl_timing: _Optional[bool] = ...) -> None: ...
 
 class RunEvent(_message.Message):
     __slots__ = ("phase", "run_id", "command", "nnodes", "nproc_per_node", "exit_code", "duration_ns")

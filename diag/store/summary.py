@@ -54,6 +54,9 @@ class RunInfoSummary:
     - ``silent_ranks``: the ranks whose hook went silent (:class:`~diag.schema.HookSilent`: its
       thread died or is stuck while the process ran) and sent no health after: their events from
       then on are missing.
+    - ``nccl_untimed_ranks``: the NCCL ranks whose job runs without ``TORCH_NCCL_ENABLE_TIMING``
+      (their hooks said so, schema 1.10): the Flight Recorder has each rank's arrival but no
+      collective start and end times. ``diag run`` turns it on; it is read at the job's start.
     """
 
     id: str
@@ -77,6 +80,7 @@ class RunInfoSummary:
     silent_ranks: tuple[int, ...] = ()
     in_progress: bool = False
     writer_pid: int | None = None
+    nccl_untimed_ranks: tuple[int, ...] = ()
 
 
 _DROP_REASONS = (
@@ -374,7 +378,19 @@ def _run(frames: dict[str, pd.DataFrame], ranks: tuple[RankSummary, ...]) -> Run
         num_unencodable=dropped["num_unencodable"],
         num_oversize=dropped["num_oversize"],
         silent_ranks=_silent_ranks(health, frames.get("hook_silent")),
+        nccl_untimed_ranks=_nccl_untimed(infos),
     )
+
+
+def _nccl_untimed(infos: pd.DataFrame | None) -> tuple[int, ...]:
+    """Ranks whose latest announcement names an NCCL backend and NCCL timing off."""
+    if infos is None or not len(infos) or "nccl_timing" not in infos.columns:
+        return ()  # hooks before schema 1.10 did not say
+    rows = infos[infos["rank"] >= 0].sort_values(["ts_ns", "seq"], kind="stable")
+    latest = rows.groupby("rank").tail(1)
+    nccl = latest["backend"].astype(str).str.lower().str.contains("nccl")
+    off = ~latest["nccl_timing"].fillna(False).astype(bool)
+    return tuple(sorted(int(r) for r in latest.loc[nccl & off, "rank"]))
 
 
 def _silent_ranks(health: pd.DataFrame | None, silent: pd.DataFrame | None) -> tuple[int, ...]:

@@ -218,6 +218,12 @@ def headline(summary: Mapping[str, Any]) -> Text:
             "sent since are missing.",
             style="bold red",
         )
+    if untimed := run.get("nccl_untimed_ranks"):
+        text.append(
+            f"\nNCCL collective timing is off on {len(untimed)} rank(s) (TORCH_NCCL_ENABLE_TIMING "
+            "unset when the job started): collectives have arrivals but no durations; diag run "
+            "sets it, a job started without it keeps it off."
+        )
     slow = slowest_rank(list(summary.get("ranks", [])))
     if slow is not None:
         text.append(

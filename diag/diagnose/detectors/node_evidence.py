@@ -26,10 +26,11 @@ nothing and never raise.
 - Own history (:func:`history`), the culprit's median compute before onset against in the
   anomaly, is evidence but not a source: it restates what the detector measured.
 
-Rank -> GPU: the rank's latest ``RankInfo.device`` ``"cuda:N"`` gives GPU ``N`` on the rank's
-host (``"cpu"``: no GPU); without one, the rank's ``local_rank`` (torchrun's one GPU per local
-rank). ``N`` is the CUDA index the process sees; under a ``CUDA_VISIBLE_DEVICES`` that reorders
-devices it is not NVML's index, and the mapping is wrong (RankInfo carries no GPU UUID yet).
+Rank -> GPU, by the surest evidence there is: the device's UUID (``RankInfo.device_uuid``,
+schema 1.10) matched to a GPU sample's ``uuid`` on the rank's host, which holds whatever
+``CUDA_VISIBLE_DEVICES`` does; else the rank's latest ``RankInfo.device`` ``"cuda:N"`` gives GPU
+``N`` on the rank's host (``"cpu"``: no GPU), right only when the process sees every device in
+NVML's order; else the rank's ``local_rank`` (torchrun's one GPU per local rank).
 """
 
 from __future__ import annotations
@@ -137,6 +138,38 @@ def gpu_of_ranks(features: Features) -> dict[int, GpuKey]:
         hosts, indexes = last.loc[cuda, "host"].astype(str).tolist(), index[cuda].astype(int)
         keys = zip(hosts, indexes.tolist(), strict=True)
         out.update(zip(last.index[cuda].astype(int).tolist(), keys, strict=True))
+    out.update(_by_uuid(features))
+    return out
+
+
+def _uuid_key(text: object) -> str:
+    """A device UUID as both sides can write it: NVML's ``GPU-<hex>``, torch's bare ``<hex>``."""
+    return str(text or "").strip().lower().removeprefix("gpu-")
+
+
+def _by_uuid(features: Features) -> dict[int, GpuKey]:
+    """rank -> (host, NVML index) where the rank's device UUID is among its host's samples."""
+    info, gpu = features.rank_info, features.gpu
+    need_info, need_gpu = {"rank", "host", "device_uuid"}, {"host", "gpu_index", "uuid"}
+    if info.empty or gpu.empty or not (need_info <= set(info.columns)):
+        return {}
+    if not need_gpu <= set(gpu.columns):
+        return {}
+    info = info[(info["rank"] >= 0) & (info["device_uuid"].astype(str) != "")]
+    if info.empty:
+        return {}
+    last = info.groupby("rank")[["host", "device_uuid"]].last()
+    devices = gpu[["host", "gpu_index", "uuid"]].drop_duplicates()
+    index = {
+        (str(h), _uuid_key(u)): int(i)
+        for h, i, u in zip(devices["host"], devices["gpu_index"], devices["uuid"], strict=True)
+        if _uuid_key(u)
+    }
+    out: dict[int, GpuKey] = {}
+    for rank, host, uuid in zip(last.index, last["host"], last["device_uuid"], strict=True):
+        found = index.get((str(host), _uuid_key(uuid)))
+        if found is not None:
+            out[int(rank)] = (str(host), found)
     return out
 
 

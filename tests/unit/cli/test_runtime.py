@@ -27,6 +27,10 @@ def test_worker_env_puts_the_hook_first_and_keeps_user_path() -> None:
     assert env["KINETO_LOG_LEVEL"] == "6"  # no USDT/STAGE lines around each profiler window
     mine = runtime.worker_env({"KINETO_LOG_LEVEL": "1"}, daemon_sock="/tmp/s", job_id="j")
     assert mine["KINETO_LOG_LEVEL"] == "1"  # the user's choice stands
+    # NCCL collective times in the Flight Recorder, unless the user chose (off stays off)
+    assert env["TORCH_NCCL_ENABLE_TIMING"] == "1"
+    off = runtime.worker_env({"TORCH_NCCL_ENABLE_TIMING": "0"}, daemon_sock="/tmp/s", job_id="j")
+    assert off["TORCH_NCCL_ENABLE_TIMING"] == "0"
 
 
 def test_run_json_is_merged(tmp_path: Path) -> None:

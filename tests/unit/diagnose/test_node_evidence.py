@@ -211,6 +211,31 @@ def test_rank_info_device_maps_the_gpu(tmp_path: Path) -> None:
     assert [(e.subject, e.value) for e in clock] == [("node1 GPU 0 (rank 2)", 1000)]
 
 
+def test_the_device_uuid_maps_the_gpu_whatever_cuda_visible_devices_says(tmp_path: Path) -> None:
+    # CUDA_VISIBLE_DEVICES=1,0 on each host: every rank's cuda:N is NVML's GPU 1 - N; only the
+    # UUID (torch writes it bare, NVML with "GPU-") says which. Rank 2's GPU (node1's 1) slows.
+    infos = [
+        schema.RankInfo(**Source(SLOW.host(r), r, pid=1000 + r).env(0), pid=1000 + r,
+                        device=f"cuda:{r % 2}", cuda_visible_devices="1,0",
+                        device_uuid=f"{SLOW.host(r)}-{1 - r % 2}")
+        for r in range(SLOW.ranks)
+    ]  # fmt: skip
+    times, onset = _times(SLOW)
+    daemons = {h: Source(h, -1, pid=70) for h in ("node0", "node1")}
+    gpus = [
+        _gpu(daemons[h], t, i, sm_clock_mhz=1000 if (h, i) == ("node1", 1) and t >= onset else 1980)
+        for t in times
+        for h in daemons
+        for i in (0, 1)
+    ]
+    features = _store(tmp_path, SLOW, [*gpus, *infos])
+    assert node_evidence.gpu_of_ranks(features) == {
+        0: ("node0", 1), 1: ("node0", 0), 2: ("node1", 1), 3: ("node1", 0)
+    }  # fmt: skip
+    clock = [e for e in _detect(features).evidence if e.metric == "gpu_sm_clock_mhz"]
+    assert [(e.subject, e.value) for e in clock] == [("node1 GPU 1 (rank 2)", 1000)]
+
+
 def test_slow_from_the_start_gets_gpu_evidence_but_no_history(tmp_path: Path) -> None:
     sc = Scenario(slow_ranks=(3,), onset_step=0, severity=0.2)
 

@@ -7,6 +7,7 @@ import shutil
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from diag import schema
 from diag.config import HookConfig
 from diag.hook import core as hook
+from diag.hook import thread
 from tests.fakes.hook_sink import FrameSink, of_kind
 
 FAST = {"flush_interval_s": 0.05, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
@@ -110,6 +112,9 @@ def test_steps_phases_losses_checkpoint_and_collectives(world: None, sink: Frame
 
     (info, *_) = of_kind(events, schema.RankInfo)
     assert info.pid == os.getpid() and info.torch_version == torch.__version__
+    full = [i for i in of_kind(events, schema.RankInfo) if i.backend]  # once the group exists
+    assert full and (full[-1].device, full[-1].device_uuid) == ("cpu", "")  # no GPU here
+    assert full[-1].nccl_timing == thread.nccl_timing_on(os.environ)
     health = of_kind(events, schema.HookHealth)
     assert health[-1].final and health[-1].num_errors == 0 and health[-1].num_dropped == 0
     seqs = [e.seq for e in events]
@@ -179,3 +184,20 @@ def test_user_exceptions_propagate_unchanged(world: None) -> None:
     finally:
         hook.uninstall()
     assert h.num_errors == 0, h.last_error
+
+
+def test_nccl_timing_and_the_device_uuid_as_torch_gives_them() -> None:
+    assert all(thread.nccl_timing_on({"TORCH_NCCL_ENABLE_TIMING": v}) for v in ("1", "True", " on"))
+    assert not any(thread.nccl_timing_on({"TORCH_NCCL_ENABLE_TIMING": v}) for v in ("0", "", "x"))
+    assert not thread.nccl_timing_on({})
+
+    class Props:
+        uuid = "58d9e7d9-1b2c-3d4e-5f60-718293a4b5c6"  # torch's str of the CUDA UUID: bare
+
+    cuda = types.SimpleNamespace(current_device=lambda: 3, get_device_properties=lambda i: Props)
+    fake = types.SimpleNamespace(cuda=cuda)
+    assert thread._device_uuid(fake) == "GPU-58d9e7d9-1b2c-3d4e-5f60-718293a4b5c6"  # as NVML
+    Props.uuid = "MIG-0a1b"  # already prefixed: kept
+    assert thread._device_uuid(fake) == "MIG-0a1b"
+    cuda.get_device_properties = lambda i: 1 / 0  # torch cannot say: "", never raises
+    assert thread._device_uuid(fake) == ""
