@@ -48,7 +48,7 @@ def _one(target: Target, data: bytes, per_input_s: float) -> tuple[str | None, f
     """(crash signature or None, seconds)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
-        signal.setitimer(signal.ITIMER_REAL, per_input_s)
+        signal.setitimer(signal.ITIMER_REAL, per_input_s)  # 0: no deadline
         try:
             target.run(data, Path(d))
         except _Hang:
@@ -67,6 +67,11 @@ def fuzz(target: Target, seconds: float, per_input_s: float, rng: random.Random,
     tried = hangs = 0
     found: dict[str, bytes] = {}
     slowest = 0.0
+    # The seeds once, untimed: the first call imports what the target needs, and an alarm that
+    # fell inside an import left a half-made module behind (a slow first import on a busy host
+    # was a "hang", then every later input an AttributeError at an import line)
+    for seed in target.seeds:
+        _one(target, seed, per_input_s=0.0)
     end = time.monotonic() + seconds
     inputs = iter(EDGE_INPUTS)
     while time.monotonic() < end:

@@ -234,6 +234,29 @@ def _kineto_seed() -> bytes:
     return gzip.compress(json.dumps(trace).encode())
 
 
+def _timing_table(data: bytes, scratch: Path) -> object:
+    """Another tool's op table (CSV), read and triaged as ``diag triage timings.csv`` does."""
+    from diag.diagnose.triage import triage_table
+
+    path = scratch / "timings.csv"
+    path.write_bytes(data)
+    return triage_table(path)
+
+
+def _timing_table_seed() -> bytes:
+    rows = ["rank,step,phase,op,start_ns,duration_ns,host,dp_rank,pp_rank,tp_rank"]
+    for step in range(12):
+        for rank in range(4):
+            t = step * 100_000_000
+            slow = 30_000_000 if rank == 2 and step >= 6 else 0
+            rows.append(
+                f"{rank},{step},forward,fwd,{t},{20_000_000 + slow},h{rank // 2},{rank},0,0"
+            )
+            rows.append(f"{rank},{step},collective,allreduce,{t + 60_000_000},5000000,h{rank // 2},"
+                        f"{rank},0,0")  # fmt: skip
+    return ("\n".join(rows) + "\n").encode()
+
+
 _CAPTURE_SEED = json.dumps(
     {"ts_ns": 1, "status": "requested", "finding_id": "f", "kind": "profile", "ranks": [1]}
 ).encode()
@@ -275,6 +298,9 @@ TARGETS: dict[str, Callable[[], Target]] = {
     ),
     "worker_log": lambda: Target("worker_log", _remains("worker.log"), (DiagError,), (_LOG_SEED,)),
     "kineto_trace": lambda: Target("kineto_trace", _kineto, (DiagError,), (_kineto_seed(),)),
+    "timing_table_csv": lambda: Target(
+        "timing_table_csv", _timing_table, (DiagError,), (_timing_table_seed(),)
+    ),
 }
 
 
