@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,6 +48,11 @@ def _wait_for(log: Path, text: str, timeout_s: float = 60.0) -> None:
     raise AssertionError(f"{text!r} not in {log}:\n{log.read_text()[-2000:]}")
 
 
+def _newest_step(log: Path, rank: int) -> int:
+    steps = re.findall(rf"rank {rank} step (\d+) ", log.read_text(errors="replace"))
+    return max((int(s) for s in steps), default=-1)
+
+
 def _findings(out: Path) -> list[dict]:
     try:
         lines = (out / "findings.jsonl").read_text().splitlines()
@@ -68,8 +74,11 @@ def _threads(pid: int) -> str:
 
 def test_attach_twice_to_a_slow_rank_job(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
-    job = _start(torchrun(4, "--steps", "500", "--slow-rank", "2", "--slow-ms", "40",
-                          "--slow-from-step", "0", "--print-every", "50"), log)  # fmt: skip
+    # Steps enough for both attaches however busy the machine (500 ran out before the second
+    # attach on a loaded one: busy CI run 72); the job is stopped at the end, after proving it
+    # still steps once both have detached.
+    job = _start(torchrun(4, "--steps", "100000", "--slow-rank", "2", "--slow-ms", "40",
+                          "--slow-from-step", "0", "--print-every", "10"), log)  # fmt: skip
     try:
         _wait_for(log, "step 0 loss")
         for attempt in (1, 2):
@@ -87,10 +96,15 @@ def test_attach_twice_to_a_slow_rank_job(tmp_path: Path) -> None:
             for pid in _workers(job.pid):  # detached: no diag thread left in any worker
                 stacks = _threads(pid)
                 assert '"MainThread"' in stacks and '"diag-' not in stacks, stacks
-        assert job.wait(timeout=120) == 0
+        # never harmed: every rank steps on after both detached (a crash ends the job)
+        after = {r: _newest_step(log, r) for r in range(4)}
+        for r in range(4):
+            _wait_for(log, f"rank {r} step {after[r] + 10} ", timeout_s=120)
+        assert job.poll() is None, log.read_text(errors="replace")[-3000:]
     finally:
         if job.poll() is None:
-            job.kill()
+            job.terminate()
+            job.wait(timeout=60)
 
 
 def test_attach_to_a_stuck_loader_names_the_rank(tmp_path: Path) -> None:
