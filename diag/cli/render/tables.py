@@ -103,21 +103,29 @@ class Fitted:
         return Measurement.get(console, options, self.fit(options.max_width))
 
 
-def fixed_widths(columns: Sequence[Sequence[str]], width: int | None) -> list[int] | None:
-    """Column widths (text only) for cells ``columns[i]`` (header first) in ``width`` columns
-    of a bordered table: each as wide as its widest cell; if that is too wide, the headers
-    wrap at their spaces (each column as wide as its longest header word or widest value); None
-    when even that does not fit. ``width`` None: the natural widths."""
+def _widths(columns: Sequence[Sequence[str]]) -> tuple[list[int], list[int]]:
+    """For cells ``columns[i]`` (header first): each column's natural width (its widest cell)
+    and its width with the header wrapped at its spaces (its longest header word or widest
+    value)."""
     natural = [max(len(c) for c in col) for col in columns]
-    if width is None:
-        return natural
-    frame = 3 * len(columns) + 1  # a border and one space of padding each side, per column
-    if sum(natural) + frame <= width:
-        return natural
     wrapped = [
         max(max(map(len, col[0].split()), default=1), *(len(c) for c in col[1:])) for col in columns
     ]
-    return wrapped if sum(wrapped) + frame <= width else None
+    return natural, wrapped
+
+
+def fixed_widths(columns: Sequence[Sequence[str]], width: int | None) -> list[int] | None:
+    """Column widths (text only) for cells ``columns[i]`` (header first) in ``width`` columns
+    of a bordered table: the natural widths if they fit, else the wrapped ones (:func:`_widths`);
+    None when even those do not fit. ``width`` None: the natural widths."""
+    natural, wrapped = _widths(columns)
+    if width is None:
+        return natural
+    frame = 3 * len(columns) + 1  # a border and one space of padding each side, per column
+    for fixed in (natural, wrapped):
+        if sum(fixed) + frame <= width:
+            return fixed
+    return None
 
 
 def ranks_table(summary: Mapping[str, Any], *, title: str | None = None) -> Fitted:
@@ -332,9 +340,7 @@ def _findings_table(
         frame = 3 * (len(columns) + 1) + 1
         cap = max(len("culprit"), width // 6)  # the culprit folds beyond a sixth of the width
         want = min(MIN_SUMMARY, max(map(len, summaries), default=0))
-        natural = [max(map(len, c)) for c in cells]
-        wrapped = [max(max(map(len, c[0].split())), *map(len, c[1:])) for c in cells]
-        for fixed in (natural, wrapped):  # headers wrapped at their spaces only if need be
+        for fixed in _widths(cells):  # headers wrapped at their spaces only if need be
             fixed = [min(fixed[0], cap), *fixed[1:]]
             room = width - frame - sum(fixed)
             if room >= want:

@@ -29,34 +29,12 @@ MAD_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal nois
 _CHUNK = 8192
 
 
-def rolling_baseline(
-    values: np.ndarray, window: int, min_history: int, starts: np.ndarray | None = None
-) -> tuple[np.ndarray, ...]:
-    """(median, MAD-sigma) of the ``window`` values before each position (NaN where fewer than
-    ``min_history``). With ``starts`` (each position's group start), a window never reaches
-    back into the previous group: many series, concatenated, in one pass."""
-    n = len(values)
-    med = np.full(n, np.nan)
-    mad = np.full(n, np.nan)
-    if n == 0 or window < 1:
-        return med, mad
-    rows = np.arange(n)
-    w = _history(values, window, rows, starts)
-    m, d = _median_mad(w, min_history)
-    med[:], mad[:] = m, d
-    return med, mad
-
-
-def _history(
-    values: np.ndarray, window: int, rows: np.ndarray, starts: np.ndarray | None
-) -> np.ndarray:
-    """The ``window`` values before each of ``rows`` (a copy; NaN before the series or group
-    start)."""
-    padded = np.concatenate([np.full(window, np.nan), values.astype(float)])
+def _history(padded: np.ndarray, window: int, rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The ``window`` values before each of ``rows`` (a copy; NaN before its group's start).
+    ``padded``: the values after ``window`` NaNs, made once by the caller."""
     w = sliding_window_view(padded, window)[rows].copy()  # row i: values[i - window : i]
-    if starts is not None:
-        pos = rows[:, None] - window + np.arange(window)[None, :]
-        w[pos < starts[rows][:, None]] = np.nan
+    pos = rows[:, None] - window + np.arange(window)[None, :]
+    w[pos < starts[rows][:, None]] = np.nan
     return w
 
 
@@ -142,30 +120,31 @@ def spikes_table(
     new = np.ones(n, dtype=bool)
     new[1:] = groups[1:] != groups[:-1]
     starts = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    padded = np.concatenate([np.full(window, np.nan), values])
     candidates = []
     for lo in range(0, n, _CHUNK):
         rows = np.arange(lo, min(n, lo + _CHUNK))
-        w = _history(values, window, rows, starts)
+        w = _history(padded, window, rows, starts)
         enough = (~np.isnan(w)).sum(axis=1) >= max(min_history, 1)
         possible = enough
         if min_ratio > 0:
             low = np.where(np.isnan(w), np.inf, w).min(axis=1)
             possible = enough & ((values[rows] > min_ratio * low) | (low <= 0))
         candidates.append(rows[possible])
-    rows = np.concatenate(candidates) if candidates else np.zeros(0, dtype=int)
     out: dict[int, list[Spike]] = {}
-    if len(rows) == 0:
-        return out
-    med, mad = _median_mad(_history(values, window, rows, starts), min_history)
-    x = values[rows]
-    scale = np.fmax(mad, rel_floor * np.abs(med))
-    with np.errstate(invalid="ignore"):
-        flag = (x > med + k * scale) & (x > min_ratio * med)
-    for i in np.flatnonzero(flag):
-        row = rows[i]
-        out.setdefault(groups[row].item(), []).append(
-            Spike(int(steps[row]), float(x[i]), float(med[i]), float(mad[i]))
-        )
+    rows = np.concatenate(candidates)
+    for lo in range(0, len(rows), _CHUNK):  # in chunks too: every row may be a candidate
+        chunk = rows[lo : lo + _CHUNK]
+        med, mad = _median_mad(_history(padded, window, chunk, starts), min_history)
+        x = values[chunk]
+        scale = np.fmax(mad, rel_floor * np.abs(med))
+        with np.errstate(invalid="ignore"):
+            flag = (x > med + k * scale) & (x > min_ratio * med)
+        for i in np.flatnonzero(flag):
+            row = chunk[i]
+            out.setdefault(groups[row].item(), []).append(
+                Spike(int(steps[row]), float(x[i]), float(med[i]), float(mad[i]))
+            )
     return out
 
 
