@@ -109,7 +109,8 @@ def _widths(columns: Sequence[Sequence[str]]) -> tuple[list[int], list[int]]:
     value)."""
     natural = [max(len(c) for c in col) for col in columns]
     wrapped = [
-        max(max(map(len, col[0].split()), default=1), *(len(c) for c in col[1:])) for col in columns
+        max([max(map(len, col[0].split()), default=1), *(len(c) for c in col[1:])])
+        for col in columns
     ]
     return natural, wrapped
 
