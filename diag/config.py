@@ -97,6 +97,9 @@ class DaemonConfig:
     rank_watch_interval_s: float = 0.25  # look for rank processes that are gone this often
     stack_tool: str = "py-spy"  # native stacks of every local rank on a hang ("" = none)
     stack_timeout_s: float = 10.0  # the most one py-spy dump may take
+    # Prometheus /metrics (diag.daemon.metrics): off (-1), a port (0 = any free one), the address
+    metrics_port: int = -1
+    metrics_addr: str = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +123,15 @@ class AnalyzerConfig:
     tls_ca: str = ""
     insecure: bool = False
     max_concurrent_rpcs: int = 256  # calls beyond it are answered RESOURCE_EXHAUSTED
+    # Prometheus /metrics of the job (diag.analyzer.metrics): off (-1), a port (0 = any free)
+    metrics_port: int = -1
+    metrics_addr: str = "127.0.0.1"
+    # alerts (diag.analyzer.alerts): each new or escalated finding at alert_severity or above is
+    # POSTed to the webhook / piped to the command (sh -c) as JSON; at most alert_per_hour
+    alert_webhook: str = ""
+    alert_command: str = ""
+    alert_severity: str = "warning"
+    alert_per_hour: int = 30
 
 
 _SECTIONS: dict[str, type] = {

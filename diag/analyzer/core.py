@@ -126,6 +126,19 @@ class AnalyzerCore:
         self.control = control or ControlBoard(clock, state_path=store.run_dir / CONTROL_FILE)
         self._lock = threading.RLock()
         self.latest_triage: TriageResult | None = None
+        self.latest_summary: RunSummary | None = None  # the summary the latest triage read
+        #: called with every triage result (live and final), on the triaging thread: they must
+        #: not block (the alerter only enqueues); a failing one is logged, the others still run
+        self.listeners: list[Callable[[TriageResult], None]] = []
+        #: what :meth:`release` stops once the run's last triage is done (metrics server, alerts)
+        self.extras: list[Callable[[], None]] = []
+        self.metrics_url = ""  # the job's /metrics endpoint, where one is served, and its port
+        self.metrics_port = -1
+        self.num_events_accepted = 0
+        self.num_duplicates = 0
+        self.num_batches_rejected = 0
+        self.num_triage_passes = 0
+        self.last_triage_s = 0.0
         self.autocapture: AutoCapture | None = None
         if auto_capture is not None and auto_capture.mode != "off":
             self.autocapture = AutoCapture(
@@ -270,7 +283,25 @@ class AnalyzerCore:
                 self._observe_steps(events[i] for i in keep)
                 if any(events[i].kind in URGENT_KINDS for i in keep):
                     self.urgent.set()
+            self.num_events_accepted += len(keep)
+            self.num_duplicates += len(events) - len(keep)
             return IngestResult(len(keep), len(events) - len(keep))
+
+    def note_rejected(self) -> None:
+        """Count one batch refused as malformed (the service's ``INVALID_ARGUMENT``)."""
+        with self._lock:
+            self.num_batches_rejected += 1
+
+    def counters(self) -> dict[str, float]:
+        """Ingest and triage counters since start (the analyzer's metrics read them)."""
+        with self._lock:
+            return {
+                "events": self.num_events_accepted,
+                "duplicates": self.num_duplicates,
+                "rejected": self.num_batches_rejected,
+                "passes": self.num_triage_passes,
+                "last_triage_s": self.last_triage_s,
+            }
 
     def _check_bounds(self, events: Sequence[schema.Event]) -> None:
         """:class:`SchemaError` (one line; nothing stored) for an event whose ``seq`` lies more
@@ -393,9 +424,11 @@ class AnalyzerCore:
         the closed loop records what it decided for the requests still pending
         (:meth:`AutoCapture.settle`). ``cancelled``: asked between detectors; a pass it stops
         raises :class:`~diag.errors.Cancelled`."""
+        started = time.perf_counter()
         snap = self._snapshot()
         features = Features.from_store(snap)
-        run = summarize(snap).to_json()["run"]
+        summary = summarize(snap)
+        run = summary.to_json()["run"]
         self._adopt(snap)
         findings = run_all(features, self.detectors, cancelled)
         layout = features.work_layout()
@@ -409,7 +442,26 @@ class AnalyzerCore:
             findings = annotate(findings, self.autocapture.records)
         result = TriageResult(run=run, findings=tuple(findings))
         self.latest_triage = result
+        self.latest_summary = summary
+        self.num_triage_passes += 1
+        self.last_triage_s = time.perf_counter() - started
+        for listener in list(self.listeners):
+            try:
+                listener(result)
+            except Exception:  # a listener's bug never costs the triage
+                log.exception("a triage listener failed")
         return result
+
+    def release(self) -> None:
+        """Stop what serves the run's results beside the store (metrics endpoint, alerts: queued
+        alerts are delivered first, within their timeout). After the run's last triage; safe to
+        call twice."""
+        extras, self.extras = self.extras, []
+        for stop in extras:
+            try:
+                stop()
+            except Exception:
+                log.exception("stopping an analyzer extra failed")
 
     def settle(self) -> bool:
         """After :meth:`close`: the final triage (:meth:`triage` ``final``) when the closed loop

@@ -27,7 +27,7 @@ from diag import schema
 from diag.analyzer.autocapture import AutoCaptureConfig
 from diag.analyzer.core import AnalyzerCore
 from diag.config import AnalyzerConfig
-from diag.diagnose.triage import write_findings
+from diag.diagnose.triage import TriageResult, write_findings
 from diag.errors import Cancelled, ConfigError, NotReady, SchemaError, TransportError
 from diag.proto import diag_pb2 as pb
 from diag.store.run_store import RunStore
@@ -64,6 +64,7 @@ class AnalyzerServicer:
             result = self.core.ingest(batch)
         except SchemaError as exc:
             message = " ".join(str(exc).split())
+            self.core.note_rejected()
             log.warning("rejected a batch from %s: %s", context.peer(), message)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
         except (OSError, TransportError) as exc:
@@ -267,6 +268,11 @@ def serve(
     if port == 0:
         core.close()
         raise TransportError(f"cannot bind {cfg.bind}")
+    try:
+        start_extras(core, cfg)
+    except (ConfigError, TransportError):
+        core.close()
+        raise
     server.start()
     stop = threading.Event()
     thread = threading.Thread(
@@ -284,6 +290,36 @@ def serve(
         triage.start()
         core.background.append(triage)
     return server, port, core
+
+
+def start_extras(core: AnalyzerCore, cfg: AnalyzerConfig) -> None:
+    """The metrics endpoint (``cfg.metrics_port`` >= 0) and the alerter (a webhook or a command)
+    of ``core``; both stop in :meth:`AnalyzerCore.release`. :class:`ConfigError` for bad alert
+    settings, :class:`TransportError` when the metrics address cannot be bound."""
+    from diag.analyzer.alerts import AlertConfig, Alerter
+
+    alerts = AlertConfig(
+        webhook=cfg.alert_webhook,
+        command=cfg.alert_command,
+        min_severity=cfg.alert_severity,
+        per_hour=cfg.alert_per_hour,
+    )
+    if cfg.metrics_port >= 0:
+        from diag.analyzer.metrics import job_registry
+        from diag.transport.metrics_http import serve_metrics
+
+        metrics = serve_metrics(job_registry(core), cfg.metrics_addr, cfg.metrics_port)
+        core.metrics_url, core.metrics_port = metrics.url, metrics.port
+        core.extras.append(metrics.close)
+        log.info("job metrics on %s", metrics.url)
+    if alerts.enabled:
+        alerter = Alerter(alerts)
+
+        def alert(result: TriageResult) -> None:
+            alerter.observe(result.run, result.findings)
+
+        core.listeners.append(alert)
+        core.extras.append(alerter.close)
 
 
 def join_background(core: AnalyzerCore, timeout_s: float = 30.0) -> bool:

@@ -19,9 +19,14 @@ from typing import TYPE_CHECKING
 
 from diag.cli.run_cmd import add_auto_capture_argument
 from diag.cli.security_args import add_security_arguments
+from diag.cli.service_args import (
+    add_alert_arguments,
+    add_metrics_arguments,
+    alert_overrides,
+    write_port_file,
+)
 from diag.config import AnalyzerConfig, load_config
 from diag.errors import InputError
-from diag.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from diag.analyzer.core import AnalyzerCore
@@ -49,12 +54,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.toml",
         help="detector thresholds for the live triage ([node] min_ratio = 1.1, ...)",
     )
+    add_metrics_arguments(parser, what="the job (findings, straggler scores, ingest)")
+    parser.add_argument(
+        "--metrics-port-file", metavar="FILE", help="write the bound metrics port to this file"
+    )
+    add_alert_arguments(parser)
     add_security_arguments(parser, server=True)
-
-
-def write_port_file(path: str | Path, port: int) -> None:
-    """Write ``port`` to ``path`` atomically (a reader never sees a partial file)."""
-    atomic_write(path, f"{port}\n")
 
 
 def _log_to_file(run_dir: Path) -> logging.Handler:
@@ -88,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
             "tls_key": args.tls_key,
             "tls_ca": args.tls_ca,
             "insecure": args.insecure,
+            "metrics_port": args.metrics_port,
+            "metrics_addr": args.metrics_addr,
+            **alert_overrides(args),
         },
     )
     detectors = None
@@ -121,6 +129,10 @@ def run(args: argparse.Namespace) -> int:
                 log.info("start-up recovery: %s", core.recovery)
             if args.port_file:
                 write_port_file(args.port_file, port)
+            if core.metrics_url:
+                print(f"metrics on {core.metrics_url}", flush=True)
+                if args.metrics_port_file:
+                    write_port_file(args.metrics_port_file, core.metrics_port)
             print(f"analyzer listening on {host}:{port}", flush=True)
             log.info("analyzer listening on %s:%d, run dir %s", host, port, run_dir)
             stop.wait()
@@ -130,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
             core.close()
             join_background(core)
             _settle(core)
+            core.release()
             for s, h in previous.items():
                 signal.signal(s, h)
     finally:

@@ -33,6 +33,7 @@ from diag.attach import AttachError, discover, inject
 from diag.cli import runtime
 from diag.cli.run_cmd import add_auto_capture_argument, new_run_id
 from diag.cli.security_args import add_security_arguments, export_client_security
+from diag.cli.service_args import add_alert_arguments, add_metrics_arguments
 from diag.config import HookConfig, default_host, load_config
 
 STATUS_WAIT_S = 10.0  # the most an injected worker may take to report that its hook runs
@@ -66,6 +67,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_auto_capture_argument(parser)
     add_security_arguments(parser)
+    add_metrics_arguments(
+        parser, what="the node's ranks and GPUs on PORT and of the job (findings) on PORT+1"
+    )
+    add_alert_arguments(parser)
     parser.add_argument(
         "--hang-min-s",
         type=float,
@@ -122,11 +127,14 @@ def attach(
     daemon = None
     target = args.analyzer
     injected: list[discover.Worker] = []
+    node_metrics, job_metrics = runtime.metrics_ports(args)
     with _detach_on_signals():
         try:
             if target is None:
                 analyzer = runtime.EmbeddedAnalyzer.start(
-                    out, auto_capture=getattr(args, "auto_capture", None) or "on"
+                    out,
+                    auto_capture=getattr(args, "auto_capture", None) or "on",
+                    settings=runtime.analyzer_settings(args, job_metrics),
                 )
                 target = analyzer.target
             daemon = runtime.start_daemon(
@@ -137,6 +145,8 @@ def attach(
                 job_id=run_id,
                 gpu_backend="nvml",
                 fake_gpus=0,
+                metrics_port=node_metrics,
+                metrics_addr=getattr(args, "metrics_addr", None),
             )
             if daemon is None:
                 raise AttachError(

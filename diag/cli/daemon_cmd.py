@@ -19,6 +19,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from diag.cli.security_args import add_security_arguments, export_client_security
+from diag.cli.service_args import add_metrics_arguments, write_port_file
 
 OWNER_POLL_S = 1.0
 
@@ -34,6 +35,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML file with a [daemon] table")
     parser.add_argument(
         "--exit-with", type=int, metavar="PID", help="flush and exit when process PID is gone"
+    )
+    add_metrics_arguments(parser, what="the node's ranks and GPUs (DCGM exporter names)")
+    parser.add_argument(
+        "--metrics-port-file", metavar="FILE", help="write the bound metrics port to this file"
     )
     add_security_arguments(parser)
 
@@ -54,11 +59,17 @@ def run(args: argparse.Namespace) -> int:
             "fake_gpus": args.fake_gpus,
             "job_id": args.job_id,
             "host": args.host,
+            "metrics_port": args.metrics_port,
+            "metrics_addr": args.metrics_addr,
         },
     )
     if not getattr(args, "verbose", False):
         logging.getLogger("diag").setLevel(logging.INFO)
     daemon = Daemon.from_config(cfg)
+    if daemon.metrics_server is not None:
+        logging.getLogger("diag").info("metrics on %s", daemon.metrics_server.url)
+        if args.metrics_port_file:
+            write_port_file(args.metrics_port_file, daemon.metrics_server.port)
 
     def _stop(signum: int, frame: FrameType | None) -> None:
         # Not inline: the main thread may hold the lock request_stop() takes when the signal lands.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from diag.cli import exit_report, runtime
 from diag.cli.security_args import add_security_arguments, export_client_security
+from diag.cli.service_args import add_alert_arguments, add_metrics_arguments
 from diag.config import default_host
 from diag.errors import ConfigError
 
@@ -57,6 +58,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_auto_capture_argument(parser)
     add_security_arguments(parser)
+    add_metrics_arguments(
+        parser, what="the node's ranks and GPUs on PORT and of the job (findings) on PORT+1"
+    )
+    add_alert_arguments(parser)
     parser.add_argument(
         "--triage-interval",
         type=float,
@@ -126,6 +131,7 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
     daemon = None
     target = args.analyzer
     exit_code = 1
+    node_metrics, job_metrics = runtime.metrics_ports(args)
     try:
         if target is None:
             try:
@@ -134,6 +140,7 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
                     detectors,
                     auto_capture=getattr(args, "auto_capture", None) or "on",
                     triage_interval_s=getattr(args, "triage_interval", 5.0),
+                    settings=runtime.analyzer_settings(args, job_metrics),
                 )
                 target = analyzer.target
             except Exception as exc:  # diag failing must not stop the job
@@ -146,6 +153,8 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
             job_id=run_id,
             gpu_backend=args.gpu_backend,
             fake_gpus=args.fake_gpus,
+            metrics_port=node_metrics,
+            metrics_addr=getattr(args, "metrics_addr", None),
         )
         if daemon is not None:
             runtime.write_run_json(out, daemon_pid=daemon.pid, analyzer=target)

@@ -141,6 +141,26 @@ def worker_env(
     return env
 
 
+def metrics_ports(args: Any) -> tuple[int, int]:
+    """The node daemon's and the embedded analyzer's metrics ports from ``--metrics-port P``:
+    P and P + 1 (0: a free port each; not given: -1, off)."""
+    port = getattr(args, "metrics_port", None)
+    if port is None or port < 0:
+        return -1, -1
+    return port, (port + 1 if port > 0 else 0)
+
+
+def analyzer_settings(args: Any, metrics_port: int) -> dict[str, Any]:
+    """The embedded analyzer's metrics and alert settings from the command's arguments."""
+    from diag.cli.service_args import alert_overrides
+
+    return {
+        "metrics_port": metrics_port,
+        "metrics_addr": getattr(args, "metrics_addr", None),
+        **alert_overrides(args),
+    }
+
+
 class EmbeddedAnalyzer:
     """An analyzer served from this process on 127.0.0.1 (port chosen by the OS)."""
 
@@ -158,9 +178,12 @@ class EmbeddedAnalyzer:
         *,
         auto_capture: str = "on",
         triage_interval_s: float = 5.0,
+        settings: Mapping[str, Any] | None = None,
     ) -> EmbeddedAnalyzer:
         """Serve ``run_dir``; live and final triage use ``detectors`` (name -> config), the live
-        one every ``triage_interval_s`` with the closed loop in mode ``auto_capture``."""
+        one every ``triage_interval_s`` with the closed loop in mode ``auto_capture``.
+        ``settings``: more :class:`~diag.config.AnalyzerConfig` fields (metrics, alerts; None
+        values are left at their defaults). A job metrics endpoint is announced on stderr."""
         from diag.analyzer.service import serve
         from diag.config import AnalyzerConfig
 
@@ -169,8 +192,11 @@ class EmbeddedAnalyzer:
             run_dir=str(run_dir),
             triage_interval_s=triage_interval_s,
             auto_capture=auto_capture,
+            **{k: v for k, v in (settings or {}).items() if v is not None},
         )
         server, port, core = serve(cfg, detectors=detectors)
+        if core.metrics_url:
+            print(f"diag: job metrics on {core.metrics_url}", file=sys.stderr, flush=True)
         return cls(server, port, core, run_dir)
 
     @property
@@ -201,6 +227,7 @@ class EmbeddedAnalyzer:
             write_findings(self.run_dir, self._core.triage(final=True).findings)
         except Exception as exc:  # the run is stored; only the findings are missing
             print(f"diag run: triage of the run failed: {exc}", file=sys.stderr)
+        self._core.release()  # after the final triage: its alerts go out first
         return self.summary()
 
     def take_spool(self, spool_dir: Path) -> int:
@@ -269,8 +296,13 @@ def start_daemon(
     gpu_backend: str,
     fake_gpus: int,
     wait_s: float = 20.0,
+    metrics_port: int = -1,
+    metrics_addr: str | None = None,
 ) -> subprocess.Popen[bytes] | None:
-    """Start ``diag daemon`` as a subprocess, wait for its socket; None (one line) if it fails."""
+    """Start ``diag daemon`` as a subprocess, wait for its socket; None (one line) if it fails.
+    ``metrics_port`` >= 0: the daemon serves the node's metrics there (0: a free port), and the
+    endpoint is announced on stderr once bound."""
+    port_file = Path(listen_sock + ".metrics-port")
     cmd = [
         sys.executable, "-m", "diag.cli.main", "daemon",
         "--listen", listen_sock,
@@ -281,6 +313,10 @@ def start_daemon(
         "--fake-gpus", str(fake_gpus),
         "--exit-with", str(os.getpid()),
     ]  # fmt: skip
+    if metrics_port >= 0:
+        cmd += ["--metrics-port", str(metrics_port), "--metrics-port-file", str(port_file)]
+        if metrics_addr:
+            cmd += ["--metrics-addr", metrics_addr]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
@@ -292,7 +328,12 @@ def start_daemon(
     logf.close()
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if os.path.exists(listen_sock):
+        if os.path.exists(listen_sock) and (metrics_port < 0 or port_file.exists()):
+            if metrics_port >= 0:
+                port = port_file.read_text().strip()
+                host = metrics_addr or "127.0.0.1"
+                print(f"diag: node metrics on http://{host}:{port}/metrics", file=sys.stderr,
+                      flush=True)  # fmt: skip
             return proc
         if proc.poll() is not None:
             break

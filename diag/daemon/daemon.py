@@ -45,6 +45,7 @@ from diag.daemon.collectors import COLLECTORS
 from diag.daemon.collectors.base import Collector, HangAware, RankAware, stamp
 from diag.daemon.hook_watch import HookWatch
 from diag.daemon.listener import HookListener
+from diag.daemon.metrics import NodeMetrics
 from diag.daemon.probe_runner import ProbeRunner
 from diag.daemon.shipper import Shipper
 from diag.daemon.spool import Spool
@@ -52,6 +53,7 @@ from diag.errors import CollectorUnavailable, ConfigError, TransportError
 from diag.proto import diag_pb2 as pb
 from diag.transport import codec, framing
 from diag.transport.client import AnalyzerClient
+from diag.transport.metrics_http import MetricsServer, serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,7 @@ class Daemon:
         final_flush_s: float = 5.0,
         pid: int | None = None,
         hook_watch: HookWatch | None = None,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         if not cfg.listen_sock or not cfg.analyzer:
             raise ConfigError("the daemon needs a listen socket and an analyzer address")
@@ -156,11 +159,21 @@ class Daemon:
             clock_sync_interval_s=cfg.clock_sync_interval_s,
         )
         self.hook_watch = hook_watch or HookWatch()
+        if metrics is None and cfg.metrics_port >= 0:
+            metrics = NodeMetrics()
+        self.metrics = metrics
+        self.metrics_server: MetricsServer | None = None
         try:
             self.listener = HookListener(
                 cfg.listen_sock, self._on_batch, self._control_greeting, watch=self.hook_watch
             )
+            if metrics is not None and cfg.metrics_port >= 0:
+                self.metrics_server = serve_metrics(
+                    metrics.registry, cfg.metrics_addr, cfg.metrics_port
+                )
         except BaseException:
+            if hasattr(self, "listener"):
+                self.listener.stop(grace_s=0.0)
             self.client.close()
             self.spool.close()
             raise
@@ -190,6 +203,20 @@ class Daemon:
             full = len(self._queue) >= self.cfg.batch_max_events
         if full or ranks:
             self._wake.set()
+        self._observe(events)
+
+    def _observe(self, events: list[schema.Event]) -> None:
+        if self.metrics is None:
+            return
+        try:
+            self.metrics.observe(events)
+        except Exception as exc:  # metrics are a view: their failure loses no event
+            self._log_once("metrics", f"{type(exc).__name__}: {exc}")
+
+    def _log_once(self, what: str, message: str) -> None:
+        if (what, message) not in self._logged_errors:
+            self._logged_errors.add((what, message))
+            log.warning("%s failed (logged once): %s", what, message)
 
     def emit(self, event: schema.Event) -> None:
         """Queue one of the daemon's own events, giving it the daemon's envelope and next seq."""
@@ -199,6 +226,7 @@ class Daemon:
             )
             self._seq += 1
             self._queue.append(codec.event_to_proto(ev))
+        self._observe([ev])
 
     def _on_clock(self, offset_ns: int, rtt_ns: int) -> None:
         if self._closing:
@@ -403,6 +431,8 @@ class Daemon:
 
     def _shutdown(self) -> DaemonStats:
         self.listener.stop(grace_s=self._grace_s)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         self.probes.stop()
         self._apply_new_ranks()
         for c in self._collectors:
