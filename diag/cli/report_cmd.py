@@ -1,7 +1,11 @@
-"""``diag report DIR [--json] [--kernels] [--kernels-top N]``: the per-rank summary of a run.
+"""``diag report DIR [--json] [--kernels] [--kernels-top N] [--html FILE]``: the per-rank summary.
 
 ``--kernels`` adds the cross-rank kernel table of the run's profiler windows
 (:func:`diag.traces.kernels.from_store`); with ``--json`` it is the ``"kernels"`` list.
+``--html FILE`` also writes one self-contained page of plots (:mod:`diag.cli.render.report_html`:
+rank x step heatmaps, step time with the findings' onsets, phases per rank, GPU telemetry) with
+the run's findings (``findings.jsonl``, else triaged now, nothing written into the run).
+Everything is read through the Python API (:func:`diag.open`).
 """
 
 from __future__ import annotations
@@ -29,18 +33,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="kernels in that table, heaviest first (default 20; 0 = all)",
     )
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a self-contained HTML page of plots (heatmaps, onsets, GPU telemetry)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from diag.store.run_store import RunStore
-    from diag.store.summary import summarize
+    from diag.api import open as open_run
 
-    store = RunStore.open(args.run_dir)
-    summary = summarize(store).to_json()
+    run = open_run(args.run_dir)
+    summary = run.summary.to_json()
     if args.kernels:
         from diag.traces.kernels import from_store
 
-        summary["kernels"] = from_store(store, top=args.kernels_top or None).to_json()
+        summary["kernels"] = from_store(run.store, top=args.kernels_top or None).to_json()
+    if args.html:
+        from diag.cli.render.report_html import write_report
+
+        write_report(args.html, run, run.findings)
+        print(f"diag report: wrote {args.html}", file=sys.stderr)
     if args.json:
         json.dump(summary, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")

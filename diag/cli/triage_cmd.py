@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from diag.findings import Finding
-    from diag.postmortem.analyze import RemainsReport
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -71,29 +70,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from diag.api import triage_path
     from diag.diagnose.detector_config import load_detector_config
-    from diag.diagnose.timing_table import is_timing_table
-    from diag.diagnose.triage import triage_remains, triage_run_dir, triage_table, write_findings
+    from diag.diagnose.triage import write_findings
     from diag.postmortem.discover import is_run_dir
 
     detectors = load_detector_config(args.config) if args.config else None
-    report = None
-    if is_timing_table(args.run_dir):
-        # A table: print only, write nothing next to it.
-        result = triage_table(args.run_dir, detectors)
-    elif is_run_dir(args.run_dir):
-        result, report = triage_run_dir(args.run_dir, detectors)
+    # A table or remains: read only, nothing written next to them; a run directory keeps its
+    # findings (findings.jsonl).
+    result, report = triage_path(args.run_dir, detectors)
+    if is_run_dir(args.run_dir):
         write_findings(args.run_dir, result.findings)
-    else:
-        result, report = triage_remains(args.run_dir)  # remains: never written into
-        if _nothing_recognized(report):
-            from diag.errors import InputError
-
-            raise InputError(
-                f"{args.run_dir}: not a diag run directory, a timing table (.parquet/.csv) or a "
-                "failed run's remains (no Flight Recorder dump, torchelastic error file or "
-                "worker log line found)"
-            )
     out = result.to_json()
     failed = _fails(result.findings, args.fail_on)
     if args.html:
@@ -141,11 +128,3 @@ def _fails(findings: Sequence[Finding], floor: str | None) -> int:
         return 0
     least = SEVERITIES.index(floor)
     return 1 if any(SEVERITIES.index(f.severity) >= least for f in findings) else 0
-
-
-def _nothing_recognized(report: RemainsReport | None) -> bool:
-    """Whether the remains reader found nothing it knows in the path (a script, a photo)."""
-    if report is None:
-        return False
-    r = report.remains
-    return not (r.dumps or r.num_error_files or r.clues or r.ranks_seen or r.problems)
