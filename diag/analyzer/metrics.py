@@ -5,7 +5,8 @@ triage and the run summary it was computed with): a scrape runs no detector and 
 Served by ``diag analyzer --metrics-port`` (and ``diag run``/``diag attach``, whose analyzer is
 embedded) through :func:`diag.transport.metrics_http.serve_metrics`.
 
-Every series has the label ``job`` (the run id). Families:
+Every series has the label ``job_id`` (the run id; ``job`` is Prometheus's own, the scrape
+job). Families:
 
 - ``diag_findings`` (``cause``, ``severity``): current findings of the live triage;
 - ``diag_finding_confidence`` (``id``, ``cause``, ``severity``, ``ranks``, ``hosts``): one series
@@ -17,7 +18,7 @@ Every series has the label ``job`` (the run id). Families:
 - ``diag_ingest_events_total``, ``diag_ingest_duplicate_events_total``,
   ``diag_ingest_rejected_batches_total``: counters since the analyzer started (``rate()`` of the
   first is the ingest rate);
-- ``diag_hook_dropped_events`` (``reason``): events the job's hooks reported dropped;
+- ``diag_job_dropped_events_total`` (``reason``): events the job's hooks reported dropped;
 - ``diag_triage_passes_total`` and ``diag_triage_last_seconds``: the live triage's passes and
   how long the last one took.
 """
@@ -70,10 +71,10 @@ class JobCollector:
         score = GaugeMetricFamily(
             "diag_rank_straggler_score",
             "The rank's median compute over its peers' (1.0 typical)",
-            labels=("job", "rank", "host"),
+            labels=("job_id", "rank", "host"),
         )
         step = GaugeMetricFamily(
-            "diag_rank_step", "Newest step stored for the rank", labels=("job", "rank", "host")
+            "diag_rank_step", "Newest step stored for the rank", labels=("job_id", "rank", "host")
         )
         for r in ranks:
             labels = (job, str(r.rank), _label(r.host))
@@ -89,18 +90,18 @@ class JobCollector:
             ("diag_ingest_rejected_batches", "Batches refused as malformed", "rejected"),
             ("diag_triage_passes", "Triage passes run", "passes"),
         ):
-            fam = CounterMetricFamily(name, help_, labels=("job",))
+            fam = CounterMetricFamily(name, help_, labels=("job_id",))
             fam.add_metric((job,), float(counts[key]))
             yield fam
         last = GaugeMetricFamily(
-            "diag_triage_last_seconds", "Duration of the last triage pass", labels=("job",)
+            "diag_triage_last_seconds", "Duration of the last triage pass", labels=("job_id",)
         )
         last.add_metric((job,), float(counts["last_triage_s"]))
         yield last
-        dropped = GaugeMetricFamily(
-            "diag_hook_dropped_events",
+        dropped = CounterMetricFamily(
+            "diag_job_dropped_events",
             "Events the job's hooks reported dropped, by reason",
-            labels=("job", "reason"),
+            labels=("job_id", "reason"),
         )
         if summary is not None:
             info = summary.run
@@ -114,16 +115,18 @@ class JobCollector:
 
 
 def _findings(job: str, findings: Any) -> Iterator[Metric]:
-    by = GaugeMetricFamily("diag_findings", "Current findings", labels=("job", "cause", "severity"))
+    by = GaugeMetricFamily(
+        "diag_findings", "Current findings", labels=("job_id", "cause", "severity")
+    )
     conf = GaugeMetricFamily(
         "diag_finding_confidence",
         "Confidence of each current finding (0-1)",
-        labels=("job", "id", "cause", "severity", "ranks", "hosts"),
+        labels=("job_id", "id", "cause", "severity", "ranks", "hosts"),
     )
     latency = GaugeMetricFamily(
         "diag_finding_detection_latency_steps",
         "Steps from a finding's onset to its detection",
-        labels=("job", "id", "cause"),
+        labels=("job_id", "id", "cause"),
     )
     counts: dict[tuple[str, str], int] = {}
     for f in findings:

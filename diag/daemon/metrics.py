@@ -4,14 +4,16 @@ Fed by the daemon with every event that passes through it (the hooks' batches an
 collector samples: :meth:`NodeMetrics.observe`), served by ``diag daemon --metrics-port``
 (:func:`diag.transport.metrics_http.serve_metrics`). Nothing here runs in the training job.
 
-Per rank (labels ``job``, ``host``, ``rank``), histograms in seconds of each step's phases, from
+Per rank (labels ``job_id``, ``host``, ``rank``; not ``job``, which Prometheus gives the scrape
+job), histograms in seconds of each step's phases, from
 its :class:`~diag.schema.StepEvent`: ``diag_step_seconds``, ``diag_compute_seconds``,
 ``diag_collective_wait_seconds``, ``diag_data_wait_seconds``, ``diag_checkpoint_seconds``,
 ``diag_cpu_wait_seconds``; gauges ``diag_rank_step`` (the newest step) and, from the hook's
-:class:`~diag.schema.HookHealth`, ``diag_hook_events_emitted``, ``diag_hook_events_sent``,
-``diag_hook_errors`` and ``diag_hook_events_dropped`` (label ``reason``: ``queue``, ``fr``,
-``undelivered``, ``unencodable``, ``oversize``, ``other``). The hook's counters are totals it
-keeps itself, exposed as gauges (they restart with the process, as a counter would).
+:class:`~diag.schema.HookHealth`, ``diag_hook_events_emitted_total``,
+``diag_hook_events_sent_total``, ``diag_hook_errors_total`` and
+``diag_hook_events_dropped_total`` (label ``reason``: ``queue``, ``fr``, ``undelivered``,
+``unencodable``, ``oversize``, ``other``): counters the hook keeps itself (they restart with its
+process, as counters do).
 
 Per GPU, the latest :class:`~diag.schema.GpuSample` under the DCGM exporter's names and labels
 (``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``), so that a dashboard built on
@@ -35,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from diag import schema
 
@@ -43,7 +45,7 @@ from diag import schema
 BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
 )  # fmt: skip
-RANK_LABELS = ("job", "host", "rank")
+RANK_LABELS = ("job_id", "host", "rank")
 GPU_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname")
 MAX_LABEL = 128
 
@@ -133,14 +135,14 @@ class _Latest:
 
 
 def _health_families(health: dict[tuple[str, str, str], schema.HookHealth]) -> Iterator[Metric]:
-    emitted = GaugeMetricFamily(
+    emitted = CounterMetricFamily(
         "diag_hook_events_emitted", "Events the rank's hook emitted", labels=RANK_LABELS
     )
-    sent = GaugeMetricFamily("diag_hook_events_sent", "Events the hook sent", labels=RANK_LABELS)
-    errors = GaugeMetricFamily(
+    sent = CounterMetricFamily("diag_hook_events_sent", "Events the hook sent", labels=RANK_LABELS)
+    errors = CounterMetricFamily(
         "diag_hook_errors", "diag's own failures counted in the hook", labels=RANK_LABELS
     )
-    dropped = GaugeMetricFamily(
+    dropped = CounterMetricFamily(
         "diag_hook_events_dropped",
         "Events the hook dropped, by reason",
         labels=(*RANK_LABELS, "reason"),

@@ -15,7 +15,9 @@ import pytest
 pytestmark = pytest.mark.integration
 
 #: What the hook must not pull in when a training script (or sitecustomize) imports it.
-HOOK_FORBIDDEN = ("torch", "pandas", "pyarrow", "sklearn", "grpc", "rich")
+HOOK_FORBIDDEN = (
+    "torch", "pandas", "pyarrow", "sklearn", "grpc", "rich", "prometheus_client", "plotly",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,8 @@ class Closure:
 CLOSURES: dict[str, Closure] = {
     "diag.hook.core": Closure(("diag.hook.core",), HOOK_FORBIDDEN),
     "diag.hook": Closure(("diag.hook",), HOOK_FORBIDDEN),
+    # the package root offers diag.open / diag.triage, loaded on first use only
+    "diag": Closure(("diag",), HOOK_FORBIDDEN),
     "diag.gpu.nvml": Closure(
         ("diag.daemon.collectors", "diag.gpu.nvml", "diag.daemon.daemon"), ("pynvml",)
     ),

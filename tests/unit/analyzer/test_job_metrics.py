@@ -76,15 +76,15 @@ def test_findings_scores_and_ingest_are_scraped_and_the_finding_alerted(tmp_path
         receiver.shutdown()
         receiver.server_close()
 
-    job = got["diag_findings"][0][0]["job"]
+    job = got["diag_findings"][0][0]["job_id"]
     assert job == "job1"  # the run's id (the events' job id)
     assert [(lab["cause"], v) for lab, v in got["diag_findings"]] == [("node", 1)]
     ((lab, conf),) = got["diag_finding_confidence"]
     assert lab["ranks"] == "2" and lab["cause"] == "node" and 0 < conf <= 1
     scores = {lab["rank"]: v for lab, v in got["diag_rank_straggler_score"]}
     assert max(scores, key=scores.__getitem__) == "2" and scores["2"] > 1.1
-    assert got["diag_ingest_events_total"] == [({"job": job}, float(len(events)))]
-    assert got["diag_ingest_rejected_batches_total"] == [({"job": job}, 1.0)]
+    assert got["diag_ingest_events_total"] == [({"job_id": job}, float(len(events)))]
+    assert got["diag_ingest_rejected_batches_total"] == [({"job_id": job}, 1.0)]
     assert got["diag_triage_passes_total"][0][1] >= 1
     latency = got["diag_finding_detection_latency_steps"]
     assert latency and latency[0][1] >= 0

@@ -52,7 +52,7 @@ def test_steps_gpus_and_health_are_scraped_with_their_labels() -> None:
     sums = {lab["rank"]: v for lab, v in got["diag_compute_seconds_sum"]}
     assert sums["0"] == pytest.approx(0.5) and sums["1"] == pytest.approx(1.05)
     labels = got["diag_step_seconds_count"][0][0]
-    assert set(labels) == {"job", "host", "rank"} and labels["job"] == "job1"
+    assert set(labels) == {"job_id", "host", "rank"} and labels["job_id"] == "job1"
     assert {lab["rank"]: v for lab, v in got["diag_rank_step"]} == {"0": 4, "1": 6}
 
     names = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK",
@@ -73,10 +73,14 @@ def test_steps_gpus_and_health_are_scraped_with_their_labels() -> None:
     # a field the device did not report is absent, not zero
     assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER" not in got
 
-    drops = {lab["reason"]: v for lab, v in got["diag_hook_events_dropped"] if lab["rank"] == "1"}
+    drops = {
+        lab["reason"]: v for lab, v in got["diag_hook_events_dropped_total"] if lab["rank"] == "1"
+    }
     assert drops == {"queue": 6, "fr": 3, "undelivered": 0, "unencodable": 0, "oversize": 0,
                      "other": 1}  # fmt: skip
-    assert got["diag_hook_events_emitted"] == [({"job": "job1", "host": "n0", "rank": "1"}, 100)]
+    assert got["diag_hook_events_emitted_total"] == [
+        ({"job_id": "job1", "host": "n0", "rank": "1"}, 100)
+    ]
 
 
 def test_the_dcgm_names_are_the_exporters() -> None:
@@ -102,5 +106,5 @@ def test_a_negative_step_time_is_not_observed() -> None:
     step = src.step(0)
     metrics.observe([dataclasses.replace(step, cpu_wait_ns=-1)])
     text = metrics.text().decode()
-    assert 'diag_cpu_wait_seconds_count{host="n0",job="job1",rank="0"}' not in text
-    assert 'diag_step_seconds_count{host="n0",job="job1",rank="0"} 1.0' in text
+    assert 'diag_cpu_wait_seconds_count{host="n0",job_id="job1",rank="0"}' not in text
+    assert 'diag_step_seconds_count{host="n0",job_id="job1",rank="0"} 1.0' in text
