@@ -30,13 +30,17 @@ Numerics tier (``--tier numerics``, ~50 ms step): no hook, the hook without the 
 checks and the hook with them at their default intervals, interleaved; plus the training
 thread's cost of each numerics piece timed directly (:mod:`overhead_numerics`).
 
+Metrics tier (``--tier metrics``, ~50 ms step): the hook sending to a real node daemon that serves
+``/metrics`` and is scraped every second, against one that does not (:mod:`overhead_metrics`).
+
 Attach (``--attach``): the base tier with the hook attached and detached as ``diag attach`` does
 (:mod:`overhead_attach`), the Flight Recorder at torch's default size.
 
 The closed loop's cost (idle, and its automatic windows under a persistent fault) needs real
 jobs under ``diag run``: ``bench/overhead_autocapture.py``.
 
-    .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel|numerics] [--attach]
+    .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel|numerics|metrics]
+        [--attach]
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from diag.transport import framing as frames
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead_attach import Attacher
+from overhead_metrics import metrics_tier
 from overhead_numerics import numerics_tier
 
 
@@ -161,7 +166,9 @@ def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=4, help="ABBA repetitions per step size")
-    p.add_argument("--tier", choices=("all", "base", "kernel", "numerics"), default="all")
+    p.add_argument(
+        "--tier", choices=("all", "base", "kernel", "numerics", "metrics"), default="all"
+    )
     p.add_argument("--window-every", type=int, default=50, help="kernel tier: steps per window")
     p.add_argument("--trace-dir", default="", help="kernel tier: keep raw traces here")
     p.add_argument("--no-shapes", action="store_true", help="kernel tier: record_shapes off")
@@ -244,6 +251,9 @@ def main() -> None:
             trace_dir=args.trace_dir, profile_record_shapes=not args.no_shapes,
         )  # fmt: skip
         kernel_tier(step, kcfg, args.reps)
+    if args.tier in ("all", "metrics"):
+        calibrate(50.0)
+        metrics_tier(step, cpu, cfg, args.reps)
     if args.tier in ("all", "numerics"):
         calibrate(50.0)
         sample = next(iter(DataLoader(data, batch_size=32)))
