@@ -255,19 +255,22 @@ class AnalyzerCore:
         Raises :class:`SchemaError` (one line) if any event is invalid: then nothing is stored.
         Raises ``OSError`` if the WAL cannot be written: then nothing is stored or acknowledged.
         """
-        events = codec.events_from_batch(batch)
+        cols = codec.columns_from_batch(batch)
         with self._lock:
             if self._closed:
                 raise TransportError("the analyzer is shutting down")
-            self._check_bounds(events)
+            self._check_bounds(cols)
             marks: dict[str, int] = {}
-            keep: list[int] = []
-            for i, ev in enumerate(events):
-                if ev.seq > marks.get(ev.source, self._high_water.get(ev.source, -1)):
-                    marks[ev.source] = ev.seq
-                    keep.append(i)
-            if keep:
-                if len(keep) == len(events):
+            high = self._high_water
+            keep = [False] * len(cols.kinds)
+            num_kept = 0
+            for i, (source, seq) in enumerate(zip(cols.sources, cols.seqs, strict=True)):
+                if seq > marks.get(source, high.get(source, -1)):
+                    marks[source] = seq
+                    keep[i] = True
+                    num_kept += 1
+            if num_kept:
+                if num_kept == len(keep):
                     payload = batch.SerializeToString()
                 else:
                     out = pb.EventBatch(
@@ -275,17 +278,30 @@ class AnalyzerCore:
                         sender=batch.sender,
                         sent_ns=batch.sent_ns,
                     )
-                    out.events.extend(batch.events[i] for i in keep)
+                    out.events.extend(batch.events[i] for i, k in enumerate(keep) if k)
                     payload = out.SerializeToString()
                 self._wal.append(payload)
-                self._high_water.update(marks)
-                self.store.append(events[i] for i in keep)
-                self._observe_steps(events[i] for i in keep)
-                if any(events[i].kind in URGENT_KINDS for i in keep):
+                high.update(marks)
+                for kind, columns in cols.columns.items():
+                    rows = cols.positions[kind]
+                    if num_kept < len(keep):
+                        mask = [keep[i] for i in rows]
+                        columns = {
+                            n: [v for v, k in zip(vals, mask, strict=True) if k]
+                            for n, vals in columns.items()
+                        }
+                    self.store.append_columns(kind, columns)
+                    if kind == schema.StepEvent.kind and columns["rank"]:
+                        steps = zip(columns["rank"], columns["step"], columns["duration_ns"],
+                                    columns["end_ns"], strict=True)  # fmt: skip
+                        self.control.observe_steps(steps)  # type: ignore[arg-type]
+                if any(
+                    k and kind in URGENT_KINDS for kind, k in zip(cols.kinds, keep, strict=True)
+                ):
                     self.urgent.set()
-            self.num_events_accepted += len(keep)
-            self.num_duplicates += len(events) - len(keep)
-            return IngestResult(len(keep), len(events) - len(keep))
+            self.num_events_accepted += num_kept
+            self.num_duplicates += len(keep) - num_kept
+            return IngestResult(num_kept, len(keep) - num_kept)
 
     def note_rejected(self) -> None:
         """Count one batch refused as malformed (the service's ``INVALID_ARGUMENT``)."""
@@ -303,25 +319,27 @@ class AnalyzerCore:
                 "last_triage_s": self.last_triage_s,
             }
 
-    def _check_bounds(self, events: Sequence[schema.Event]) -> None:
+    def _check_bounds(self, cols: codec.BatchColumns) -> None:
         """:class:`SchemaError` (one line; nothing stored) for an event whose ``seq`` lies more
         than :data:`MAX_SEQ_JUMP` beyond its source's high-water mark, or whose ``step`` lies
         more than :data:`MAX_STEP_JUMP` beyond the job's newest step: one such event would make
         the analyzer drop every later event of that source as a duplicate, or push every later
         profiler window beyond reach. Called under the lock."""
         steps_up_to = max(self.control.newest_step, 0) + MAX_STEP_JUMP
-        for ev in events:
-            last = self._high_water.get(ev.source, -1)
-            if ev.seq > last + MAX_SEQ_JUMP:
+        if cols.steps and max(cols.steps) > steps_up_to:
+            i = next(i for i, step in enumerate(cols.steps) if step > steps_up_to)
+            raise SchemaError(
+                f"{cols.kinds[i]} event of {cols.sources[i][:80]!r}: step {cols.steps[i]} is "
+                f"more than {MAX_STEP_JUMP} beyond the job's newest "
+                f"({self.control.newest_step}); batch refused"
+            )
+        high = self._high_water
+        for i, (source, seq) in enumerate(zip(cols.sources, cols.seqs, strict=True)):
+            last = high.get(source, -1)
+            if seq > last + MAX_SEQ_JUMP:
                 raise SchemaError(
-                    f"{type(ev).kind} event of {ev.source[:80]!r}: seq {ev.seq} is more than "
+                    f"{cols.kinds[i]} event of {source[:80]!r}: seq {seq} is more than "
                     f"{MAX_SEQ_JUMP} beyond the source's last ({last}); batch refused"
-                )
-            if ev.step > steps_up_to:
-                raise SchemaError(
-                    f"{type(ev).kind} event of {ev.source[:80]!r}: step {ev.step} is more than "
-                    f"{MAX_STEP_JUMP} beyond the job's newest ({self.control.newest_step}); "
-                    "batch refused"
                 )
 
     def _observe_steps(self, events: Iterable[schema.Event]) -> None:

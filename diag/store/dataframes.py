@@ -91,6 +91,14 @@ def events_to_frame(kind: str, events: Sequence[schema.Event]) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
+def columns_to_frame(kind: str, columns: dict[str, list[object]]) -> pd.DataFrame:
+    """One frame of ``kind`` from its rows as columns (field -> values, every field present):
+    the same frame :func:`events_to_frame` builds from the events those rows are."""
+    return pd.DataFrame(
+        {name: _column(dtype, columns[name]) for name, dtype in dtypes(kind).items()}
+    )
+
+
 def empty_frame(kind: str) -> pd.DataFrame:
     """A frame of ``kind`` with no rows and every column."""
     return events_to_frame(kind, [])

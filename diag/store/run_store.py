@@ -56,7 +56,9 @@ class RunStore:
         self.run_dir = Path(run_dir)
         self.store_dir = self.run_dir / STORE_DIR
         self.wal_dir = self.store_dir / WAL_DIR
-        self._buffer: dict[str, list[schema.Event]] = {}
+        # per kind, chunks of rows not yet flushed: a list of events, or columns (field -> values,
+        # as the analyzer's ingest decodes a batch: no Python object per event)
+        self._buffer: dict[str, list[Chunk]] = {}
         # Parts are immutable: each is read once and kept, per kind, as one concatenated frame.
         self._loaded: dict[str, set[str]] = {}
         self._cached: dict[str, pd.DataFrame] = {}
@@ -116,12 +118,26 @@ class RunStore:
 
     def append(self, events: Iterable[schema.Event]) -> None:
         """Buffer events: visible to :meth:`frame` at once, on disk after :meth:`flush`."""
+        by_kind: dict[str, list[schema.Event]] = {}
         for ev in events:
-            self._buffer.setdefault(type(ev).kind, []).append(ev)
+            by_kind.setdefault(type(ev).kind, []).append(ev)
+        for kind, evs in by_kind.items():
+            self._buffer.setdefault(kind, []).append(evs)
+
+    def append_columns(self, kind: str, columns: dict[str, list[object]]) -> None:
+        """Buffer rows of ``kind`` given as columns (every field of the kind, equal lengths)."""
+        if _chunk_len(columns):
+            self._buffer.setdefault(kind, []).append(columns)
 
     @property
     def num_buffered(self) -> int:
-        return sum(len(v) for v in self._buffer.values())
+        return sum(_chunk_len(c) for chunks in self._buffer.values() for c in chunks)
+
+    def _buffered_frame(self, kind: str) -> pd.DataFrame | None:
+        chunks = self._buffer.get(kind)
+        if not chunks:
+            return None
+        return _concat([_chunk_frame(kind, c) for c in chunks])
 
     def flush(self) -> list[Path]:
         """Write one part per kind with buffered rows; returns the new part files.
@@ -131,10 +147,9 @@ class RunStore:
         """
         written: list[Path] = []
         for kind in sorted(self._buffer):
-            events = self._buffer[kind]
-            if not events:
+            df = self._buffered_frame(kind)
+            if df is None or not len(df):
                 continue
-            df = dataframes.events_to_frame(kind, events)
             path = self._write_part(kind, df)
             del self._buffer[kind]
             written.append(path)
@@ -219,9 +234,9 @@ class RunStore:
         if kind not in schema.EVENT_TYPES:
             raise InputError(f"unknown event kind {kind!r}")
         stored = self._stored_frame(kind)
-        buffered = self._buffer.get(kind)
-        if buffered:
-            stored = _concat([stored, dataframes.events_to_frame(kind, buffered)])
+        buffered = self._buffered_frame(kind)
+        if buffered is not None:
+            stored = _concat([stored, buffered])
         df = stored.drop_duplicates(subset=_KEY, keep="first")
         return df.sort_values(_SORT, kind="stable").reset_index(drop=True)
 
@@ -275,6 +290,21 @@ def read_part(kind: str, path: Path) -> pd.DataFrame:
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise _PartError(path, f"cannot read store part {path}: {reason}") from None
+
+
+Chunk = list[schema.Event] | dict[str, list[object]]
+
+
+def _chunk_len(chunk: Chunk) -> int:
+    if isinstance(chunk, dict):
+        return len(next(iter(chunk.values()), ()))
+    return len(chunk)
+
+
+def _chunk_frame(kind: str, chunk: Chunk) -> pd.DataFrame:
+    if isinstance(chunk, dict):
+        return dataframes.columns_to_frame(kind, chunk)
+    return dataframes.events_to_frame(kind, chunk)
 
 
 def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
