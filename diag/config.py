@@ -44,6 +44,9 @@ class HookConfig:
     reconnect_interval_s: float = 1.0
     capture_collectives: bool = True
     capture_checkpoints: bool = True
+    # on a job that uses CUDA, time each step's compute/wait split with CUDA events as well
+    # (diag.hook.device_timer: recorded on the current stream, read back without synchronizing)
+    device_timing: bool = True
     capture_dataloader: bool = True
     # Profiler windows: taken at the same step index on every rank. Periodic ones at
     # profile_first_step, then every profile_every_steps steps (0 = no periodic windows);

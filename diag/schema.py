@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.10"
+SCHEMA_VERSION = "1.11"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -77,6 +77,13 @@ class StepEvent(Event):
     all-reduce completes may wait for a CPU too; that time is already in ``collective_wait_ns``):
     part of ``compute_ns`` on a CPU-contended host that is the host's doing, not the rank's
     device.
+
+    On a GPU (schema 1.11) the same split as the device saw it, from CUDA events the hook
+    recorded on the current stream and read back without synchronizing
+    (:mod:`diag.hook.device_timer`): ``device_duration_ns`` (step start to step end),
+    ``device_compute_ns`` (step start to local gradients done) and ``device_wait_ns`` (local
+    gradients done to the optimizer's start). ``None`` on a CPU job, or where the device had not
+    finished the step by the time the hook sent it.
     """
 
     kind: ClassVar[str] = "step"
@@ -96,6 +103,9 @@ class StepEvent(Event):
     num_backward: int = 0
     num_collectives: int = 0
     cpu_wait_ns: int = 0
+    device_duration_ns: int | None = None
+    device_compute_ns: int | None = None
+    device_wait_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

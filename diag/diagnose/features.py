@@ -241,6 +241,15 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
         },
         columns=list(STEP_COLUMNS),
     )
+    if "device_wait_ns" in df:  # schema 1.11: the device's split wins where the hook has it
+        device = df["device_wait_ns"].astype("Float64")
+        timed = device.notna().to_numpy(dtype=bool)
+        if timed.any():
+            wait = device.to_numpy(dtype=float, na_value=np.nan)[timed] / _NS_PER_MS
+            busy = out["duration_ms"].to_numpy(dtype=float)[timed] - wait
+            busy -= (out["data_ms"] + out["ckpt_ms"]).to_numpy(dtype=float)[timed]
+            out.loc[timed, "wait_ms"] = wait
+            out.loc[timed, "compute_ms"] = np.maximum(busy, 0.0)
     out = out.drop_duplicates(subset=["rank", "step"], keep="last")
     return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 

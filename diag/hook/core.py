@@ -42,6 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from diag.config import HookConfig, default_host, load_config
 from diag.hook import patches as hook_patches
+from diag.hook.device_timer import GRADS as DEVICE_GRADS
+from diag.hook.device_timer import OPT as DEVICE_OPT
+from diag.hook.device_timer import CudaEvents, DeviceTimer
 from diag.hook.events import EventFactory
 from diag.hook.groups import ProcessGroups
 from diag.hook.numerics import Numerics
@@ -109,6 +112,9 @@ class Hook:
         )
         self.cycle = StepCycle()
         self._bw_depth = 0
+        #: CUDA-event timing of each step (diag.hook.device_timer), once the job uses CUDA
+        self.device: DeviceTimer | None = None
+        self._device_checked = not cfg.device_timing
         rank = int(os.environ.get("RANK", "0"))
         self.events = EventFactory(
             host=cfg.host or default_host(),
@@ -272,6 +278,7 @@ class Hook:
                     self.numerics_call(self.numerics.post_step, self.tracker.step)
                 self._end_step(self.clock())
             self.tracker.enter(OPTIMIZER, self.clock())
+            self._device_mark(DEVICE_OPT)
             if self.numerics is not None and self.cycle.is_closer(optimizer):
                 self.numerics_call(self.numerics.pre_step, optimizer, self.tracker.step)
         except Exception as exc:
@@ -296,7 +303,31 @@ class Hook:
         if self.profiler.active is not None:  # a window's disable counts in its step
             self.profiler.step_ends(self.tracker.step)
             now = self.clock()
+        self._device_end(self.tracker.step)
         self.tracker.end_step(now)
+
+    def _device_end(self, step: int) -> None:
+        """Close the step on the device timer; start one once the job has initialized CUDA
+        (never initializes it: ``torch.cuda.is_initialized()`` is a flag read)."""
+        try:
+            if self.device is not None:
+                self.device.end_step(step)
+            elif not self._device_checked and self.torch.cuda.is_initialized():
+                self._device_checked = True
+                self.device = DeviceTimer(CudaEvents(self.torch))
+                self.thread.device = self.device
+                self.device.end_step(step)  # opens the next step
+        except Exception as exc:
+            self._device_checked = True
+            self.device = None
+            self.error(exc)
+
+    def _device_mark(self, which: int) -> None:
+        if self.device is not None:
+            try:
+                self.device.mark(which)
+            except Exception as exc:
+                self.error(exc)
 
     def on_wait(self, t0: int, t1: int) -> None:
         """The training thread waited in ``Work.wait()`` outside any wrapped collective (an
@@ -334,6 +365,7 @@ class Hook:
             cell[1] = tracker.py_coll_ns
             runq = tracker.runqueue_now()
             cell[3] = -1 if runq is None else runq
+            self._device_mark(DEVICE_GRADS)
 
         def prehook(grad_outputs: Any) -> None:
             try:

@@ -80,8 +80,12 @@ class EventFactory:
             **payload,
         )
 
-    def step_event(self, rec: tuple[Any, ...], wall_offset_ns: int, num_coll: int) -> schema.Event:
-        """A :class:`~diag.schema.StepEvent` from a tracker ``("step", ...)`` record."""
+    def step_event(
+        self, rec: tuple[Any, ...], wall_offset_ns: int, num_coll: int, device: Any = None
+    ) -> schema.Event:
+        """A :class:`~diag.schema.StepEvent` from a tracker ``("step", ...)`` record, with the
+        step's device times where the hook has them (a :class:`~diag.hook.device_timer.
+        DeviceStep`)."""
         (_, step, start, end, data, fwd, bwd, opt, ckpt, other, wait, loss, n_bw, _n_py, runq) = rec
         duration = end - start
         return self.make(
@@ -102,6 +106,9 @@ class EventFactory:
             num_backward=n_bw,
             num_collectives=num_coll,
             cpu_wait_ns=runq,
+            device_duration_ns=None if device is None else device.duration_ns,
+            device_compute_ns=None if device is None else device.compute_ns,
+            device_wait_ns=None if device is None else device.wait_ns,
         )
 
     def checkpoint_event(self, rec: tuple[Any, ...], wall_offset_ns: int) -> schema.Event:

@@ -51,6 +51,7 @@ from diag import schema
 from diag.config import HookConfig
 from diag.flight_recorder import load_fr_dump
 from diag.hook import kernels as hook_kernels
+from diag.hook.device_timer import DeviceStep, DeviceTimer
 from diag.hook.events import EventFactory, fr_dtype_name
 from diag.hook.fr_pacing import FrPacer, probe_total
 from diag.hook.fr_state import FrState, PyCall, StepWindows
@@ -64,6 +65,11 @@ from diag.hook.watchdog import HangWatchdog, StallWatch, completed_total
 from diag.proto import diag_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+#: how long a finished step waits for its device times before it is sent without them
+DEVICE_WAIT_NS = 2_000_000_000
+#: device times kept for steps not emitted yet (beyond: the oldest, whose step went without)
+DEVICE_KEEP = 256
 
 
 def fr_buffer_size() -> int:
@@ -144,6 +150,10 @@ class HookThread(threading.Thread):
         self._stop_evt = threading.Event()
         self._exiting = True  # the last cycle's health says final (set by stop() before _stop_evt)
         self._pending_steps: deque[tuple[Any, ...]] = deque()
+        #: the hook's CUDA-event step timer, once the job uses CUDA (set by the hook), and the
+        #: device times read back, by step, until their step is emitted
+        self.device: DeviceTimer | None = None
+        self._device_steps: dict[int, DeviceStep] = {}
         self._probe: int | None = None  # the latest FR probe total (FrPacer)
         self._next_health = time.monotonic()  # the first cycle reports (and its interval)
         self._full_rank_info = False
@@ -271,7 +281,7 @@ class HookThread(threading.Thread):
         else:
             self._drain()
             if not self.fr_ok:
-                self._release_steps(None)
+                self._release_steps(None, final=final)
         if not final:
             self.sender.add(self.watchdog.check())  # sent by this cycle's flush
         if not self._full_rank_info:
@@ -401,16 +411,45 @@ class HookThread(threading.Thread):
             return None
         return load_fr_dump(self._dump_fn(includeStackTraces=False), validate=False)  # type: ignore[misc]
 
-    def _release_steps(self, before_wall_ns: int | None) -> None:
-        """Emit the held steps that ended before ``before_wall_ns`` (all when None)."""
+    def _release_steps(self, before_wall_ns: int | None, *, final: bool = True) -> None:
+        """Emit the held steps that ended before ``before_wall_ns`` (all when None); on a CUDA
+        job a step also waits for its device times, up to :data:`DEVICE_WAIT_NS` after its end
+        (then it goes without them: a device far behind is not a reason to hold events); ``final``:
+        nothing waits for the device."""
         off = self.state.wall_offset_ns
+        device = self._poll_device()
+        now = time.perf_counter_ns()
         while self._pending_steps:
             rec = self._pending_steps[0]
             if before_wall_ns is not None and rec[3] + off >= before_wall_ns:
                 return
+            timed = self._device_steps.pop(rec[1], None)
+            if (
+                timed is None
+                and device is not None
+                and not final
+                and device.num_pending
+                and now - rec[3] < DEVICE_WAIT_NS
+            ):
+                return  # its device times are on their way
             self._pending_steps.popleft()
             num_coll = self.fr.counts.pop(rec[1], 0) if self.fr_ok else rec[13]
-            self._emit(self.ev.step_event(rec, off, num_coll))
+            self._emit(self.ev.step_event(rec, off, num_coll, timed))
+
+    def _poll_device(self) -> DeviceTimer | None:
+        """Read back the device times that are complete (never waits for the device)."""
+        device = self.device
+        if device is None:
+            return None
+        try:
+            for timed in device.poll():
+                self._device_steps[timed.step] = timed
+            while len(self._device_steps) > DEVICE_KEEP:  # steps already emitted without them
+                self._device_steps.pop(next(iter(self._device_steps)))
+        except Exception as exc:
+            self._error(exc)
+            self.device = None
+        return self.device
 
     # --------------------------------------------------------- flight recorder
     def _fr_due(self) -> bool:
@@ -463,7 +502,7 @@ class HookThread(threading.Thread):
             self._emit(self.ev.make(schema.CollectiveEvent, step=call.step, **call.payload()))
         # Entries are emitted one harvest late (FrState), so a step is complete in the counts once
         # it ended before the previous dump.
-        self._release_steps(None if final else self._prev_dump_wall_ns)
+        self._release_steps(None if final else self._prev_dump_wall_ns, final=final)
         self._prev_dump_wall_ns = dump_wall_ns
 
     def _paced(self, dump: dict[str, Any]) -> None:

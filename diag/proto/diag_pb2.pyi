@@ -27,7 +27,7 @@ class Envelope(_message.Message):
     def __init__(self, ts_ns: _Optional[int] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., job_id: _Optional[str] = ..., source: _Optional[str] = ..., seq: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class StepEvent(_message.Message):
-    __slots__ = ("start_ns", "end_ns", "duration_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns", "checkpoint_ns", "other_ns", "compute_ns", "collective_wait_ns", "loss", "num_backward", "num_collectives", "cpu_wait_ns")
+    __slots__ = ("start_ns", "end_ns", "duration_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns", "checkpoint_ns", "other_ns", "compute_ns", "collective_wait_ns", "loss", "num_backward", "num_collectives", "cpu_wait_ns", "device_duration_ns", "device_compute_ns", "device_wait_ns")
     START_NS_FIELD_NUMBER: _ClassVar[int]
     END_NS_FIELD_NUMBER: _ClassVar[int]
     DURATION_NS_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,9 @@ class StepEvent(_message.Message):
     NUM_BACKWARD_FIELD_NUMBER: _ClassVar[int]
     NUM_COLLECTIVES_FIELD_NUMBER: _ClassVar[int]
     CPU_WAIT_NS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_DURATION_NS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_WAIT_NS_FIELD_NUMBER: _ClassVar[int]
     start_ns: int
     end_ns: int
     duration_ns: int
@@ -58,7 +61,10 @@ class StepEvent(_message.Message):
     num_backward: int
     num_collectives: int
     cpu_wait_ns: int
-    def __init__(self, start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., data_wait_ns: _Optional[int] = ..., forward_ns: _Optional[int] = ..., backward_ns: _Optional[int] = ..., optimizer_ns: _Optional[int] = ..., checkpoint_ns: _Optional[int] = ..., other_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., collective_wait_ns: _Optional[int] = ..., loss: _Optional[float] = ..., num_backward: _Optional[int] = ..., num_collectives: _Optional[int] = ..., cpu_wait_ns: _Optional[int] = ...) -> None: ...
+    device_duration_ns: int
+    device_compute_ns: int
+    device_wait_ns: int
+    def __init__(self, start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., data_wait_ns: _Optional[int] = ..., forward_ns: _Optional[int] = ..., backward_ns: _Optional[int] = ..., optimizer_ns: _Optional[int] = ..., checkpoint_ns: _Optional[int] = ..., other_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., collective_wait_ns: _Optional[int] = ..., loss: _Optional[float] = ..., num_backward: _Optional[int] = ..., num_collectives: _Optional[int] = ..., cpu_wait_ns: _Optional[int] = ..., device_duration_ns: _Optional[int] = ..., device_compute_ns: _Optional[int] = ..., device_wait_ns: _Optional[int] = ...) -> None: ...
 
 class CollectiveEvent(_message.Message):
     __slots__ = ("op", "pg_name", "pg_desc", "pg_size", "seq_id", "p2p_seq_id", "is_p2p", "num_bytes", "dtype", "enqueue_ns", "start_ns", "end_ns", "duration_ns", "state", "origin")
