@@ -31,25 +31,14 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from diag.transport.metrics_http import DROP_REASONS, label
+
 if TYPE_CHECKING:
     from diag.analyzer.core import AnalyzerCore
 
-MAX_LABEL = 128
-DROP_REASONS = (
-    ("queue", "num_queue_dropped"),
-    ("fr", "num_fr_dropped"),
-    ("undelivered", "num_undelivered"),
-    ("unencodable", "num_unencodable"),
-    ("oversize", "num_oversize"),
-)
-
-
-def _label(value: object) -> str:
-    return str(value)[:MAX_LABEL]
-
 
 def _ints(values: Any) -> str:
-    return _label(",".join(str(v) for v in values))
+    return label(",".join(str(v) for v in values))
 
 
 class JobCollector:
@@ -65,7 +54,7 @@ class JobCollector:
         core = self._core
         result, summary = core.latest_triage, core.latest_summary
         run: dict[str, Any] = dict(result.run) if result is not None else {}
-        job = _label(run.get("id") or core.store.run_dir.name)
+        job = label(run.get("id") or core.store.run_dir.name)
         yield from _findings(job, result.findings if result is not None else ())
         ranks = summary.ranks if summary is not None else ()
         score = GaugeMetricFamily(
@@ -77,7 +66,7 @@ class JobCollector:
             "diag_rank_step", "Newest step stored for the rank", labels=("job_id", "rank", "host")
         )
         for r in ranks:
-            labels = (job, str(r.rank), _label(r.host))
+            labels = (job, str(r.rank), label(r.host))
             if r.compute_vs_peers is not None:
                 score.add_metric(labels, float(r.compute_vs_peers))
             step.add_metric(labels, float(r.last_step))
@@ -132,11 +121,11 @@ def _findings(job: str, findings: Any) -> Iterator[Metric]:
     for f in findings:
         counts[(f.cause, f.severity)] = counts.get((f.cause, f.severity), 0) + 1
         conf.add_metric(
-            (job, _label(f.id), f.cause, f.severity, _ints(f.ranks), _ints(f.hosts)),
+            (job, label(f.id), f.cause, f.severity, _ints(f.ranks), _ints(f.hosts)),
             float(f.confidence),
         )
         if f.onset_step is not None and f.detected_step is not None:
-            latency.add_metric((job, _label(f.id), f.cause), float(f.detected_step - f.onset_step))
+            latency.add_metric((job, label(f.id), f.cause), float(f.detected_step - f.onset_step))
     for (cause, severity), n in sorted(counts.items()):
         by.add_metric((job, cause, severity), n)
     yield from (by, conf, latency)

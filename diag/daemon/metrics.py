@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from diag import schema
+from diag.transport.metrics_http import DROP_REASONS, label
 
 #: step-phase buckets, seconds: 1 ms to 2 min
 BUCKETS = (
@@ -47,7 +48,6 @@ BUCKETS = (
 )  # fmt: skip
 RANK_LABELS = ("job_id", "host", "rank")
 GPU_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname")
-MAX_LABEL = 128
 
 #: (metric, help, StepEvent field in ns)
 PHASES: tuple[tuple[str, str, str], ...] = (
@@ -85,19 +85,6 @@ DCGM: tuple[tuple[str, str, Callable[[schema.GpuSample], float | None]], ...] = 
     ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "PCIe Rx throughput (in KB/s).", lambda g: g.pcie_rx_kbps),
 )  # fmt: skip
 
-#: HookHealth drop counters -> the ``reason`` label
-DROP_REASONS = (
-    ("queue", "num_queue_dropped"),
-    ("fr", "num_fr_dropped"),
-    ("undelivered", "num_undelivered"),
-    ("unencodable", "num_unencodable"),
-    ("oversize", "num_oversize"),
-)
-
-
-def _label(value: object) -> str:
-    return str(value)[:MAX_LABEL]
-
 
 class _Latest:
     """A collector of gauges from the newest values the daemon saw (read at scrape time)."""
@@ -130,7 +117,7 @@ class _Latest:
                 ("diag_node_procs_running", "Runnable processes", host.num_procs_running),
             ):
                 fam = GaugeMetricFamily(name, help_, labels=labels)
-                fam.add_metric((_label(host.host),), float(value))
+                fam.add_metric((label(host.host),), float(value))
                 yield fam
 
 
@@ -164,8 +151,8 @@ def _gpu_families(
     gpus: dict[tuple[str, int], schema.GpuSample], xids: dict[tuple[str, int], int]
 ) -> Iterator[Metric]:
     def labels(g: schema.GpuSample) -> tuple[str, ...]:
-        return (str(g.gpu_index), _label(g.uuid), f"nvidia{g.gpu_index}", _label(g.name),
-                _label(g.host))  # fmt: skip
+        return (str(g.gpu_index), label(g.uuid), f"nvidia{g.gpu_index}", label(g.name),
+                label(g.host))  # fmt: skip
 
     for name, help_, get in DCGM:
         fam = GaugeMetricFamily(name, help_, labels=GPU_LABELS)
@@ -234,4 +221,4 @@ class NodeMetrics:
 
 
 def _rank_key(ev: Any) -> tuple[str, str, str]:
-    return (_label(ev.job_id), _label(ev.host), str(ev.rank))
+    return (label(ev.job_id), label(ev.host), str(ev.rank))

@@ -14,6 +14,22 @@ from typing import Any
 
 from diag.errors import TransportError
 
+#: the longest label value served (label values come from events: bounded)
+MAX_LABEL = 128
+#: HookHealth drop counters -> the ``reason`` label (the node's and the job's metrics alike)
+DROP_REASONS = (
+    ("queue", "num_queue_dropped"),
+    ("fr", "num_fr_dropped"),
+    ("undelivered", "num_undelivered"),
+    ("unencodable", "num_unencodable"),
+    ("oversize", "num_oversize"),
+)
+
+
+def label(value: object) -> str:
+    """A label value: the text, at most :data:`MAX_LABEL` characters."""
+    return str(value)[:MAX_LABEL]
+
 
 @dataclass(slots=True)
 class MetricsServer:

@@ -17,23 +17,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.diagproc import diag, env, torchrun
+from tests.fakes.scrape import scrape
 
 pytestmark = pytest.mark.integration
 
 URL = re.compile(r"diag: (node|job) metrics on (http://\S+)")
-
-
-def _scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), s.value))
-    return out
 
 
 def test_a_live_run_is_scraped_and_its_finding_alerted(tmp_path: Path) -> None:
@@ -66,7 +56,7 @@ def test_a_live_run_is_scraped_and_its_finding_alerted(tmp_path: Path) -> None:
             time.sleep(1.0)
             if len(urls) < 2:
                 continue
-            node, job_metrics = _scrape(urls["node"]), _scrape(urls["job"])
+            node, job_metrics = scrape(urls["node"]), scrape(urls["job"])
             counts = node.get("diag_step_seconds_count", [])
             found = [lab for lab, v in job_metrics.get("diag_findings", []) if v > 0]
             if len(counts) == 4 and min(v for _, v in counts) >= 20 and found and alerts.exists():

@@ -6,12 +6,10 @@ import http.server
 import json
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
@@ -19,6 +17,7 @@ from diag.errors import TransportError
 from diag.proto import diag_pb2_grpc as pb_grpc
 from diag.transport import codec
 from tests.fakes.scenarios import Scenario
+from tests.fakes.scrape import scrape
 
 
 def _ingest(port: int, events: list, batch: int = 500) -> None:
@@ -30,16 +29,6 @@ def _ingest(port: int, events: list, batch: int = 500) -> None:
         raw = channel.unary_unary("/diag.v1.Analyzer/Ingest")  # bytes, as a broken client sends
         with pytest.raises(grpc.RpcError):
             raw(b"\xff\xff not a batch", timeout=10)
-
-
-def _scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), s.value))
-    return out
 
 
 def test_findings_scores_and_ingest_are_scraped_and_the_finding_alerted(tmp_path: Path) -> None:
@@ -68,7 +57,7 @@ def test_findings_scores_and_ingest_are_scraped_and_the_finding_alerted(tmp_path
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (core.latest_triage and posts):
             time.sleep(0.05)
-        got = _scrape(core.metrics_url)
+        got = scrape(core.metrics_url)
     finally:
         server.stop(None).wait()
         core.close()

@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from diag import schema
 from diag.daemon.metrics import DCGM, NodeMetrics
 from diag.errors import TransportError
 from diag.transport.metrics_http import serve_metrics
 from tests.fakes.events import T0, Source
-
-
-def _scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        assert resp.status == 200
-        text = resp.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), s.value))
-    return out
+from tests.fakes.scrape import scrape
 
 
 def _health(src: Source, **kw: int) -> schema.HookHealth:
@@ -43,7 +31,7 @@ def test_steps_gpus_and_health_are_scraped_with_their_labels() -> None:
     server = serve_metrics(metrics.registry, "127.0.0.1", 0)
     try:
         assert server.port > 0 and server.url.startswith("http://127.0.0.1:")
-        got = _scrape(server.url)
+        got = scrape(server.url)
     finally:
         server.close()
 
