@@ -7,7 +7,7 @@
     run.steps.groupby("rank")["compute_ns"].median() / 1e6
     run.findings              # tuple[diag.findings.Finding], as triage wrote them
     run.summary.ranks         # per-rank medians (diag report)
-    diag.triage("runs/20261203-1200-ab12").findings   # the detectors, run now
+    diag.triage("runs/20261203-1200-ab12")            # the findings, the detectors run now
 
 A run directory (written by ``diag run``, ``diag attach`` or ``diag analyzer``) opens as a
 :class:`Run`; its frames have exactly the columns of the event schema (:mod:`diag.schema`; times
@@ -189,9 +189,11 @@ def triage_path(
     return result, report
 
 
-def triage(path: str | Path, detectors: Mapping[str, object] | None = None) -> TriageResult:
-    """The findings for ``path`` (a run directory, a timing table or remains), computed now."""
-    return triage_path(path, detectors)[0]
+def triage(path: str | Path, detectors: Mapping[str, object] | None = None) -> tuple[Finding, ...]:
+    """The findings for ``path`` (a run directory, a timing table or remains), computed now,
+    most important first; :func:`triage_path` gives the whole result (run section, unreadable
+    files, missing evidence)."""
+    return triage_path(path, detectors)[0].findings
 
 
 def _nothing_recognized(report: RemainsReport | None) -> bool:

@@ -80,7 +80,7 @@ def main() -> int:
         nccl = coll[coll["duration_ns"].notna()]
         if nproc > 1:
             check("NCCL durations", len(nccl) > 0, f"{len(nccl)} of {len(coll)} collectives timed")
-            found = [f for f in triage(out).findings if f.severity != "info"]
+            found = [f for f in triage(out) if f.severity != "info"]
             named = bool(found) and found[0].ranks == (slow,)
             check("slow GPU named", named, found[0].summary if found else "no finding")
         kernels = run.kernels

@@ -39,13 +39,13 @@ def test_open_gives_schema_frames_and_typed_findings(slow_run: Path) -> None:
     assert not (slow_run / "findings.jsonl").exists()  # read-only: triaged, nothing written
     by_rank = {r.rank: r.compute_vs_peers for r in run.summary.ranks}
     assert max(by_rank, key=lambda r: by_rank[r] or 0) == 2
-    assert diag.triage(slow_run).findings[0].ranks == (2,)
+    assert diag.triage(slow_run)[0].ranks == (2,)
 
 
 def test_findings_come_from_the_run_when_triage_wrote_them(slow_run: Path) -> None:
     from diag.diagnose.triage import write_findings
 
-    write_findings(slow_run, diag.triage(slow_run).findings[:0])  # an empty, written triage
+    write_findings(slow_run, diag.triage(slow_run)[:0])  # an empty, written triage
     assert diag.open(slow_run).findings == ()
 
 
