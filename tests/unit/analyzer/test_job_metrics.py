@@ -14,18 +14,15 @@ import pytest
 from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
 from diag.errors import TransportError
-from diag.proto import diag_pb2_grpc as pb_grpc
-from diag.transport import codec
+from tests.fakes.ingest import ingest
 from tests.fakes.scenarios import Scenario
 from tests.fakes.scrape import scrape
 
 
-def _ingest(port: int, events: list, batch: int = 500) -> None:
+def _ingest(port: int, events: list) -> None:
+    """The events as a daemon sends them, then one batch of garbage (refused and counted)."""
+    ingest(port, events)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = pb_grpc.AnalyzerStub(channel)
-        for i in range(0, len(events), batch):
-            stub.Ingest(codec.batch_to_proto(events[i : i + batch], sender="t", sent_ns=0),
-                        timeout=10)  # fmt: skip
         raw = channel.unary_unary("/diag.v1.Analyzer/Ingest")  # bytes, as a broken client sends
         with pytest.raises(grpc.RpcError):
             raw(b"\xff\xff not a batch", timeout=10)

@@ -6,30 +6,19 @@ import json
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 
 from diag.analyzer.service import serve
 from diag.config import AnalyzerConfig
-from diag.proto import diag_pb2_grpc as pb_grpc
-from diag.transport import codec
+from tests.fakes.ingest import ingest
 from tests.fakes.scenarios import Scenario
-
-
-def _ingest(port: int, events: list, batch: int = 500) -> None:
-    """Send ``events`` to the analyzer on ``port`` in batches, as a daemon does."""
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = pb_grpc.AnalyzerStub(channel)
-        for i in range(0, len(events), batch):
-            stub.Ingest(codec.batch_to_proto(events[i : i + batch], sender="t", sent_ns=0),
-                        timeout=10)  # fmt: skip
 
 
 def test_a_finding_appears_within_seconds_of_the_events(tmp_path: Path) -> None:
     cfg = AnalyzerConfig(run_dir=str(tmp_path / "run"), flush_interval_s=0.1, triage_interval_s=0.2)
     server, port, core = serve(cfg)
     try:
-        _ingest(port, Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events())
+        ingest(port, Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events())
         path = tmp_path / "run" / "findings.jsonl"
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not path.exists():
@@ -51,7 +40,7 @@ def test_an_exception_is_triaged_at_once_not_at_the_next_interval(tmp_path: Path
     try:
         run = Run()
         run.exception(1, "RuntimeError", "injected failure at step 6", at=STALL)
-        _ingest(port, run.events, batch=len(run.events))
+        ingest(port, run.events, batch=len(run.events))
         path = tmp_path / "run" / "findings.jsonl"
         deadline = time.monotonic() + 10  # the interval is 10 minutes: only the urgency helps
         while time.monotonic() < deadline and not path.exists():
@@ -90,7 +79,7 @@ def test_a_live_pass_in_flight_gives_up_when_the_analyzer_closes(
     cfg = AnalyzerConfig(run_dir=str(tmp_path / "run"), flush_interval_s=0.1, triage_interval_s=0.1)
     server, port, core = serve(cfg)
     try:
-        _ingest(port, Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events()[:500])
+        ingest(port, Scenario(slow_ranks=(2,), onset_step=50, severity=0.3).events()[:500])
         assert entered.wait(20)
     finally:
         server.stop(None).wait()

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import time
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,16 +22,6 @@ from diag.hook import thread
 from tests.fakes.hook_sink import FrameSink, of_kind
 
 FAST = {"flush_interval_s": 0.05, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
-
-
-@pytest.fixture
-def sink() -> Iterator[FrameSink]:
-    short = tempfile.mkdtemp(prefix="dh")
-    s = FrameSink(Path(short) / "d.sock")
-    s.start()
-    yield s
-    s.close()
-    shutil.rmtree(short, ignore_errors=True)
 
 
 class Sleepy(Dataset[tuple[torch.Tensor, torch.Tensor]]):

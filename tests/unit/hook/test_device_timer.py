@@ -3,10 +3,6 @@ device clock, events that complete late, and never a synchronization on the trai
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,16 +111,6 @@ def test_a_step_without_backward_has_a_duration_only() -> None:
     timer.end_step(0)
     (s,) = timer.poll()
     assert s.compute_ns is None and s.wait_ns is None and s.duration_ns >= 0
-
-
-@pytest.fixture
-def sink() -> Iterator[FrameSink]:
-    short = tempfile.mkdtemp(prefix="dh")
-    s = FrameSink(Path(short) / "d.sock")
-    s.start()
-    yield s
-    s.close()
-    shutil.rmtree(short, ignore_errors=True)
 
 
 def test_the_hook_times_a_cuda_job_on_the_device_without_synchronizing(

@@ -5,12 +5,7 @@ install included), and ``Work.wait()`` on asynchronous collectives counted as co
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -21,16 +16,6 @@ from diag.hook import core as hook
 from tests.fakes.hook_sink import FrameSink, of_kind
 
 FAST = {"flush_interval_s": 0.05, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
-
-
-@pytest.fixture
-def sink() -> Iterator[FrameSink]:
-    short = tempfile.mkdtemp(prefix="dh")
-    s = FrameSink(Path(short) / "d.sock")
-    s.start()
-    yield s
-    s.close()
-    shutil.rmtree(short, ignore_errors=True)
 
 
 def data(i: int) -> tuple[torch.Tensor, torch.Tensor]:

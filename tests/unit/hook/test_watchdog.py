@@ -4,15 +4,10 @@ and the real hook reporting a training thread blocked in this process."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import torch
 import torch.distributed as dist
 
@@ -257,16 +252,6 @@ def test_a_failing_callback_never_hides_the_jobs_error() -> None:
     hooks.active = True
     hooks._sys_hook(ValueError, ValueError("job error"), None)
     assert previous == ["job error"]
-
-
-@pytest.fixture
-def sink() -> Iterator[FrameSink]:
-    short = tempfile.mkdtemp(prefix="dh")
-    s = FrameSink(Path(short) / "d.sock")
-    s.start()
-    yield s
-    s.close()
-    shutil.rmtree(short, ignore_errors=True)
 
 
 def test_real_hook_reports_a_blocked_training_thread(world: None, sink: FrameSink) -> None:
