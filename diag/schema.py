@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.11"
+SCHEMA_VERSION = "1.12"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -165,6 +165,11 @@ class GpuSample(Event):
     comma-separated names of the set bits that mean a slowdown (idle is not one). ECC counts are
     volatile (since driver load). PCIe throughput is KB/s as NVML reports it; NVLink counters are
     cumulative bytes summed over links. ``None`` where the device does not report the field.
+
+    Health (schema 1.12, :class:`diag.gpu.backend.GpuReading` says what each means): PCIe link
+    generation and width, current and maximum; retired pages (single-bit, double-bit, pending);
+    remapped rows (correctable, uncorrectable, pending, failure: 0 or 1); NVLink CRC (flit, data),
+    replay and recovery error counts summed over the active links, cumulative.
     """
 
     kind: ClassVar[str] = "gpu"
@@ -191,6 +196,21 @@ class GpuSample(Event):
     pcie_replay_count: int | None = None
     nvlink_tx_bytes: int | None = None
     nvlink_rx_bytes: int | None = None
+    pcie_link_gen: int | None = None
+    pcie_link_gen_max: int | None = None
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    row_remap_pending: int | None = None
+    row_remap_failure: int | None = None
+    nvlink_crc_flit_errors: int | None = None
+    nvlink_crc_data_errors: int | None = None
+    nvlink_replay_errors: int | None = None
+    nvlink_recovery_errors: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,9 +1,14 @@
 """NVML health through the :class:`~diag.gpu.backend.GpuBackend` seam: per GPU, ``value`` is the
 number of problems found (lower is better, 0 healthy) and ``detail`` names them: volatile
 double-bit ECC errors, pending XIDs, active throttle reasons (idle excluded), SM clock below
-``min_clock_fraction`` of its maximum while busy, power limit below ``min_power_limit_w``.
-Retired pages and the PCIe link width/generation are not in the backend's readings yet and are not
-checked. No backend (no NVML) is ``unsupported``.
+``min_clock_fraction`` of its maximum while busy, power limit below ``min_power_limit_w``; the
+PCIe link trained below its maximum width (``pcie_width=x8/x16``: a downtrained link halves
+host-device bandwidth), or below its maximum generation while busy (an idle link steps down its
+generation to save power, so only a busy device's counts); a row remap that failed (NVIDIA's RMA
+criterion on Ampere and later) or waits for a GPU reset; a page retirement waiting for a reset,
+or ``max_retired_pages`` or more retired pages (legacy GPUs retire at most 64). NVLink error
+counters are cumulative since the driver loaded and are not judged from one reading (the daemon
+and the analyzer judge their growth). No backend (no NVML) is ``unsupported``.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from diag.gpu.backend import throttle_reason_names
+from diag.gpu.backend import GpuReading, throttle_reason_names
 from probes.base import ProbeContext, ProbeResult, params_dict, unsupported
 
 
@@ -19,11 +24,14 @@ from probes.base import ProbeContext, ProbeResult, params_dict, unsupported
 class NvmlParams:
     min_clock_fraction: float = 0.9
     min_power_limit_w: float = 0.0
+    max_retired_pages: int = 60
     timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_clock_fraction <= 1.0 or self.min_power_limit_w < 0:
             raise ValueError("min_clock_fraction must be in [0, 1], min_power_limit_w >= 0")
+        if self.max_retired_pages < 1:
+            raise ValueError("max_retired_pages must be >= 1")
 
 
 class NvmlProbe:
@@ -51,6 +59,7 @@ class NvmlProbe:
                 problems.append(f"sm_clock={r.sm_clock_mhz}/{r.sm_clock_max_mhz}MHz")
             if r.power_limit_w is not None and r.power_limit_w < params.min_power_limit_w:
                 problems.append(f"power_limit={r.power_limit_w:g}W")
+            problems.extend(_health_problems(r, busy=(r.util_pct or 0) > 50, params=params))
             out.append(
                 ProbeResult(
                     probe=self.name,
@@ -65,3 +74,24 @@ class NvmlProbe:
                 )
             )
         return out
+
+
+def _health_problems(r: GpuReading, *, busy: bool, params: NvmlParams) -> list[str]:
+    """The PCIe link, row-remapping and page-retirement problems of one reading."""
+    out = []
+    width, width_max = r.pcie_link_width, r.pcie_link_width_max
+    if width and width_max and width < width_max:
+        out.append(f"pcie_width=x{width}/x{width_max}")
+    gen, gen_max = r.pcie_link_gen, r.pcie_link_gen_max
+    if busy and gen and gen_max and gen < gen_max:
+        out.append(f"pcie_gen={gen}/{gen_max}")
+    if r.row_remap_failure:
+        out.append("row_remap_failure")
+    if r.row_remap_pending:
+        out.append("row_remap_pending (needs a GPU reset)")
+    if r.retired_pages_pending:
+        out.append("retired_pages_pending (needs a GPU reset)")
+    retired = (r.retired_pages_sbe or 0) + (r.retired_pages_dbe or 0)
+    if retired >= params.max_retired_pages:
+        out.append(f"retired_pages={retired}")
+    return out

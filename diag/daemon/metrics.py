@@ -23,8 +23,15 @@ Per GPU, the latest :class:`~diag.schema.GpuSample` under the DCGM exporter's na
 ``DCGM_FI_DEV_FB_FREE`` (MiB), ``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`` (the NVML mask),
 ``DCGM_FI_DEV_ECC_SBE_VOL_TOTAL``, ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL``,
 ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER``, ``DCGM_FI_DEV_PCIE_TX_THROUGHPUT``,
-``DCGM_FI_DEV_PCIE_RX_THROUGHPUT`` (KB/s) and ``DCGM_FI_DEV_XID_ERRORS`` (the last XID of the
-device, as DCGM reports it). A field the device did not report is left out, not zero.
+``DCGM_FI_DEV_PCIE_RX_THROUGHPUT`` (KB/s), ``DCGM_FI_DEV_PCIE_LINK_GEN``,
+``DCGM_FI_DEV_PCIE_LINK_WIDTH``, ``DCGM_FI_DEV_PCIE_MAX_LINK_GEN``,
+``DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH``, ``DCGM_FI_DEV_RETIRED_SBE``, ``DCGM_FI_DEV_RETIRED_DBE``,
+``DCGM_FI_DEV_RETIRED_PENDING``, ``DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS``,
+``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS``, ``DCGM_FI_DEV_ROW_REMAP_PENDING``,
+``DCGM_FI_DEV_ROW_REMAP_FAILURE``, ``DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL``,
+``DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL``, ``DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL``,
+``DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL`` and ``DCGM_FI_DEV_XID_ERRORS`` (the last XID of
+the device, as DCGM reports it). A field the device did not report is left out, not zero.
 
 Node level: ``diag_node_cpu_busy_percent``, ``diag_node_load1`` and ``diag_node_procs_running``
 from :class:`~diag.schema.HostSample`. Label values are the events' own text, bounded in length.
@@ -83,6 +90,34 @@ DCGM: tuple[tuple[str, str, Callable[[schema.GpuSample], float | None]], ...] = 
      lambda g: g.pcie_replay_count),
     ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "PCIe Tx throughput (in KB/s).", lambda g: g.pcie_tx_kbps),
     ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "PCIe Rx throughput (in KB/s).", lambda g: g.pcie_rx_kbps),
+    ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe current link generation.", lambda g: g.pcie_link_gen),
+    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe current link width.", lambda g: g.pcie_link_width),
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "PCIe max link generation.",
+     lambda g: g.pcie_link_gen_max),
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "PCIe max link width.", lambda g: g.pcie_link_width_max),
+    ("DCGM_FI_DEV_RETIRED_SBE", "Total number of retired pages due to single-bit errors.",
+     lambda g: g.retired_pages_sbe),
+    ("DCGM_FI_DEV_RETIRED_DBE", "Total number of retired pages due to double-bit errors.",
+     lambda g: g.retired_pages_dbe),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "Total number of pages pending retirement.",
+     lambda g: g.retired_pages_pending),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors.",
+     lambda g: g.remapped_rows_correctable),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+     "Number of remapped rows for uncorrectable errors.",
+     lambda g: g.remapped_rows_uncorrectable),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "Whether remapping of rows is pending (1) or not (0).",
+     lambda g: g.row_remap_pending),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed (1) or not (0).",
+     lambda g: g.row_remap_failure),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+     "Total number of NVLink flow-control CRC errors.", lambda g: g.nvlink_crc_flit_errors),
+    ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "Total number of NVLink data CRC errors.",
+     lambda g: g.nvlink_crc_data_errors),
+    ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "Total number of NVLink retries.",
+     lambda g: g.nvlink_replay_errors),
+    ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "Total number of NVLink recovery errors.",
+     lambda g: g.nvlink_recovery_errors),
 )  # fmt: skip
 
 

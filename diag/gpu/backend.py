@@ -60,6 +60,21 @@ class GpuReading:
     pcie_replay_count: int | None = None
     nvlink_tx_bytes: int | None = None
     nvlink_rx_bytes: int | None = None
+    pcie_link_gen: int | None = None
+    pcie_link_gen_max: int | None = None
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    row_remap_pending: int | None = None
+    row_remap_failure: int | None = None
+    nvlink_crc_flit_errors: int | None = None
+    nvlink_crc_data_errors: int | None = None
+    nvlink_replay_errors: int | None = None
+    nvlink_recovery_errors: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

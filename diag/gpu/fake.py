@@ -46,7 +46,8 @@ class FakeGpuBackend:
 
     @classmethod
     def healthy(cls, n: int, *, clock: Callable[[], int] = time.monotonic_ns) -> FakeGpuBackend:
-        """``n`` busy, cool, unthrottled 80 GB devices."""
+        """``n`` busy, cool, unthrottled 80 GB devices on full PCIe Gen5 x16 links, with row
+        remapping (no page retirement, as on Ampere and later) and no NVLink errors."""
         devices = [
             GpuReading(
                 gpu_index=i,
@@ -70,6 +71,18 @@ class FakeGpuBackend:
                 pcie_replay_count=0,
                 nvlink_tx_bytes=0,
                 nvlink_rx_bytes=0,
+                pcie_link_gen=5,
+                pcie_link_gen_max=5,
+                pcie_link_width=16,
+                pcie_link_width_max=16,
+                remapped_rows_correctable=0,
+                remapped_rows_uncorrectable=0,
+                row_remap_pending=0,
+                row_remap_failure=0,
+                nvlink_crc_flit_errors=0,
+                nvlink_crc_data_errors=0,
+                nvlink_replay_errors=0,
+                nvlink_recovery_errors=0,
             )
             for i in range(n)
         ]
@@ -104,6 +117,15 @@ class FakeGpuBackend:
         if util_pct is not None:
             fields["util_pct"] = util_pct
         return self.set(gpu, at_s=at_s, until_s=until_s, **fields)
+
+    def downtrain_pcie(
+        self, gpu: int, *, at_s: float, width: int = 8, gen: int | None = None
+    ) -> FakeGpuBackend:
+        """Device ``gpu``'s PCIe link retrains at ``width`` lanes (and generation ``gen``)."""
+        fields: dict[str, Any] = {"pcie_link_width": width}
+        if gen is not None:
+            fields["pcie_link_gen"] = gen
+        return self.set(gpu, at_s=at_s, **fields)
 
     def xid(self, gpu: int, *, at_s: float, xid: int, message: str = "") -> FakeGpuBackend:
         """Device ``gpu`` reports XID ``xid`` at ``at_s`` (delivered once, by the next poll)."""

@@ -4,11 +4,17 @@ No NVML library or no driver is :class:`~diag.errors.CollectorUnavailable` ("no 
 ..."), which the daemon reports once and carries on without GPU data. Every per-device query is
 guarded on its own: a query the device or driver does not support gives ``None`` for that field,
 never an error for the sample.
+
+The counters that change on the scale of hours (retired pages, remapped rows, NVLink error
+counters: several NVML calls per link) are read on every ``health_every``-th sample and repeated
+in between; the PCIe link's maximum generation and width are read once, its current ones on every
+sample.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -23,15 +29,19 @@ T = TypeVar("T")
 class NvmlBackend:
     """Reads every visible GPU through NVML. Build it with :meth:`open`."""
 
-    def __init__(self, nvml: Any, handles: list[Any]) -> None:
+    def __init__(self, nvml: Any, handles: list[Any], *, health_every: int = 10) -> None:
         self._nvml = nvml
         self._handles = handles
         self._static = [self._describe(h) for h in handles]
         self._links = [self._active_links(h) for h in handles]
+        self._pcie_max = [self._pcie_max_of(h) for h in handles]
         self._events = self._xid_event_set()
+        self._health_every = max(1, health_every)
+        self._health: list[dict[str, Any]] = [{} for _ in handles]
+        self._reads = 0
 
     @classmethod
-    def open(cls, nvml: Any = None) -> NvmlBackend:
+    def open(cls, nvml: Any = None, *, health_every: int = 10) -> NvmlBackend:
         """Initialise NVML (``nvml``: pynvml, or a stand-in for tests) and find the devices."""
         if nvml is None:
             try:
@@ -57,13 +67,18 @@ class NvmlBackend:
         if not handles:
             nvml.nvmlShutdown()
             raise CollectorUnavailable("no GPU telemetry: NVML sees no GPU")
-        return cls(nvml, handles)
+        return cls(nvml, handles, health_every=health_every)
 
     def _try(self, fn: Callable[..., T], *args: Any) -> T | None:
         try:
             return fn(*args)
         except self._nvml.NVMLError:
             return None
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """NVML function ``name`` on ``args``; None where it fails or this pynvml lacks it."""
+        fn = getattr(self._nvml, name, None)
+        return None if fn is None else self._try(fn, *args)
 
     def _describe(self, h: Any) -> tuple[str, str, int | None]:
         uuid = self._try(self._nvml.nvmlDeviceGetUUID, h) or ""
@@ -99,8 +114,60 @@ class NvmlBackend:
             log.info("NVML XID events are not supported here; XIDs will not be reported")
         return events
 
+    def _pcie_max_of(self, h: Any) -> tuple[int | None, int | None]:
+        gen = self._call("nvmlDeviceGetMaxPcieLinkGeneration", h)
+        return gen, self._call("nvmlDeviceGetMaxPcieLinkWidth", h)
+
     def read(self) -> list[GpuReading]:
-        return [self._read_one(i, h) for i, h in enumerate(self._handles)]
+        if self._reads % self._health_every == 0:
+            self._health = [self._read_health(i, h) for i, h in enumerate(self._handles)]
+        self._reads += 1
+        return [
+            dataclasses.replace(self._read_one(i, h), **self._health[i])
+            for i, h in enumerate(self._handles)
+        ]
+
+    def _read_health(self, index: int, h: Any) -> dict[str, Any]:
+        """The slowly changing counters: retired pages, remapped rows, NVLink errors."""
+        n = self._nvml
+        out: dict[str, Any] = {}
+        for field, cause in (
+            ("retired_pages_sbe", "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
+            ("retired_pages_dbe", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"),
+        ):
+            pages = None
+            if hasattr(n, cause):
+                pages = self._call("nvmlDeviceGetRetiredPages", h, getattr(n, cause))
+            out[field] = None if pages is None else len(pages)
+        out["retired_pages_pending"] = self._call("nvmlDeviceGetRetiredPagesPendingStatus", h)
+        rows = self._call("nvmlDeviceGetRemappedRows", h)
+        if rows is not None:
+            corr, unc, pending, failure = (int(v) for v in rows)
+            out.update(
+                remapped_rows_correctable=corr,
+                remapped_rows_uncorrectable=unc,
+                row_remap_pending=pending,
+                row_remap_failure=failure,
+            )
+        for field, counter in (
+            ("nvlink_crc_flit_errors", "NVML_NVLINK_ERROR_DL_CRC_FLIT"),
+            ("nvlink_crc_data_errors", "NVML_NVLINK_ERROR_DL_CRC_DATA"),
+            ("nvlink_replay_errors", "NVML_NVLINK_ERROR_DL_REPLAY"),
+            ("nvlink_recovery_errors", "NVML_NVLINK_ERROR_DL_RECOVERY"),
+        ):
+            out[field] = self._nvlink_errors(index, h, counter)
+        return out
+
+    def _nvlink_errors(self, index: int, h: Any, counter: str) -> int | None:
+        """NVLink error ``counter`` summed over the active links; None where none answers."""
+        n, total, answered = self._nvml, 0, False
+        if not hasattr(n, counter):
+            return None
+        for link in self._links[index]:
+            value = self._call("nvmlDeviceGetNvLinkErrorCounter", h, link, getattr(n, counter))
+            if value is not None:
+                total, answered = total + int(value), True
+        return total if answered else None
 
     def _read_one(self, index: int, h: Any) -> GpuReading:
         n, t = self._nvml, self._try
@@ -143,6 +210,10 @@ class NvmlBackend:
             pcie_replay_count=t(n.nvmlDeviceGetPcieReplayCounter, h),
             nvlink_tx_bytes=self._nvlink_bytes(index, h, n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
             nvlink_rx_bytes=self._nvlink_bytes(index, h, n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+            pcie_link_gen=self._call("nvmlDeviceGetCurrPcieLinkGeneration", h),
+            pcie_link_gen_max=self._pcie_max[index][0],
+            pcie_link_width=self._call("nvmlDeviceGetCurrPcieLinkWidth", h),
+            pcie_link_width_max=self._pcie_max[index][1],
         )
 
     def _nvlink_bytes(self, index: int, h: Any, field_id: int) -> int | None:

@@ -119,7 +119,7 @@ class CheckpointEvent(_message.Message):
     def __init__(self, op: _Optional[str] = ..., api: _Optional[str] = ..., path: _Optional[str] = ..., num_bytes: _Optional[int] = ..., start_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., ok: _Optional[bool] = ...) -> None: ...
 
 class GpuSample(_message.Message):
-    __slots__ = ("gpu_index", "uuid", "name", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "temp_c", "power_w", "power_limit_w", "throttle_reasons_mask", "throttle_reasons", "ecc_sbe_volatile", "ecc_dbe_volatile", "pcie_tx_kbps", "pcie_rx_kbps", "pcie_replay_count", "nvlink_tx_bytes", "nvlink_rx_bytes")
+    __slots__ = ("gpu_index", "uuid", "name", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "temp_c", "power_w", "power_limit_w", "throttle_reasons_mask", "throttle_reasons", "ecc_sbe_volatile", "ecc_dbe_volatile", "pcie_tx_kbps", "pcie_rx_kbps", "pcie_replay_count", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_link_gen", "pcie_link_gen_max", "pcie_link_width", "pcie_link_width_max", "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending", "remapped_rows_correctable", "remapped_rows_uncorrectable", "row_remap_pending", "row_remap_failure", "nvlink_crc_flit_errors", "nvlink_crc_data_errors", "nvlink_replay_errors", "nvlink_recovery_errors")
     GPU_INDEX_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,21 @@ class GpuSample(_message.Message):
     PCIE_REPLAY_COUNT_FIELD_NUMBER: _ClassVar[int]
     NVLINK_TX_BYTES_FIELD_NUMBER: _ClassVar[int]
     NVLINK_RX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PCIE_LINK_GEN_FIELD_NUMBER: _ClassVar[int]
+    PCIE_LINK_GEN_MAX_FIELD_NUMBER: _ClassVar[int]
+    PCIE_LINK_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    PCIE_LINK_WIDTH_MAX_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_PAGES_SBE_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_PAGES_DBE_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_PAGES_PENDING_FIELD_NUMBER: _ClassVar[int]
+    REMAPPED_ROWS_CORRECTABLE_FIELD_NUMBER: _ClassVar[int]
+    REMAPPED_ROWS_UNCORRECTABLE_FIELD_NUMBER: _ClassVar[int]
+    ROW_REMAP_PENDING_FIELD_NUMBER: _ClassVar[int]
+    ROW_REMAP_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_CRC_FLIT_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_CRC_DATA_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_REPLAY_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_RECOVERY_ERRORS_FIELD_NUMBER: _ClassVar[int]
     gpu_index: int
     uuid: str
     name: str
@@ -164,7 +179,22 @@ class GpuSample(_message.Message):
     pcie_replay_count: int
     nvlink_tx_bytes: int
     nvlink_rx_bytes: int
-    def __init__(self, gpu_index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., util_pct: _Optional[float] = ..., mem_util_pct: _Optional[float] = ..., mem_used_bytes: _Optional[int] = ..., mem_total_bytes: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., mem_clock_mhz: _Optional[int] = ..., sm_clock_max_mhz: _Optional[int] = ..., temp_c: _Optional[float] = ..., power_w: _Optional[float] = ..., power_limit_w: _Optional[float] = ..., throttle_reasons_mask: _Optional[int] = ..., throttle_reasons: _Optional[str] = ..., ecc_sbe_volatile: _Optional[int] = ..., ecc_dbe_volatile: _Optional[int] = ..., pcie_tx_kbps: _Optional[int] = ..., pcie_rx_kbps: _Optional[int] = ..., pcie_replay_count: _Optional[int] = ..., nvlink_tx_bytes: _Optional[int] = ..., nvlink_rx_bytes: _Optional[int] = ...) -> None: ...
+    pcie_link_gen: int
+    pcie_link_gen_max: int
+    pcie_link_width: int
+    pcie_link_width_max: int
+    retired_pages_sbe: int
+    retired_pages_dbe: int
+    retired_pages_pending: int
+    remapped_rows_correctable: int
+    remapped_rows_uncorrectable: int
+    row_remap_pending: int
+    row_remap_failure: int
+    nvlink_crc_flit_errors: int
+    nvlink_crc_data_errors: int
+    nvlink_replay_errors: int
+    nvlink_recovery_errors: int
+    def __init__(self, gpu_index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., util_pct: _Optional[float] = ..., mem_util_pct: _Optional[float] = ..., mem_used_bytes: _Optional[int] = ..., mem_total_bytes: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., mem_clock_mhz: _Optional[int] = ..., sm_clock_max_mhz: _Optional[int] = ..., temp_c: _Optional[float] = ..., power_w: _Optional[float] = ..., power_limit_w: _Optional[float] = ..., throttle_reasons_mask: _Optional[int] = ..., throttle_reasons: _Optional[str] = ..., ecc_sbe_volatile: _Optional[int] = ..., ecc_dbe_volatile: _Optional[int] = ..., pcie_tx_kbps: _Optional[int] = ..., pcie_rx_kbps: _Optional[int] = ..., pcie_replay_count: _Optional[int] = ..., nvlink_tx_bytes: _Optional[int] = ..., nvlink_rx_bytes: _Optional[int] = ..., pcie_link_gen: _Optional[int] = ..., pcie_link_gen_max: _Optional[int] = ..., pcie_link_width: _Optional[int] = ..., pcie_link_width_max: _Optional[int] = ..., retired_pages_sbe: _Optional[int] = ..., retired_pages_dbe: _Optional[int] = ..., retired_pages_pending: _Optional[int] = ..., remapped_rows_correctable: _Optional[int] = ..., remapped_rows_uncorrectable: _Optional[int] = ..., row_remap_pending: _Optional[int] = ..., row_remap_failure: _Optional[int] = ..., nvlink_crc_flit_errors: _Optional[int] = ..., nvlink_crc_data_errors: _Optional[int] = ..., nvlink_replay_errors: _Optional[int] = ..., nvlink_recovery_errors: _Optional[int] = ...) -> None: ...
 
 class XidEvent(_message.Message):
     __slots__ = ("gpu_index", "xid", "message")

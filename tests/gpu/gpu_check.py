@@ -91,6 +91,12 @@ def main() -> int:
         clock = gpu["sm_clock_mhz"].median() if len(gpu) else None
         check(f"{nproc}p NVML", len(gpu) > 0 and gpu["sm_clock_mhz"].notna().any(),
               f"{len(gpu)} samples, SM clock median {clock} MHz")  # fmt: skip
+        health = [c for c in ("pcie_link_gen", "pcie_link_gen_max", "pcie_link_width",
+                              "pcie_link_width_max", "remapped_rows_correctable",
+                              "row_remap_pending", "retired_pages_dbe", "nvlink_replay_errors")
+                  if c in gpu.columns and gpu[c].notna().any()]  # fmt: skip
+        last = {c: int(gpu[c].dropna().iloc[-1]) for c in health}
+        check(f"{nproc}p NVML health", bool(health), f"last readings {last}")
     return 0 if ok else 1
 
 

@@ -37,6 +37,19 @@ def test_readings_are_physical(backend: NvmlBackend) -> None:
     backend.close()
 
 
+def test_health_readings_are_in_range(backend: NvmlBackend) -> None:
+    for r in backend.read():
+        if r.pcie_link_width is not None and r.pcie_link_width_max is not None:
+            assert 1 <= r.pcie_link_width <= r.pcie_link_width_max <= 32
+        if r.pcie_link_gen is not None and r.pcie_link_gen_max is not None:
+            assert 1 <= r.pcie_link_gen <= r.pcie_link_gen_max <= 7
+        for flag in (r.row_remap_pending, r.row_remap_failure, r.retired_pages_pending):
+            assert flag in (None, 0, 1)
+        counts = (r.remapped_rows_correctable, r.retired_pages_sbe, r.nvlink_replay_errors)
+        assert all(c is None or c >= 0 for c in counts)
+    backend.close()
+
+
 def test_collector_emits_one_sample_per_device(backend: NvmlBackend) -> None:
     n = len(backend.read())
     events = list(GpuCollector(backend, interval_s=1.0).collect(0))

@@ -5,6 +5,7 @@ server, so the manifests are checked as YAML against the rules that matter to th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import re
@@ -132,7 +133,12 @@ def _served() -> set[str]:
     """The metric names diag's two endpoints serve, histogram series included."""
     node = NodeMetrics()
     src, daemon = Source("n0", 0), Source("n0")
-    node.observe([src.step(0), daemon.gpu(T0, 0, temp_c=60.0, power_w=300.0),
+    health = {
+        f.name: 0
+        for f in dataclasses.fields(schema.GpuSample)
+        if f.name.startswith(("pcie_link", "retired_", "remapped_", "row_remap", "nvlink_"))
+    }
+    node.observe([src.step(0), daemon.gpu(T0, 0, temp_c=60.0, power_w=300.0, **health),
                   schema.HookHealth(**src.env(T0), pid=1)])  # fmt: skip
     text = node.text().decode()
 

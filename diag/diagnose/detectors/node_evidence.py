@@ -11,11 +11,17 @@ nothing and never raise.
   GPU's median over the anomaly, then the median over GPUs: SM clock at least ``CLOCK_DROP``
   (5%) lower; share of samples with a slowdown throttle reason set at least
   ``THROTTLE_SHARE`` (0.25) above the peers' share; temperature at least ``TEMP_EXCESS_C``
-  (10 C) higher; power at least ``POWER_DIFF`` (15%) off the peers' median, either way.
+  (10 C) higher; power at least ``POWER_DIFF`` (15%) off the peers' median, either way; the
+  PCIe link (schema 1.12) trained narrower than its maximum and than the peers' links (median
+  width), or, over the samples with the GPU busy (``BUSY_UTIL_PCT``: an idle link steps its
+  generation down to save power), at a lower generation than its maximum and the peers' busy
+  links.
 - ``gpu_errors``: XID events on the culprit's GPU from the first analysed step to the anomaly's
   end, more per GPU than on the peers' GPUs; growth (max - min over that span) of the volatile
   ECC counters on the culprit's worst GPU: any double-bit error, or more single-bit errors than
-  the peers' median GPU.
+  the peers' median GPU; a row remap pending a reset or failed (set on the culprit's GPU, on
+  none of the peers'); growth of uncorrectable remapped rows or retired pages (any), of NVLink
+  CRC, replay or recovery errors (more than the peers' median GPU).
 - ``host`` (contention): CPU cores used on the culprit's host by processes other than the job's
   ranks, per collector cycle (host and proc samples of one cycle share ``ts_ns``)
   ``others = num_cpus x cpu_busy_pct / 100 - sum(ranks' cpu_pct) / 100``; the median over the
@@ -47,6 +53,7 @@ CLOCK_DROP = 0.05
 THROTTLE_SHARE = 0.25
 TEMP_EXCESS_C = 10.0
 POWER_DIFF = 0.15
+BUSY_UTIL_PCT = 50.0
 CONTENTION_CORES = 1.0
 CONTENTION_FRAC = 0.05
 
@@ -225,6 +232,27 @@ def _gpu_slowdown(
         way = "lower" if power < ref else "higher"
         note = f"median power draw in the anomaly vs the peers' GPUs ({way})"
         out.append(_gpu_ev("gpu_power_w", who, power, ref, "W", note))
+    out.extend(_pcie_link(own, other, who))
+    return out
+
+
+def _pcie_link(own: pd.DataFrame, other: pd.DataFrame, who: str) -> list[Evidence]:
+    """A PCIe link trained below its maximum width, or generation while busy, and the peers'."""
+    out = []
+    width, ref = _median_of_gpus(own, "pcie_link_width"), _median_of_gpus(other, "pcie_link_width")
+    width_max = _median_of_gpus(own, "pcie_link_width_max")
+    if width and ref and width_max and width < width_max and width < ref:
+        note = f"PCIe link width in the anomaly (x{width:g} of x{width_max:g}) vs the peers' GPUs"
+        out.append(_gpu_ev("gpu_pcie_link_width", who, width, ref, "lanes", note))
+    if "util_pct" in own.columns and "util_pct" in other.columns:
+        busy_own = own[pd.to_numeric(own["util_pct"], errors="coerce") >= BUSY_UTIL_PCT]
+        busy_other = other[pd.to_numeric(other["util_pct"], errors="coerce") >= BUSY_UTIL_PCT]
+        gen = _median_of_gpus(busy_own, "pcie_link_gen")
+        ref = _median_of_gpus(busy_other, "pcie_link_gen")
+        gen_max = _median_of_gpus(own, "pcie_link_gen_max")
+        if gen and ref and gen_max and gen < gen_max and gen < ref:
+            note = f"PCIe generation while busy (Gen{gen:g} of Gen{gen_max:g}) vs the peers' GPUs"
+            out.append(_gpu_ev("gpu_pcie_link_gen", who, gen, ref, "generation", note))
     return out
 
 
@@ -255,7 +283,55 @@ def _gpu_errors(
             note = f"new {kind}-bit ECC errors from the first analysed step to the anomaly's end"
             note += " (the culprit's worst GPU; peers: median GPU)"
             out.append(_gpu_ev(f"gpu_{column}", who, worst, ref, "errors", note))
+    out.extend(_memory_and_nvlink(own, other, who))
     return out
+
+
+#: Cumulative health counters (schema 1.12): column, what grew, whether any growth counts (else
+#: only more than the peers' median GPU).
+_HEALTH_COUNTERS = (
+    ("remapped_rows_uncorrectable", "rows remapped for uncorrectable errors", True),
+    ("retired_pages_dbe", "pages retired for double-bit errors", True),
+    ("retired_pages_sbe", "pages retired for repeated single-bit errors", True),
+    ("nvlink_crc_flit_errors", "NVLink CRC flit errors", False),
+    ("nvlink_crc_data_errors", "NVLink CRC data errors", False),
+    ("nvlink_replay_errors", "NVLink replays", False),
+    ("nvlink_recovery_errors", "NVLink recoveries", False),
+)
+
+
+def _memory_and_nvlink(own: pd.DataFrame, other: pd.DataFrame, who: str) -> list[Evidence]:
+    """Row-remap flags set on the culprit's GPU only; growth of memory and NVLink error counts."""
+    out = []
+    for column, what in (
+        ("row_remap_failure", "a row remap failed (NVIDIA's RMA criterion)"),
+        ("row_remap_pending", "a row remap waits for a GPU reset"),
+        ("retired_pages_pending", "a page retirement waits for a GPU reset"),
+    ):
+        mine, ref = _flag_share(own, column), _flag_share(other, column)
+        if mine is not None and mine > 0 and not ref:
+            note = f"{what}: share of samples with it set, from the first analysed step to the"
+            note += " anomaly's end, vs the peers' GPUs'"
+            out.append(_gpu_ev(f"gpu_{column}", who, mine, ref or 0.0, "fraction", note))
+    for column, what, any_growth in _HEALTH_COUNTERS:
+        grown, ref_grown = _growth(own, column), _growth(other, column)
+        if grown is None:
+            continue
+        worst = float(grown.max())
+        ref = float(ref_grown.median()) if ref_grown is not None else 0.0
+        if worst > 0 and (any_growth or worst > ref):
+            note = f"new {what} from the first analysed step to the anomaly's end"
+            note += " (the culprit's worst GPU; peers: median GPU)"
+            out.append(_gpu_ev(f"gpu_{column}", who, worst, ref, "count", note))
+    return out
+
+
+def _flag_share(rows: pd.DataFrame, column: str) -> float | None:
+    """Share of ``rows`` with the 0/1 flag ``column`` set; None without any value."""
+    if rows.empty or column not in rows.columns:
+        return None
+    values = pd.to_numeric(rows[column], errors="coerce").dropna()
+    return float((values > 0).mean()) if len(values) else None
 
 
 def _growth(rows: pd.DataFrame, column: str) -> pd.Series | None:

@@ -24,7 +24,9 @@ def test_steps_gpus_and_health_are_scraped_with_their_labels() -> None:
     metrics.observe([r0.step(s, compute_ms=100, wait_ms=20) for s in range(5)])
     metrics.observe([r1.step(s, compute_ms=150, wait_ms=2) for s in range(7)])
     metrics.observe([daemon.gpu(T0, 0, temp_c=71.0, power_w=350.5, mem_used_bytes=2 * 2**30,
-                                mem_total_bytes=80 * 2**30, throttle_reasons_mask=4)])  # fmt: skip
+                                mem_total_bytes=80 * 2**30, throttle_reasons_mask=4,
+                                pcie_link_width=8, pcie_link_width_max=16,
+                                row_remap_pending=1)])  # fmt: skip
     metrics.observe([schema.XidEvent(**daemon.env(T0), gpu_index=0, xid=79)])
     metrics.observe([_health(r1, num_emitted=100, num_sent=90, num_dropped=10,
                              num_queue_dropped=6, num_fr_dropped=3)])  # fmt: skip
@@ -58,8 +60,12 @@ def test_steps_gpus_and_health_are_scraped_with_their_labels() -> None:
     assert got["DCGM_FI_DEV_FB_USED"][0][1] == 2048
     assert got["DCGM_FI_DEV_FB_FREE"][0][1] == 78 * 1024
     assert got["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"][0][1] == 4
+    assert got["DCGM_FI_DEV_PCIE_LINK_WIDTH"][0][1] == 8
+    assert got["DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"][0][1] == 16
+    assert got["DCGM_FI_DEV_ROW_REMAP_PENDING"][0][1] == 1
     # a field the device did not report is absent, not zero
     assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER" not in got
+    assert "DCGM_FI_DEV_RETIRED_DBE" not in got
 
     drops = {
         lab["reason"]: v for lab, v in got["diag_hook_events_dropped_total"] if lab["rank"] == "1"
@@ -75,7 +81,10 @@ def test_the_dcgm_names_are_the_exporters() -> None:
     names = {name for name, _, _ in DCGM}
     assert all(n.startswith("DCGM_FI_DEV_") for n in names)
     assert {"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-            "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"} <= names  # fmt: skip
+            "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_RETIRED_PENDING",
+            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"} <= names  # fmt: skip
+    assert len(names) == len(DCGM)  # one series family per name
 
 
 def test_a_port_in_use_is_one_line() -> None:

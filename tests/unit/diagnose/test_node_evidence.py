@@ -135,6 +135,52 @@ def test_xid_and_ecc_errors_are_a_second_source(tmp_path: Path) -> None:
     assert found.confidence == pytest.approx(bare.confidence + 0.10)
 
 
+def test_a_downtrained_pcie_link_and_a_pending_row_remap_show(tmp_path: Path) -> None:
+    _, onset = _times(SLOW)
+
+    def degraded(host: str, index: int, t: int) -> dict[str, Any]:
+        link = dict(
+            pcie_link_width=16, pcie_link_width_max=16, pcie_link_gen=5, pcie_link_gen_max=5
+        )
+        link.update(row_remap_pending=0, nvlink_crc_flit_errors=10)
+        if (host, index) == ("node1", 2) and t >= onset:
+            link.update(pcie_link_width=8, pcie_link_gen=3, row_remap_pending=1)
+            link.update(nvlink_crc_flit_errors=10 + (t - onset) // MS)  # growing
+        elif (host, index) == ("node0", 1):
+            link.update(pcie_link_gen=1, util_pct=0.0)  # an idle peer: its generation steps down
+        return {**_healthy(host, index, t), **link}
+
+    bare = _detect(_store(tmp_path / "a", SLOW, []))
+    found = _detect(_store(tmp_path / "b", SLOW, _gpus(SLOW, degraded)))
+    gpu = {e.metric: e for e in found.evidence if e.metric.startswith("gpu_")}
+    assert set(gpu) == {
+        "gpu_pcie_link_width",
+        "gpu_pcie_link_gen",
+        "gpu_row_remap_pending",
+        "gpu_nvlink_crc_flit_errors",
+    }
+    assert (gpu["gpu_pcie_link_width"].value, gpu["gpu_pcie_link_width"].reference) == (8, 16)
+    assert "x8 of x16" in gpu["gpu_pcie_link_width"].note
+    assert (gpu["gpu_pcie_link_gen"].value, gpu["gpu_pcie_link_gen"].reference) == (3, 5)
+    assert gpu["gpu_row_remap_pending"].value > 0.5 and gpu["gpu_row_remap_pending"].reference == 0
+    assert (
+        gpu["gpu_nvlink_crc_flit_errors"].value > 0
+        and gpu["gpu_nvlink_crc_flit_errors"].reference == 0
+    )
+    # two sources: the GPU's slowdown (its link) and its errors
+    assert found.confidence == pytest.approx(bare.confidence + 0.10)
+
+
+def test_an_idle_link_at_a_lower_generation_is_not_evidence(tmp_path: Path) -> None:
+    def idle_link(host: str, index: int, t: int) -> dict[str, Any]:
+        low = (host, index) == ("node1", 2)
+        return {**_healthy(host, index, t), "pcie_link_gen": 1 if low else 5,
+                "pcie_link_gen_max": 5, "util_pct": 0.0 if low else 95.0}  # fmt: skip
+
+    found = _detect(_store(tmp_path, SLOW, _gpus(SLOW, idle_link)))
+    assert not [e for e in found.evidence if e.metric.startswith("gpu_pcie")]
+
+
 def _host(sc: Scenario, extra_cores: float, *, ranks_pct: float = 100.0) -> list[schema.Event]:
     """Host and rank-process samples of every host: 16 CPUs, each rank using ``ranks_pct``,
     0.5 cores of other processes, ``extra_cores`` more on node1 from the onset."""

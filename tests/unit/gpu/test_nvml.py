@@ -37,12 +37,17 @@ class FakeNvml:
     NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 138, 139
     NVML_NVLINK_MAX_LINKS = 4
+    NVML_NVLINK_ERROR_DL_REPLAY, NVML_NVLINK_ERROR_DL_RECOVERY = 0, 1
+    NVML_NVLINK_ERROR_DL_CRC_FLIT, NVML_NVLINK_ERROR_DL_CRC_DATA = 2, 3
+    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
     nvmlEventTypeXidCriticalError = 8
 
     def __init__(self, *, init_error: bool = False) -> None:
         self.init_error = init_error
         self.xids = [SimpleNamespace(device="h0", eventData=79)]
         self.shut = False
+        self.health_calls = 0
 
     def _full(self, h: str) -> None:
         if h != "h0":
@@ -126,6 +131,33 @@ class FakeNvml:
         self._full(h)
         return 2
 
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: str) -> int:
+        self._full(h)
+        return 4
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: str) -> int:
+        self._full(h)
+        return 5
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: str) -> int:
+        self._full(h)
+        return 8
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: str) -> int:
+        self._full(h)
+        return 16
+
+    def nvmlDeviceGetRetiredPages(self, h: str, cause: int) -> list[int]:
+        raise NVMLError("Not Supported")  # Ampere and later remap rows instead
+
+    def nvmlDeviceGetRemappedRows(self, h: str) -> tuple[int, int, int, int]:
+        self._full(h)
+        self.health_calls += 1
+        return (2, 1, 1, 0)
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h: str, link: int, counter: int) -> int:
+        return 100 * (counter + 1) + link  # per link: replay 100, recovery 200, flit 300, data 400
+
     def nvmlDeviceGetFieldValues(self, h: str, ids: list[tuple[int, int]]) -> list[Any]:
         return [
             SimpleNamespace(nvmlReturn=0, value=SimpleNamespace(ullVal=10 * (link + 1)))
@@ -149,6 +181,17 @@ def test_readings_map_units_and_unsupported_fields_are_none() -> None:
     assert r1.util_pct == 97.0 and r1.temp_c == 71.0
     assert r1.power_limit_w is None and r1.ecc_sbe_volatile is None and r1.pcie_tx_kbps is None
     assert r1.nvlink_tx_bytes is None and r1.throttle_reasons_mask == 0
+    # Health: a Gen4 x8 link on a Gen5 x16 device; rows remapped, one pending; no page retirement.
+    assert (r0.pcie_link_gen, r0.pcie_link_gen_max) == (4, 5)
+    assert (r0.pcie_link_width, r0.pcie_link_width_max) == (8, 16)
+    assert r0.retired_pages_sbe is None and r0.retired_pages_dbe is None
+    assert (r0.remapped_rows_correctable, r0.remapped_rows_uncorrectable) == (2, 1)
+    assert (r0.row_remap_pending, r0.row_remap_failure) == (1, 0)
+    # NVLink errors summed over the two active links (0 and 1)
+    assert r0.nvlink_replay_errors == 100 + 101 and r0.nvlink_recovery_errors == 200 + 201
+    assert (r0.nvlink_crc_flit_errors, r0.nvlink_crc_data_errors) == (300 + 301, 400 + 401)
+    assert r1.pcie_link_width is None and r1.remapped_rows_correctable is None
+    assert r1.nvlink_crc_flit_errors is None  # no active NVLink
     (xid,) = backend.poll_xids()
     assert (xid.gpu_index, xid.xid) == (0, 79)
     assert backend.poll_xids() == []
@@ -159,3 +202,28 @@ def test_readings_map_units_and_unsupported_fields_are_none() -> None:
 def test_driver_not_loaded_is_unavailable() -> None:
     with pytest.raises(CollectorUnavailable, match=r"^no GPU telemetry: NVML did not initialise"):
         NvmlBackend.open(FakeNvml(init_error=True))
+
+
+def test_health_counters_are_read_every_nth_sample_and_repeated_between() -> None:
+    nvml = FakeNvml()
+    backend = NvmlBackend.open(nvml, health_every=3)
+    readings = [backend.read()[0] for _ in range(7)]
+    assert nvml.health_calls == 3  # samples 0, 3 and 6
+    assert all(r.remapped_rows_correctable == 2 for r in readings)
+    backend.close()
+
+
+def test_an_older_pynvml_without_the_health_functions_gives_none() -> None:
+    nvml = FakeNvml()
+    for name in ("nvmlDeviceGetRemappedRows", "nvmlDeviceGetCurrPcieLinkWidth"):
+        setattr(nvml, name, None)
+    old = SimpleNamespace(
+        **{
+            k: getattr(nvml, k)
+            for k in dir(nvml)
+            if not k.startswith("_") and getattr(nvml, k) is not None
+        }
+    )
+    r0 = NvmlBackend.open(old).read()[0]
+    assert r0.remapped_rows_correctable is None and r0.pcie_link_width is None
+    assert r0.pcie_link_width_max == 16 and r0.util_pct == 97.0

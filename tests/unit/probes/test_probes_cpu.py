@@ -74,6 +74,41 @@ def test_nvml_health_through_the_fake_backend() -> None:
     assert bad.value is not None and bad.value >= 2 and "xid=79" in bad.detail
 
 
+def test_nvml_health_names_link_and_memory_problems() -> None:
+    backend = (
+        FakeGpuBackend.healthy(4, clock=lambda: 0)
+        .downtrain_pcie(0, at_s=0, width=8)
+        .set(1, at_s=0, row_remap_pending=1)
+        .set(2, at_s=0, row_remap_failure=1, remapped_rows_uncorrectable=9)
+        .set(3, at_s=0, pcie_link_gen=1, util_pct=0.0)  # an idle link steps down: healthy
+    )
+    ctx = ProbeContext(device="cpu", device_id="cpu test", gpu_backend=backend)
+    results = run_guarded(PROBES["nvml"](), NvmlParams(), ctx, 10.0)
+    assert [r.detail for r in results] == [
+        "pcie_width=x8/x16",
+        "row_remap_pending (needs a GPU reset)",
+        "row_remap_failure",
+        "healthy",
+    ]
+    busy_gen3 = FakeGpuBackend.healthy(1, clock=lambda: 0).set(0, at_s=0, pcie_link_gen=3)
+    retired = FakeGpuBackend.healthy(1, clock=lambda: 0).set(
+        0, at_s=0, retired_pages_sbe=50, retired_pages_dbe=12, retired_pages_pending=1
+    )
+    details = [
+        run_guarded(
+            PROBES["nvml"](),
+            NvmlParams(),
+            ProbeContext(device="cpu", device_id="cpu test", gpu_backend=b),
+            10.0,
+        )[0].detail
+        for b in (busy_gen3, retired)
+    ]
+    assert details == [
+        "pcie_gen=3/5",
+        "retired_pages_pending (needs a GPU reset); retired_pages=62",
+    ]
+
+
 class _Raises:
     name = "raises"
     Params = NvmlParams
