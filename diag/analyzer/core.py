@@ -36,8 +36,9 @@ from diag.diagnose.capture_evidence import annotate
 from diag.diagnose.detectors import link_hosts
 from diag.diagnose.detectors.registry import run_all
 from diag.diagnose.features import Features
-from diag.diagnose.triage import TriageResult
-from diag.errors import InputError, SchemaError, TransportError
+from diag.diagnose.triage import TriageResult, write_findings
+from diag.errors import Cancelled, InputError, SchemaError, TransportError
+from diag.findings import Finding
 from diag.proto import diag_pb2 as pb
 from diag.store.run_store import ANALYZER_LOCK, RunStore
 from diag.store.summary import RunSummary, summarize
@@ -155,6 +156,7 @@ class AnalyzerCore:
         #: set when an event arrives that a finding should follow at once (a hang report, an
         #: exception, a rank exit): the live triage runs then instead of at its next interval.
         self.urgent = threading.Event()
+        self._findings_lock = threading.Lock()
         #: threads a service started for this core (flush, live triage), joined after close
         #: (:func:`diag.analyzer.service.join_background`).
         self.background: list[threading.Thread] = []
@@ -443,12 +445,21 @@ class AnalyzerCore:
         (:meth:`AutoCapture.settle`). ``cancelled``: asked between detectors; a pass it stops
         raises :class:`~diag.errors.Cancelled`."""
         started = time.perf_counter()
+
+        def check(before: str) -> None:
+            if cancelled is not None and cancelled():
+                raise Cancelled(f"triage cancelled before {before}")
+
         snap = self._snapshot()
+        check("reading the frames")
         features = Features.from_store(snap)
+        check("the summary")
         summary = summarize(snap)
         run = summary.to_json()["run"]
         self._adopt(snap)
+        check("the detectors")
         findings = run_all(features, self.detectors, cancelled)
+        check("taking the result")  # a pass that outlived the close never overwrites the final
         layout = features.work_layout()
         self._classes = dict(layout.work_class) if layout.known else None
         steps = features.steps
@@ -469,6 +480,16 @@ class AnalyzerCore:
             except Exception:  # a listener's bug never costs the triage
                 log.exception("a triage listener failed")
         return result
+
+    def publish_findings(self, findings: tuple[Finding, ...], *, live: bool) -> bool:
+        """Rewrite ``RUN_DIR/findings.jsonl``. A live pass's findings only while the analyzer is
+        open (``False`` after :meth:`close`): a pass that was still running when the run ended
+        must not overwrite the final triage's, whichever thread finishes last."""
+        with self._findings_lock:
+            if live and self._closed:
+                return False
+            write_findings(self.store.run_dir, findings)
+            return True
 
     def release(self) -> None:
         """Stop what serves the run's results beside the store (metrics endpoint, alerts: queued

@@ -27,7 +27,7 @@ from diag import schema
 from diag.analyzer.autocapture import AutoCaptureConfig
 from diag.analyzer.core import AnalyzerCore
 from diag.config import AnalyzerConfig
-from diag.diagnose.triage import TriageResult, write_findings
+from diag.diagnose.triage import TriageResult
 from diag.errors import Cancelled, ConfigError, NotReady, SchemaError, TransportError
 from diag.proto import diag_pb2 as pb
 from diag.store.run_store import RunStore
@@ -170,6 +170,7 @@ def _flush_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) ->
 URGENT_SETTLE_S = 0.5
 #: the live triage thread's nice value (Linux: per thread; elsewhere left as it is).
 TRIAGE_NICE = 19
+TRIAGE_THREAD = "diag-triage"
 
 
 def _lower_priority(nice: int) -> None:
@@ -180,6 +181,23 @@ def _lower_priority(nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), nice))
     except (AttributeError, OSError) as exc:
         log.debug("live triage keeps its priority: %s", exc)
+
+
+def _restore_priority(thread: threading.Thread) -> None:
+    """Give the niced live triage ``thread`` the caller's priority back, so that a pass in flight
+    at the close ends soon. At nice 19 on a saturated host it gets ~1.5% of a core, and whenever
+    it is preempted holding the GIL every other thread of the process (the final triage, the
+    ingest handlers) waits for it: a ``diag attach`` beside a CPU hog took over two minutes to
+    detach. Raising a priority needs CAP_SYS_NICE (or RLIMIT_NICE) on Linux; without it the
+    pass still ends at its next cancellation point (:meth:`AnalyzerCore.triage`)."""
+    tid = thread.native_id
+    if tid is None or not thread.is_alive():
+        return
+    try:
+        mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        os.setpriority(os.PRIO_PROCESS, tid, mine)
+    except (AttributeError, OSError) as exc:
+        log.debug("the live triage keeps its low priority at the close: %s", exc)
 
 
 def _triage_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) -> None:
@@ -213,7 +231,8 @@ def _triage_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) -
             log.exception("automatic capture failed; will retry")
         current = [f.to_json() for f in result.findings]
         if current != seen:
-            write_findings(core.store.run_dir, result.findings)
+            if not core.publish_findings(result.findings, live=True):
+                break  # closed meanwhile: the final triage writes the run's findings
             known = {f["id"] for f in seen}
             for f in current:
                 if f["id"] not in known:
@@ -284,7 +303,7 @@ def serve(
         triage = threading.Thread(
             target=_triage_loop,
             args=(core, cfg.triage_interval_s, stop),
-            name="diag-triage",
+            name=TRIAGE_THREAD,
             daemon=True,
         )
         triage.start()
@@ -326,6 +345,9 @@ def join_background(core: AnalyzerCore, timeout_s: float = 30.0) -> bool:
     """After ``core.close()``: wait up to ``timeout_s`` for :func:`serve`'s threads to end (a
     live triage pass in flight finishes first); ``False`` if one is still running."""
     threads, core.background = core.background, []
+    for t in threads:
+        if t.name == TRIAGE_THREAD:
+            _restore_priority(t)
     deadline = time.monotonic() + timeout_s
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))

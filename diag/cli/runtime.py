@@ -222,9 +222,7 @@ class EmbeddedAnalyzer:
         self._core.close()
         join_background(self._core)
         try:
-            from diag.diagnose.triage import write_findings
-
-            write_findings(self.run_dir, self._core.triage(final=True).findings)
+            self._core.publish_findings(self._core.triage(final=True).findings, live=False)
         except Exception as exc:  # the run is stored; only the findings are missing
             print(f"diag run: triage of the run failed: {exc}", file=sys.stderr)
         self._core.release()  # after the final triage: its alerts go out first
