@@ -157,6 +157,9 @@ class AnalyzerCore:
         #: exception, a rank exit): the live triage runs then instead of at its next interval.
         self.urgent = threading.Event()
         self._findings_lock = threading.Lock()
+        #: set by :meth:`close`: the background loops wait on it, so they end at once, not at
+        #: their next tick
+        self.stopping = threading.Event()
         #: threads a service started for this core (flush, live triage), joined after close
         #: (:func:`diag.analyzer.service.join_background`).
         self.background: list[threading.Thread] = []
@@ -378,6 +381,7 @@ class AnalyzerCore:
                 self._wal.close()
                 self._closed = True
                 self._lock_file.close()
+                self.stopping.set()
                 self.urgent.set()  # wake the live triage so that it sees the close
 
     @property

@@ -293,7 +293,7 @@ def serve(
         core.close()
         raise
     server.start()
-    stop = threading.Event()
+    stop = core.stopping
     thread = threading.Thread(
         target=_flush_loop, args=(core, cfg.flush_interval_s, stop), name="diag-flush", daemon=True
     )
