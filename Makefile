@@ -17,7 +17,10 @@ demo: $(STAMP)
 	$(VENV)/bin/diag demo
 
 test: $(STAMP) lint
-	$(PY) -m pytest -q
+	# the unit tests on two workers (pure logic: no process, no job); the integration tests one at
+	# a time, as each starts real jobs whose timing a second worker would disturb
+	$(PY) -m pytest -q -n 2 -m "not integration"
+	$(PY) -m pytest -q -m integration
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check diag probes tests bench scripts

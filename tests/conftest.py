@@ -1,6 +1,7 @@
-"""Fixtures shared by the whole suite (the only conftest): a one-rank gloo world for the hook
-tests, the two-node network (network namespaces) for the integration tests that need it, and the
-guard that keeps unit tests from starting processes (those belong in tests/integration)."""
+"""Fixtures shared by the whole suite (tests/unit/hook/conftest.py adds the hook tests' sink): a
+one-rank gloo world for the hook tests, the two-node network (network namespaces) for the
+integration tests that need it, the guard that keeps unit tests from starting processes (those
+belong in tests/integration), and a terminal width that is the tests' own."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests.fakes.netns import two_nodes
 
-__all__ = ["no_processes_in_unit_tests", "two_nodes", "world"]
+__all__ = ["no_processes_in_unit_tests", "no_terminal_width", "two_nodes", "world"]
 
 UNIT = Path(__file__).resolve().parent / "unit"
 
@@ -40,6 +41,15 @@ def no_processes_in_unit_tests(
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
         if hasattr(os, name):
             monkeypatch.setattr(os, name, refuse(f"os.{name}"))
+
+
+@pytest.fixture(autouse=True)
+def no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables are laid out for ``COLUMNS`` when output is piped: a test sees diag's default
+    width, not the developer's terminal's or pytest-xdist's (its workers set ``COLUMNS=80``);
+    a test of widths sets its own."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ Each test checks the culprit rank and the cause, that ``diag run`` exits with th
 code, and that the finding was there well before the collective timeout (40 s): the hook's
 watchdog fires after ``DIAG_HOOK_HANG_MIN_S=5`` s without progress, the analyzer's live triage
 (every 5 s) writes ``findings.jsonl`` while the job is still hung. One torchrun job per test
-(about 50 s for a hang, which ends by the gloo timeout; 15 s for a crash).
+(about 50 s for a hang, which ends by the gloo timeout; 15 s for a crash). The two hangs run side
+by side (one module fixture starts both): hung, their jobs only wait for the timeout.
 """
 
 from __future__ import annotations
@@ -112,16 +113,35 @@ def _check_hang(o: Outcome, *, rank: int, cause: str) -> dict:
     return hang
 
 
-def test_rank_stuck_in_its_data_loader(tmp_path: Path) -> None:
-    o = run_case(tmp_path, "--stuck-loader-rank", "1", expect="hang")
+HANGS = {
+    "stuck_loader": ("--stuck-loader-rank", "1"),
+    "skipped_collective": ("--skip-collective-rank", "1"),
+}
+
+
+@pytest.fixture(scope="module")
+def hangs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """Both hang cases, run at the same time (each in its own directory)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(HANGS)) as pool:
+        futures = {
+            name: pool.submit(run_case, tmp_path_factory.mktemp(name), *fault, expect="hang")
+            for name, fault in HANGS.items()
+        }
+        return {name: f.result() for name, f in futures.items()}
+
+
+def test_rank_stuck_in_its_data_loader(hangs: dict[str, Outcome]) -> None:
+    o = hangs["stuck_loader"]
     hang = _check_hang(o, rank=1, cause="data")
     assert "never joined all_reduce" in hang["summary"] and "__getitem__" in hang["summary"]
     stacks = [e for e in hang["evidence"] if e["metric"] == "stack"]
     assert stacks and "hang_job.py" in stacks[0]["note"]
 
 
-def test_rank_that_skips_a_collective(tmp_path: Path) -> None:
-    o = run_case(tmp_path, "--skip-collective-rank", "1", expect="hang")
+def test_rank_that_skips_a_collective(hangs: dict[str, Outcome]) -> None:
+    o = hangs["skipped_collective"]
     hang = _check_hang(o, rank=1, cause="program")
     assert "mismatched" in hang["summary"] and "barrier" in hang["summary"]
 
