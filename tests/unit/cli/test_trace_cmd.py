@@ -60,6 +60,28 @@ def test_empty_folder_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 @needs_shared
+def test_the_merged_trace_of_gpu_ranks_has_a_track_per_cuda_stream(tmp_path: Path) -> None:
+    # Two ranks of a real NCCL job (Kineto traces with CUDA activity): each rank's GPU streams
+    # are their own threads, after its CPU threads, with the NCCL kernels on them.
+    out = tmp_path / "merged.json.gz"
+    assert main(["trace", *map(str, NCCL), "--out", str(out)]) == 0
+    events = json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}  # fmt: skip
+    for rank in (0, 1):
+        tracks = [n for (pid, _), n in sorted(names.items()) if pid == rank]
+        streams = [n for n in tracks if n.startswith("kernels: GPU")]
+        assert streams and all(" stream " in n for n in streams), tracks
+        assert tracks.index(streams[0]) > max(
+            i for i, n in enumerate(tracks) if not n.startswith("kernels: GPU")
+        ), tracks
+        on_streams = [e for e in events if e.get("ph") == "X" and e["pid"] == rank
+                      and names[(rank, e["tid"])].startswith("kernels: GPU")]  # fmt: skip
+        assert {e["cat"] for e in on_streams} <= {"kernel", "gpu_memcpy", "gpu_memset"}
+        assert any(e["name"].startswith("ncclKernel_") for e in on_streams)
+
+
+@needs_shared
 def test_trace_files_print_tables_and_write_a_merged_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
