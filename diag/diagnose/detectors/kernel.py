@@ -4,7 +4,8 @@ than earlier in the same run (a regression), from the ``kernel`` frame (one
 
 A kernel is ``(name, category)``; its time in a window is ``total_ns`` summed over devices (0 when
 a rank profiled the window without it; unknown when the rank did not profile that window, e.g. its
-profiler was still busy: such cells take no part in medians or flags). ``collective`` kernels are
+profiler was still busy, or did not complete it (cut short at the job's end, a profiler error):
+such cells take no part in medians or flags). ``collective`` kernels are
 ignored (they hold the wait for late peers: the link and node detectors' business), and so are
 autograd's per-node wrappers (``autograd::engine::evaluate_function: ...``), whose time includes
 the gradient hooks run inside them (DDP's reducer: bucket copies and all-reduce launches). A
@@ -111,6 +112,7 @@ def detect(
         if len(kernels)
         else kernels
     )
+    k = _complete(k, windows)
     if k.empty:
         return []
     # (window, rank) pairs that were profiled at all: elsewhere a rank's time is unknown, not 0.
@@ -139,6 +141,23 @@ def detect(
         _finding(c, first_step, cfg)
         for c in sorted(kept, key=lambda c: (c["kind"], c["name"], c["ranks"]))
     ]
+
+
+def _complete(k: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """``k`` without the rows of a window a rank did not complete (``ProfileWindow.ok`` False:
+    cut short when the hook was uninstalled, a profiler error): its summaries cover part of the
+    window, so its time there is unknown, not short or long. A window cut at the job's last step
+    held one ``aten::item`` call per rank and, its duration unknown, a 2 us excess counted as a
+    second slow window beside a one-off 4.6 ms preemption (CI: a kernel warning on an innocent
+    rank)."""
+    if k.empty or windows.empty or not {"window_id", "rank", "ok"} <= set(windows.columns):
+        return k
+    cut = windows[~windows["ok"].astype(bool)]
+    if cut.empty:
+        return k
+    bad = pd.MultiIndex.from_frame(cut[["window_id", "rank"]].astype({"rank": int}))
+    keys = pd.MultiIndex.from_frame(k[["window_id", "rank"]].astype({"rank": int}))
+    return k[~keys.isin(bad)]
 
 
 def detect_for(
