@@ -11,8 +11,12 @@ explains the excess makes it ``kernel``, naming the operator; else it stays ``no
 decided); the loop records that outcome.
 
 Budget: at most one automatic window per job every ``min_interval_s`` (120 s), ``num_steps``
-(1) steps long: a window step costs about 40% more on CPU, so at 1 s steps that is 0.4 s in
-120 s, 0.33% of the job's time, and nothing while nothing is undecided.
+(3) steps long: a window step costs about 40% more on CPU, so at 1 s steps that is 1.2 s in
+120 s, 1% of the job's time, and nothing while nothing is undecided. Three steps, not one: the
+window decides from a single capture, and a fault costs its time in every step while a one-off
+stall (the rank preempted inside one call) does not grow with the window. In a one-step window
+on a loaded host, a 31 ms preemption inside one ``aten::addcmul_`` call outweighed the injected
+operator's 24 ms and named the wrong operator; over three steps the fault's excess triples.
 
 A link finding that spans several hosts, where the ranks' own connections did not single out one
 host (:mod:`diag.diagnose.detectors.link_hosts` leaves it on a pair or the whole group), gets a
@@ -66,7 +70,7 @@ class AutoCaptureConfig:
 
     mode: str = "on"
     min_interval_s: float = 120.0  # one automatic window per job at most this often
-    num_steps: int = 1  # steps a window covers
+    num_steps: int = 3  # steps a window covers (one-off stalls do not grow with it; faults do)
     max_peers: int = 3  # healthy ranks of the suspects' work class profiled beside them
     min_severity: str = "info"  # findings below this are not worth a window
     outcome_timeout_s: float = 300.0  # a window not back by then is recorded as lost

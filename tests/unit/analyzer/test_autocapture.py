@@ -68,7 +68,7 @@ def test_an_undecided_node_slowdown_gets_a_window_on_it_and_healthy_peers_of_its
     loop, board, _ = _loop(tmp_path)
     other = replace(_node((4,)), id="node-rank4", evidence=())  # named elsewhere: not healthy
     new = loop.step([_node((2,)), other], CLASSES, RANKS)
-    assert board.sent == [(1, (2, 0, 4, 6))]  # rank 2 and its class's other ranks
+    assert board.sent == [(3, (2, 0, 4, 6))]  # 3 steps, rank 2 and its class's other ranks
     (c,) = new
     assert (c.status, c.finding_id, c.ranks, c.peers, c.at_step, c.after_step) == (
         "requested", "node-rank2", (2,), (0, 4, 6), 101, 40,
@@ -120,7 +120,7 @@ def test_one_window_per_job_every_two_minutes(tmp_path: Path) -> None:
     assert loop.step([_node((2,)), _node((3,))], CLASSES, RANKS) == []  # noted once
     clock.now += 91 * S
     (asked,) = loop.step([_node((2,)), _node((3,))], CLASSES, RANKS)
-    assert asked.status == "requested" and board.sent[-1] == (1, (3, 1, 5, 7))
+    assert asked.status == "requested" and board.sent[-1] == (3, (3, 1, 5, 7))
 
 
 def test_observe_only_records_and_off_does_nothing(tmp_path: Path) -> None:
