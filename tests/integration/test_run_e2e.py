@@ -23,6 +23,7 @@ from tests.fakes.diagproc import Analyzer, diag, env, printed_losses, torchrun
 pytestmark = pytest.mark.integration
 
 STEPS = 16
+RESTART_STEPS = 120  # test_analyzer_killed_and_restarted_loses_nothing
 
 
 def test_diag_run_records_every_step_loss_collective_and_checkpoint(tmp_path: Path) -> None:
@@ -90,7 +91,11 @@ def test_diag_run_records_every_step_loss_collective_and_checkpoint(tmp_path: Pa
 def test_analyzer_killed_and_restarted_loses_nothing(tmp_path: Path) -> None:
     analyzer = Analyzer(tmp_path / "store", tmp_path / "analyzer.log").start()
     out = tmp_path / "run"
-    job = torchrun(2, "--steps", "40", "--slow-rank", "1", "--slow-ms", "60", "--print-every", "1")
+    # 120 steps: the job must outlast the restart (~7 s after the kill). With 40, on a busy
+    # machine the restarted analyzer was not up before the job ended, and the daemon's batches
+    # stayed in its spool for the next daemon (kept, but not in this store).
+    job = torchrun(2, "--steps", str(RESTART_STEPS), "--slow-rank", "1", "--slow-ms", "60",
+                   "--print-every", "1")  # fmt: skip
     proc = subprocess.Popen(
         diag("run", "--out", str(out), "--live", "off", "--analyzer", analyzer.target, "--", *job),
         env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -107,7 +112,7 @@ def test_analyzer_killed_and_restarted_loses_nothing(tmp_path: Path) -> None:
 
     store = RunStore.open(tmp_path / "store")
     steps = store.frame("step")
-    assert len(steps) == 40 * 2
+    assert len(steps) == RESTART_STEPS * 2
     assert not steps.duplicated(["source", "seq"]).any()
     # Every event each hook emitted is stored: its final health report's count matches exactly.
     health = store.frame("hook_health")
