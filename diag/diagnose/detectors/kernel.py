@@ -83,6 +83,8 @@ class KernelConfig:
     max_calls_ratio: float = 1.25  # cross-rank: more calls than this x the median is more work
     baseline_windows: int = 2  # the first windows: the run's own baseline
     nest_share: float = 0.8  # a child explaining 80% of a wrapper's excess replaces it
+    # consistency over every window from the first one, not from the first slow one (detect_for)
+    whole_span: bool = False
     critical_slowdown: float = 0.2
 
 
@@ -173,7 +175,10 @@ def detect_for(
     0, one window enough): the steps are the evidence that the excess is real, the windows only
     say where it goes (:mod:`diag.diagnose.reconcile` keeps a candidate only when it explains
     most of the rank's compute excess, concentrated in it). The ratio to the peers'
-    (``rank_ratio``), the same work (calls) and the consistency over those windows still hold."""
+    (``rank_ratio``), the same work (calls) and the consistency still hold, the consistency over
+    every window from the onset (``whole_span``): an operator that explains a slowdown present
+    since the onset is slow in most of them, not in the last one only (busy CI: a preemption
+    inside ``aten::div`` in the last of the windows after a node onset read as an 81x kernel)."""
     if kernels.empty or len(ranks) != 1 or "step" not in kernels.columns:
         return []
     covering = kernels.groupby("window_id")["step"].min()
@@ -182,7 +187,7 @@ def detect_for(
         return []
     k = kernels[kernels["window_id"].isin(keep)]
     w = windows[windows["window_id"].isin(keep)] if len(windows) else windows
-    focused = replace(cfg, min_excess_frac=0.0, min_windows=1)
+    focused = replace(cfg, min_excess_frac=0.0, min_windows=1, whole_span=True)
     return [
         f
         for f in detect(k, w, focused, classes)
@@ -314,7 +319,12 @@ def _rank_share(excess: pd.Series, lost: pd.DataFrame | None, cat: str, rank: ob
 
 def _onset(flags: np.ndarray, cfg: KernelConfig) -> int | None:
     """The first flagged position from which >= ``consistent_frac`` of the windows, and at least
-    ``min_windows``, are flagged; ``None`` when there is none."""
+    ``min_windows``, are flagged; ``None`` when there is none. ``whole_span``: the share is over
+    every window (the first flagged position, when the whole span holds)."""
+    if cfg.whole_span:
+        first = np.flatnonzero(flags)
+        enough = flags.sum() >= cfg.min_windows and flags.mean() >= cfg.consistent_frac
+        return int(first[0]) if len(first) and enough else None
     for i in range(len(flags)):
         rest = flags[i:]
         if rest[0] and rest.sum() >= cfg.min_windows and rest.mean() >= cfg.consistent_frac:

@@ -144,3 +144,20 @@ def test_a_window_cut_short_is_unknown_not_a_slow_window(tmp_path):
     w2.loc[w2["window_id"] == cut_id, "ok"] = True
     w2.loc[w2["window_id"] == cut_id, "duration_ns"] = 10_000  # 600 ns excess: 6% of it
     assert [f.ranks for f in kernel.detect(k2, w2, CFG) if f.kernel == "aten::add"] == [(2,)]
+
+
+def test_a_kernel_that_explains_a_slowdown_since_its_onset_is_slow_in_most_windows_since(tmp_path):
+    # Busy CI: a node slowdown on rank 1 from step 30, and a preemption inside aten::div in the
+    # last of the windows after it read as "aten::div 81x on rank 1 in 1 profiler window": the
+    # focused search (one window enough) counted consistency from the first slow window.
+    kernel_run(tmp_path / "last", _with(30.0, "aten::add", {2}, {4}))  # windows at 10..210
+    k, w = _frames(tmp_path / "last")
+    assert [f.ranks for f in kernel.detect_for(k, w, (2,), 10, CFG)] == []
+    # slow in four of the five windows since the onset: the operator explains it
+    kernel_run(tmp_path / "most", _with(3.0, "aten::add", {2}, {0, 2, 3, 4}))
+    k, w = _frames(tmp_path / "most")
+    found = kernel.detect_for(k, w, (2,), 10, CFG)
+    assert [(f.kernel, f.ranks) for f in found] == [("aten::add", (2,))]
+    # one window after a late onset is all there is: it decides (the closed loop's window)
+    k, w = _frames(tmp_path / "last")
+    assert [f.ranks for f in kernel.detect_for(k, w, (2,), 210, CFG)] == [(2,)]
