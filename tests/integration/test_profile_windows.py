@@ -108,10 +108,11 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
             (dur,) = wins[(wins["rank"] == rank) & (wins["window_id"] == wid)]["duration_ns"]
             mm_tanh = rows[rows["name"].isin(["aten::mm", "aten::tanh"])]["total_ns"].sum()
             assert 0 < mm_tanh <= dur
+    # Against the peers' median, as the kernel detector compares: on a busy machine one peer
+    # preempted inside aten::mm took 4.8 ms in its one-step window (the slow rank: 11.0 ms).
     slow_tanh, slow_mm = total(2, "aten::tanh"), total(2, "aten::mm")
-    for rank in (0, 1, 3):
-        assert slow_tanh > 10 * max(total(rank, "aten::tanh"), 1)
-        assert slow_mm > 3 * total(rank, "aten::mm")
+    assert slow_tanh > 10 * max(statistics.median(total(r, "aten::tanh") for r in (0, 1, 3)), 1)
+    assert slow_mm > 3 * statistics.median(total(r, "aten::mm") for r in (0, 1, 3))
 
     traces = sorted((out / "traces").glob("rank*/*.json.gz"))
     assert len(traces) == 4 * (len(WINDOWS) + 1)  # default bound (20 per rank) not reached
