@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -25,16 +22,6 @@ from tests.fakes.hook_sink import FrameSink, of_kind
 
 FAST = {"flush_interval_s": 0.05, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
 EVERY = {"numerics_every": 4, "fingerprint_every": 3}
-
-
-@pytest.fixture
-def sink() -> Iterator[FrameSink]:
-    short = tempfile.mkdtemp(prefix="dn")
-    s = FrameSink(Path(short) / "d.sock")
-    s.start()
-    yield s
-    s.close()
-    shutil.rmtree(short, ignore_errors=True)
 
 
 class Net(nn.Module):
