@@ -177,6 +177,43 @@ def culprits(findings, win: Window) -> dict:
     }
 
 
+def ingest_window(args: argparse.Namespace, win: Window, wire: str, tmp: str) -> tuple:
+    """The window through a fresh analyzer core on ``wire``: ``(core, figures)``."""
+    gen_s = enc_s = ingest_s = flush_s = 0.0
+    num_events = num_bytes = 0
+    core = AnalyzerCore(RunStore.create(tmp))
+    gen_t0 = time.perf_counter()
+    last_step = -1
+    for step, events in win.batches(args.batch):
+        if step != last_step and last_step >= 0 and step % args.flush_every == 0:
+            _, dt = timed(core.flush)
+            flush_s += dt
+        last_step = step
+
+        def encode(ev: list = events) -> object:
+            batch = codec.batch_to_proto(ev, sender="bench", sent_ns=T0)
+            return codec.with_columns(batch) if wire == "columns" else batch
+
+        batch, dt = timed(encode)
+        enc_s += dt
+        num_bytes += batch.ByteSize()
+        result, dt = timed(core.ingest, batch)
+        ingest_s += dt
+        num_events += result.num_accepted
+    _, dt = timed(core.flush)
+    flush_s += dt
+    gen_s = time.perf_counter() - gen_t0 - enc_s - ingest_s - flush_s
+    return core, {
+        "events": num_events,
+        "generate_s": gen_s,
+        "encode_s": enc_s,
+        "ingest_s": ingest_s,
+        "ingest_events_per_s": num_events / ingest_s,
+        "flush_s": flush_s,
+        "bytes_per_event": num_bytes / max(num_events, 1),
+    }
+
+
 def run_one(args: argparse.Namespace, ranks: int) -> dict:
     win = Window(args, ranks)
     res: dict = {
@@ -187,37 +224,18 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         "slow_host": win.slow_host,
         "host_onset": win.host_onset,
         "rank_onset": win.rank_onset,
+        "wires": {},
     }
-    gen_s = enc_s = ingest_s = flush_s = 0.0
-    num_events = 0
+    for wire in args.wire[:-1]:  # ingest only, each into its own store
+        with tempfile.TemporaryDirectory(prefix="diag-scale-") as tmp:
+            core, figures = ingest_window(args, win, wire, tmp)
+            core.close()
+            del core
+        res["wires"][wire] = figures
     with tempfile.TemporaryDirectory(prefix="diag-scale-") as tmp:
-        core = AnalyzerCore(RunStore.create(tmp))
-        gen_t0 = time.perf_counter()
-        last_step = -1
-        for step, events in win.batches(args.batch):
-            if step != last_step and last_step >= 0 and step % args.flush_every == 0:
-                _, dt = timed(core.flush)
-                flush_s += dt
-            last_step = step
-            batch, dt = timed(
-                lambda ev=events: codec.batch_to_proto(ev, sender="bench", sent_ns=T0)
-            )
-            enc_s += dt
-            result, dt = timed(core.ingest, batch)
-            ingest_s += dt
-            num_events += result.num_accepted
-        _, dt = timed(core.flush)
-        flush_s += dt
-        gen_s = time.perf_counter() - gen_t0 - enc_s - ingest_s - flush_s
-        res.update(
-            events=num_events,
-            generate_s=gen_s,
-            encode_s=enc_s,
-            ingest_s=ingest_s,
-            ingest_events_per_s=num_events / ingest_s,
-            flush_s=flush_s,
-            rss_after_ingest_mib=rss_mib(),
-        )
+        core, figures = ingest_window(args, win, args.wire[-1], tmp)
+        res["wires"][args.wire[-1]] = figures
+        res.update(figures, wire=args.wire[-1], rss_after_ingest_mib=rss_mib())
 
         triage, res["triage_s"] = timed(core.triage)
         features, res["features_s"] = timed(Features.from_store, core.store)
@@ -240,11 +258,17 @@ def report(r: dict) -> None:
         f"{r['events']:,} StepEvents; culprits: rank {r['slow_rank']} from step "
         f"{r['rank_onset']}, host {r['slow_host']} from step {r['host_onset']}"
     )
-    print(
-        f"  generate {r['generate_s']:.2f} s   encode (batch_to_proto) {r['encode_s']:.2f} s   "
-        f"ingest {r['ingest_s']:.2f} s ({r['ingest_events_per_s']:,.0f} events/s)   "
-        f"flush {r['flush_s']:.2f} s"
-    )
+    for wire, w in r["wires"].items():
+        print(
+            f"  wire {wire:>7}: encode {w['encode_s']:.2f} s   ingest {w['ingest_s']:.2f} s "
+            f"({w['ingest_events_per_s']:,.0f} events/s, goal 400k)   flush {w['flush_s']:.2f} s   "
+            f"{w['bytes_per_event']:.0f} B/event"
+        )
+    if len(r["wires"]) > 1:
+        rates = {k: w["ingest_events_per_s"] for k, w in r["wires"].items()}
+        names = list(rates)
+        first, last = names[0], names[-1]
+        print(f"  ingest {last} / {first}: {rates[last] / rates[first]:.2f}x (same run)")
     print(f"  core.triage() end to end (features + detectors + run summary): {r['triage_s']:.2f} s")
     split = "  ".join(f"{k} {v:.3f}" for k, v in det.items())
     print(
@@ -277,6 +301,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--host-extra", type=float, default=25.0, help="slow host: extra compute ms")
     ap.add_argument("--rank-extra", type=float, default=40.0, help="slow rank: extra compute ms")
+    ap.add_argument(
+        "--wire",
+        nargs="+",
+        choices=["rows", "columns"],
+        default=["rows", "columns"],
+        help="how batches travel, each ingested in turn (one event per row, or column blocks as "
+        "a daemon sends them to an analyzer of schema >= 1.13); triage runs on the last",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object per world size")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -291,6 +323,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--child", "--ranks", str(ranks)]
         for opt in ("steps", "batch", "flush_every", "seed", "host_extra", "rank_extra"):
             cmd += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
+        cmd += ["--wire", *args.wire]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(json.dumps(r)) if args.json else report(r)

@@ -16,6 +16,8 @@ collective durations); the proto carries them as proto3 ``optional`` fields so `
 Float fields keep NaN and Inf as such (a NaN loss is a finding, not a parse error).
 
 Versioning: adding a defaulted field bumps the minor version; a rename or removal bumps the major.
+1.13 adds no field: a batch may carry its events by columns (``EventBatch.columns``), which a
+daemon sends only to an analyzer that says it reads them (``TimeReply.schema_version``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.12"
+SCHEMA_VERSION = "1.13"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.

@@ -22,6 +22,10 @@ from diag import schema  # noqa: E402
 PROTO_PATH = ROOT / "diag" / "proto" / "diag.proto"
 
 _SCALARS = {int: "int64", float: "double", str: "string", bool: "bool"}
+# Column types: packed varints with zigzag for ints (ranks of -1, small deltas stay short).
+_COLUMN_TYPES = {"int64": "sint64", "double": "double", "string": "string", "bool": "bool"}
+#: suffix of an optional field's absence mask in a columns message (empty: every row present)
+ABSENT_SUFFIX = "_absent"
 
 _TAIL = """
 // A batch of events: the unit of transport from hook to daemon and daemon to analyzer.
@@ -30,6 +34,9 @@ message EventBatch {
   string sender = 2;
   int64 sent_ns = 3;
   repeated Event events = 4;
+  // The same events by columns (one block per kind, see EventColumns): what a daemon ships to an
+  // analyzer that reads them (its schema_version >= COLUMNS_SINCE). A batch may hold both.
+  repeated EventColumns columns = 5;
 }
 
 // The analyzer's answer to one batch: one reply per batch, never one per event.
@@ -46,6 +53,7 @@ message TimeRequest {
 
 message TimeReply {
   int64 analyzer_time_ns = 1;
+  string schema_version = 2;  // the analyzer's; "" from one older than 1.13
 }
 
 message SummaryRequest {
@@ -155,7 +163,42 @@ def render() -> str:
     for i, (kind, cls) in enumerate(schema.EVENT_TYPES.items(), start=10):
         lines.append(f"    {cls.__name__} {kind} = {i};")
     lines += ["  }", "}"]
+    lines += _columns()
     return "\n".join(lines) + "\n" + _TAIL
+
+
+def _columns() -> list[str]:
+    """One ``<Kind>Columns`` message per kind (the envelope's fields, then the payload's, each a
+    repeated column; an optional field also has ``<name>_absent``, empty when every row has it)
+    and ``EventColumns``, one block of rows of one kind."""
+    env_hints = typing.get_type_hints(schema.Event)
+    lines: list[str] = []
+    for cls in schema.EVENT_TYPES.values():
+        hints = typing.get_type_hints(cls)
+        names = [*schema.ENVELOPE_FIELDS, *schema.payload_fields(cls)]
+        lines += ["", f"message {cls.__name__}Columns {{"]
+        number = 1
+        for name in names:
+            ptype, opt = _proto_type((env_hints | hints)[name])
+            lines.append(f"  repeated {_COLUMN_TYPES[ptype]} {name} = {number};")
+            number += 1
+            if opt:
+                assert name + ABSENT_SUFFIX not in names, name
+                lines.append(f"  repeated bool {name}{ABSENT_SUFFIX} = {number};")
+                number += 1
+        lines.append("}")
+    lines += [
+        "",
+        "// Rows of one kind by columns: every column holds num_rows values (an _absent mask",
+        "// num_rows or none).",
+        "message EventColumns {",
+        "  uint32 num_rows = 1;",
+        "  oneof payload {",
+    ]
+    for i, (kind, cls) in enumerate(schema.EVENT_TYPES.items(), start=10):
+        lines.append(f"    {cls.__name__}Columns {kind} = {i};")
+    lines += ["  }", "}"]
+    return lines
 
 
 def main() -> None:

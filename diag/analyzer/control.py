@@ -41,6 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
+from diag.analyzer.marks import HighWater
 from diag.errors import ConfigError, NotReady
 from diag.fsutil import atomic_open
 from diag.proto import diag_pb2 as pb
@@ -135,7 +139,7 @@ class ControlBoard:
         self._lead_s = lead_s
         self._min_lead_steps = min_lead_steps
         self._lock = threading.Lock()
-        self._max_step: dict[int, int] = {}  # rank -> newest step index seen
+        self._max_step = HighWater()  # rank -> newest step index seen
         self._newest_end_ns = 0  # wall-clock end of the newest step seen (any rank)
         self._newest = -1  # the newest step index seen on any rank (max of _max_step)
         self._durations: deque[int] = deque(maxlen=num_durations)
@@ -183,20 +187,43 @@ class ControlBoard:
     # -- progress -----------------------------------------------------------------------------
 
     def observe_steps(self, steps: Iterable[tuple[int, ...]]) -> None:
-        """Note finished steps as ``(rank, step, duration_ns[, end_ns])``; cheap, called for every
-        accepted ``StepEvent``. Steps with a negative index or rank are ignored; durations <= 0
-        are not counted in the median."""
+        """Note finished steps as ``(rank, step, duration_ns[, end_ns])`` (columns:
+        :meth:`observe_step_columns`). Steps with a negative index or rank are ignored;
+        durations <= 0 are not counted in the median; a step without its end time leaves the
+        newest end as it was."""
+        rows = [(*r[:3], r[3] if len(r) > 3 else 0) for r in steps]
+        if rows:
+            self.observe_step_columns(*zip(*rows, strict=True))
+
+    def observe_step_columns(
+        self,
+        ranks: Sequence[object],
+        steps: Sequence[object],
+        durations_ns: Sequence[object],
+        ends_ns: Sequence[object],
+    ) -> None:
+        """:meth:`observe_steps` for a batch's ``StepEvent`` columns, vectorized (the ingest path:
+        no Python work per event or per rank). The newest end time is the latest end of a step at
+        or after the newest step known before the batch."""
+        rank = np.asarray(ranks, dtype=np.int64)
+        step = np.asarray(steps, dtype=np.int64)
+        dur = np.asarray(durations_ns, dtype=np.int64)
+        end = np.asarray(ends_ns, dtype=np.int64)
+        valid = (step >= 0) & (rank >= 0)
+        if not valid.any():
+            return
+        rank, step, dur, end = rank[valid], step[valid], dur[valid], end[valid]
+        codes, uniques = pd.factorize(rank)
+        newest_of = np.full(len(uniques), -1, dtype=np.int64)
+        np.maximum.at(newest_of, codes, step)
+        recent = dur[dur > 0][-(self._durations.maxlen or len(dur)) :].tolist()
         with self._lock:
-            for rank, step, duration_ns, *rest in steps:
-                if step < 0 or rank < 0:
-                    continue
-                if rest and step >= self._newest:
-                    self._newest_end_ns = max(self._newest_end_ns, int(rest[0]))
-                if step > self._max_step.get(rank, -1):
-                    self._max_step[rank] = step
-                    self._newest = max(self._newest, step)
-                if duration_ns > 0:
-                    self._durations.append(duration_ns)
+            later = step >= self._newest
+            if later.any():
+                self._newest_end_ns = max(self._newest_end_ns, int(end[later].max()))
+            self._max_step.raise_to(np.asarray(uniques, dtype=np.int64), newest_of)
+            self._newest = max(self._newest, int(newest_of.max()))
+            self._durations.extend(recent)
 
     @property
     def newest_step(self) -> int:

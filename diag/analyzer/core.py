@@ -26,12 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+import pandas as pd
 from google.protobuf.message import DecodeError
 
 from diag import schema
 from diag.analyzer import wal as wal_mod
 from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig
 from diag.analyzer.control import CONTROL_FILE, ControlBoard
+from diag.analyzer.marks import HighWater
 from diag.diagnose.capture_evidence import annotate
 from diag.diagnose.detectors import link_hosts
 from diag.diagnose.detectors.registry import run_all
@@ -163,7 +166,7 @@ class AnalyzerCore:
         #: threads a service started for this core (flush, live triage), joined after close
         #: (:func:`diag.analyzer.service.join_background`).
         self.background: list[threading.Thread] = []
-        self._high_water: dict[str, int] = {}
+        self._high_water = HighWater()
         self._closed = False
         store.wal_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_run_dir(store)
@@ -247,10 +250,7 @@ class AnalyzerCore:
         return out, len(events) - len(out)
 
     def _raise_marks(self, pairs: Iterable[tuple[str, int]]) -> None:
-        hw = self._high_water
-        for source, seq in pairs:
-            if seq > hw.get(source, -1):
-                hw[source] = int(seq)
+        self._high_water.raise_pairs(pairs)
 
     # -- ingest -------------------------------------------------------------------------------
 
@@ -264,49 +264,72 @@ class AnalyzerCore:
         with self._lock:
             if self._closed:
                 raise TransportError("the analyzer is shutting down")
-            self._check_bounds(cols)
-            marks: dict[str, int] = {}
-            high = self._high_water
-            keep = [False] * len(cols.kinds)
-            num_kept = 0
-            for i, (source, seq) in enumerate(zip(cols.sources, cols.seqs, strict=True)):
-                if seq > marks.get(source, high.get(source, -1)):
-                    marks[source] = seq
-                    keep[i] = True
-                    num_kept += 1
+            keep, marks = self._select_new(cols)
+            num_kept = int(keep.sum())
             if num_kept:
                 if num_kept == len(keep):
                     payload = batch.SerializeToString()
-                else:
+                    kept = cols.columns
+                else:  # a replay overlapping what is stored: the WAL gets the kept rows only
+                    kept = {
+                        kind: _rows(columns, keep[cols.positions[kind]])
+                        for kind, columns in cols.columns.items()
+                    }
                     out = pb.EventBatch(
                         schema_version=batch.schema_version,
                         sender=batch.sender,
                         sent_ns=batch.sent_ns,
                     )
-                    out.events.extend(batch.events[i] for i, k in enumerate(keep) if k)
+                    out.columns.extend(codec.columns_to_blocks(kept))
                     payload = out.SerializeToString()
                 self._wal.append(payload)
-                high.update(marks)
-                for kind, columns in cols.columns.items():
-                    rows = cols.positions[kind]
-                    if num_kept < len(keep):
-                        mask = [keep[i] for i in rows]
-                        columns = {
-                            n: [v for v, k in zip(vals, mask, strict=True) if k]
-                            for n, vals in columns.items()
-                        }
+                self._high_water.raise_to(*marks)
+                for kind, columns in kept.items():
                     self.store.append_columns(kind, columns)
-                    if kind == schema.StepEvent.kind and columns["rank"]:
-                        steps = zip(columns["rank"], columns["step"], columns["duration_ns"],
-                                    columns["end_ns"], strict=True)  # fmt: skip
-                        self.control.observe_steps(steps)  # type: ignore[arg-type]
-                if any(
-                    k and kind in URGENT_KINDS for kind, k in zip(cols.kinds, keep, strict=True)
-                ):
+                    if kind == schema.StepEvent.kind and len(columns["rank"]):
+                        self.control.observe_step_columns(
+                            columns["rank"], columns["step"], columns["duration_ns"],
+                            columns["end_ns"],
+                        )  # fmt: skip
+                if any(kind in URGENT_KINDS for kind in kept if len(kept[kind]["source"])):
                     self.urgent.set()
             self.num_events_accepted += num_kept
             self.num_duplicates += len(keep) - num_kept
             return IngestResult(num_kept, len(keep) - num_kept)
+
+    def _select_new(
+        self, cols: codec.BatchColumns
+    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """Which events of the batch are new (a boolean per event) and the sources' new high-water
+        marks (sources, marks). An event is new when its ``seq`` lies above its source's mark from
+        the batches before and it is the first of its ``(source, seq)`` in this batch, in whatever
+        order the batch holds a source's events (a column block groups them by kind). Vectorized:
+        no Python work per event or per source. :class:`SchemaError` (nothing stored) for a seq
+        too far beyond its mark and as :meth:`_check_steps` says. Called under the lock."""
+        self._check_steps(cols)
+        if not len(cols.sources):
+            return np.zeros(0, dtype=bool), (np.zeros(0, dtype=object), np.zeros(0, np.int64))
+        codes, uniques = pd.factorize(np.asarray(cols.sources, dtype=object))
+        uniques = np.asarray(uniques, dtype=object)
+        seqs = cols.seqs
+        prior = self._high_water.lookup(uniques)
+        last = prior[codes]
+        jump = seqs > last + MAX_SEQ_JUMP
+        if jump.any():
+            i = int(np.argmax(jump))
+            raise SchemaError(
+                f"{cols.kinds[i]} event of {cols.sources[i][:80]!r}: seq {int(seqs[i])} is more "
+                f"than {MAX_SEQ_JUMP} beyond the source's last ({int(last[i])}); batch refused"
+            )
+        keep = seqs > last
+        order = np.lexsort((seqs, codes))  # stable: the first of equal (source, seq) stays first
+        same = (codes[order][1:] == codes[order][:-1]) & (seqs[order][1:] == seqs[order][:-1])
+        if same.any():
+            keep[order[1:][same]] = False
+        newest = prior.copy()
+        np.maximum.at(newest, codes[keep], seqs[keep])
+        moved = newest > prior
+        return keep, (uniques[moved], newest[moved])
 
     def note_rejected(self) -> None:
         """Count one batch refused as malformed (the service's ``INVALID_ARGUMENT``)."""
@@ -324,28 +347,21 @@ class AnalyzerCore:
                 "last_triage_s": self.last_triage_s,
             }
 
-    def _check_bounds(self, cols: codec.BatchColumns) -> None:
+    def _check_steps(self, cols: codec.BatchColumns) -> None:
         """:class:`SchemaError` (one line; nothing stored) for an event whose ``seq`` lies more
-        than :data:`MAX_SEQ_JUMP` beyond its source's high-water mark, or whose ``step`` lies
-        more than :data:`MAX_STEP_JUMP` beyond the job's newest step: one such event would make
-        the analyzer drop every later event of that source as a duplicate, or push every later
-        profiler window beyond reach. Called under the lock."""
+        than :data:`MAX_SEQ_JUMP` beyond its source's high-water mark (checked in
+        :meth:`_select_new`), or whose ``step`` lies more than :data:`MAX_STEP_JUMP` beyond the
+        job's newest step: one such event would make the analyzer drop every later event of that
+        source as a duplicate, or push every later profiler window beyond reach. Called under the
+        lock."""
         steps_up_to = max(self.control.newest_step, 0) + MAX_STEP_JUMP
-        if cols.steps and max(cols.steps) > steps_up_to:
-            i = next(i for i, step in enumerate(cols.steps) if step > steps_up_to)
+        if len(cols.steps) and int(cols.steps.max()) > steps_up_to:
+            i = int(np.argmax(cols.steps > steps_up_to))
             raise SchemaError(
                 f"{cols.kinds[i]} event of {cols.sources[i][:80]!r}: step {cols.steps[i]} is "
                 f"more than {MAX_STEP_JUMP} beyond the job's newest "
                 f"({self.control.newest_step}); batch refused"
             )
-        high = self._high_water
-        for i, (source, seq) in enumerate(zip(cols.sources, cols.seqs, strict=True)):
-            last = high.get(source, -1)
-            if seq > last + MAX_SEQ_JUMP:
-                raise SchemaError(
-                    f"{cols.kinds[i]} event of {source[:80]!r}: seq {seq} is more than "
-                    f"{MAX_SEQ_JUMP} beyond the source's last ({last}); batch refused"
-                )
 
     def _observe_steps(self, events: Iterable[schema.Event]) -> None:
         steps = [
@@ -391,7 +407,7 @@ class AnalyzerCore:
     def high_water(self) -> dict[str, int]:
         """A copy of the per-source high-water marks (the largest ``seq`` stored per source)."""
         with self._lock:
-            return dict(self._high_water)
+            return {str(k): v for k, v in self._high_water.as_dict().items()}
 
     # -- control ------------------------------------------------------------------------------
 
@@ -529,3 +545,14 @@ class AnalyzerCore:
         if self.latest_triage is not None:
             out["findings"] = [f.to_json() for f in self.latest_triage.findings]
         return out
+
+
+def _rows(columns: dict[str, Any], mask: np.ndarray) -> dict[str, Any]:
+    """The rows of ``columns`` where ``mask`` holds (arrays stay arrays, lists lists)."""
+    picked = mask.tolist()
+    return {
+        name: values[mask]
+        if isinstance(values, np.ndarray)
+        else [v for v, k in zip(values, picked, strict=True) if k]
+        for name, values in columns.items()
+    }

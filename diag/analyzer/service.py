@@ -79,7 +79,7 @@ class AnalyzerServicer:
         )
 
     def Time(self, request: pb.TimeRequest, context: grpc.ServicerContext) -> pb.TimeReply:
-        return pb.TimeReply(analyzer_time_ns=time.time_ns())
+        return pb.TimeReply(analyzer_time_ns=time.time_ns(), schema_version=schema.SCHEMA_VERSION)
 
     def Summary(self, request: pb.SummaryRequest, context: grpc.ServicerContext) -> pb.SummaryReply:
         return pb.SummaryReply(json=json.dumps(self.core.summary_json()))

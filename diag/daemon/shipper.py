@@ -5,6 +5,13 @@ It takes the oldest unacknowledged batch from the :class:`~diag.daemon.spool.Spo
 while the analyzer is away: the spool grows and is replayed in order when it answers again. Failed
 calls are retried with exponential backoff (0.2 s doubling to 2 s). It also measures the clock
 offset to the analyzer (``Time``) at start and every ``clock_sync_interval_s``.
+
+To an analyzer that reads column blocks (its ``Time`` and ``Ingest`` replies say its schema
+version, :func:`~diag.transport.codec.reads_columns`) each batch goes by columns: one block per
+kind, a packed column per field, which the analyzer copies into arrays without a Python object per
+event (the node pays the conversion, not the one analyzer of the fleet). To an older one, or when a
+reply shows that an older analyzer took the place of the one that read them (it stored none of
+the columns), the same batch goes again as it was spooled.
 """
 
 from __future__ import annotations
@@ -14,8 +21,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from google.protobuf.message import DecodeError
+
 from diag.daemon.spool import Spool
-from diag.errors import TransportError
+from diag.errors import SchemaError, TransportError
+from diag.proto import diag_pb2 as pb
+from diag.transport import codec
 from diag.transport.client import AnalyzerClient, BatchRejected
 
 log = logging.getLogger(__name__)
@@ -51,6 +62,7 @@ class Shipper:
         self.num_rejected = 0  # batches the analyzer refused as malformed (dropped)
         self.num_failures = 0  # failed calls (each retried)
         self.num_duplicates = 0  # events the analyzer reported as already held (replays)
+        self.num_sent_columns = 0  # batches that went by columns
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="diag-shipper", daemon=True)
@@ -80,7 +92,7 @@ class Shipper:
                     self._wake.wait(max(next_sync - self._monotonic(), 0.0))
                     self._wake.clear()
                     continue
-                reply = self.client.ingest(record.payload)
+                reply = self._send(record.payload)
             except TransportError as exc:
                 if isinstance(exc, BatchRejected) and record is not None:
                     # Resending cannot fix a malformed batch; it must not block the ones after it.
@@ -104,6 +116,22 @@ class Shipper:
             self.num_duplicates += reply.num_duplicates
             backoff = self._backoff_start_s
             self._up()
+
+    def _send(self, payload: bytes) -> pb.IngestReply:
+        """``payload`` (a spooled ``EventBatch``) to the analyzer, by columns if it reads them."""
+        if codec.reads_columns(self.client.analyzer_version):
+            columns = _by_columns(payload)
+            if columns is not None:
+                reply = self.client.ingest(columns)
+                if codec.reads_columns(reply.schema_version):
+                    self.num_sent_columns += 1
+                    return reply
+                log.warning(
+                    "analyzer %s reads no column blocks (schema %s); sending rows",
+                    self.client.target,
+                    reply.schema_version or "older than 1.13",
+                )
+        return self.client.ingest(payload)
 
     def _down(self, exc: TransportError) -> None:
         if self._down_since is None:
@@ -145,3 +173,12 @@ class Shipper:
             if self._thread.is_alive():
                 self.client.close()
                 self._thread.join(timeout_s)
+
+
+def _by_columns(payload: bytes) -> bytes | None:
+    """The spooled batch with its events as column blocks; ``None`` when it does not parse (it
+    goes as it is: the analyzer refuses it in one line)."""
+    try:
+        return codec.with_columns(pb.EventBatch.FromString(payload)).SerializeToString()
+    except (DecodeError, SchemaError, ValueError, TypeError):
+        return None

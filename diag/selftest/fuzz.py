@@ -52,6 +52,29 @@ def _decode_batch(data: bytes, scratch: Path) -> object:
     return codec.decode_batch(data)
 
 
+def _batch_columns_seed() -> bytes:
+    from diag.proto import diag_pb2 as pb
+    from diag.transport import codec
+
+    return codec.with_columns(pb.EventBatch.FromString(_batch_seed())).SerializeToString()
+
+
+def _decode_columns(data: bytes, scratch: Path) -> object:
+    """The analyzer's ingest decode (rows and column blocks), then the WAL replay's."""
+    from google.protobuf.message import DecodeError
+
+    from diag.errors import SchemaError
+    from diag.proto import diag_pb2 as pb
+    from diag.transport import codec
+
+    batch = pb.EventBatch()
+    try:
+        batch.ParseFromString(data)
+    except (DecodeError, RuntimeError) as exc:
+        raise SchemaError(f"malformed event batch: {exc}") from None
+    return codec.columns_from_batch(batch), codec.events_from_batch(batch)
+
+
 def _frames(data: bytes, scratch: Path) -> object:
     from diag.transport.framing import FrameDecoder
 
@@ -272,6 +295,12 @@ def _frame_seed() -> bytes:
 #: The targets by name (explicit: nothing registers itself); seeds are built when asked.
 TARGETS: dict[str, Callable[[], Target]] = {
     "event_batch": lambda: Target("event_batch", _decode_batch, (DiagError,), (_batch_seed(),)),
+    "event_batch_columns": lambda: Target(
+        "event_batch_columns",
+        _decode_columns,
+        (DiagError,),
+        (_batch_columns_seed(), _batch_seed()),
+    ),
     "frames": lambda: Target("frames", _frames, (DiagError,), (_frame_seed(),)),
     "auto_capture_record": lambda: Target("auto_capture_record", _captures, (), (_CAPTURE_SEED,)),
     "findings_jsonl": lambda: Target(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 
 import numpy as np
@@ -61,7 +61,17 @@ def _defaults(kind: str) -> dict[str, object]:
     }
 
 
-def _column(dtype: str, values: list[object]) -> pd.api.extensions.ExtensionArray | np.ndarray:
+def _column(dtype: str, values: Sequence[object]) -> pd.api.extensions.ExtensionArray | np.ndarray:
+    if isinstance(values, np.ndarray):  # a decoded column block's number column: no None in it
+        if dtype == "Float64":
+            return pd.arrays.FloatingArray(
+                values.astype(np.float64), np.zeros(len(values), dtype=bool)
+            )
+        if dtype == "Int64":
+            return pd.arrays.IntegerArray(
+                values.astype(np.int64), np.zeros(len(values), dtype=bool)
+            )
+        return values.astype(dtype, copy=False)
     if dtype == "Float64":
         mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
         data = np.fromiter(
@@ -91,7 +101,7 @@ def events_to_frame(kind: str, events: Sequence[schema.Event]) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def columns_to_frame(kind: str, columns: dict[str, list[object]]) -> pd.DataFrame:
+def columns_to_frame(kind: str, columns: Mapping[str, Sequence[object]]) -> pd.DataFrame:
     """One frame of ``kind`` from its rows as columns (field -> values, every field present):
     the same frame :func:`events_to_frame` builds from the events those rows are."""
     return pd.DataFrame(

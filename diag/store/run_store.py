@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -124,7 +124,7 @@ class RunStore:
         for kind, evs in by_kind.items():
             self._buffer.setdefault(kind, []).append(evs)
 
-    def append_columns(self, kind: str, columns: dict[str, list[object]]) -> None:
+    def append_columns(self, kind: str, columns: Mapping[str, Sequence[object]]) -> None:
         """Buffer rows of ``kind`` given as columns (every field of the kind, equal lengths)."""
         if _chunk_len(columns):
             self._buffer.setdefault(kind, []).append(columns)
@@ -292,19 +292,19 @@ def read_part(kind: str, path: Path) -> pd.DataFrame:
         raise _PartError(path, f"cannot read store part {path}: {reason}") from None
 
 
-Chunk = list[schema.Event] | dict[str, list[object]]
+Chunk = list[schema.Event] | Mapping[str, Sequence[object]]
 
 
 def _chunk_len(chunk: Chunk) -> int:
-    if isinstance(chunk, dict):
-        return len(next(iter(chunk.values()), ()))
-    return len(chunk)
+    if isinstance(chunk, list):
+        return len(chunk)
+    return len(next(iter(chunk.values()), ()))
 
 
 def _chunk_frame(kind: str, chunk: Chunk) -> pd.DataFrame:
-    if isinstance(chunk, dict):
-        return dataframes.columns_to_frame(kind, chunk)
-    return dataframes.events_to_frame(kind, chunk)
+    if isinstance(chunk, list):
+        return dataframes.events_to_frame(kind, chunk)
+    return dataframes.columns_to_frame(kind, chunk)
 
 
 def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:

@@ -61,6 +61,9 @@ class AnalyzerClient:
             ],
         )
         self._stub = diag_pb2_grpc.AnalyzerStub(self._channel)
+        #: the analyzer's schema version from its last reply ("" before one, or from an analyzer
+        #: older than 1.13 on ``Time``): whether it reads column blocks (``codec.reads_columns``)
+        self.analyzer_version = ""
         # Already-serialized batches (from the spool) go out as they are, without a parse.
         self._ingest_raw = self._channel.unary_unary(
             _INGEST_METHOD,
@@ -87,6 +90,7 @@ class AnalyzerClient:
                 reply = self._stub.Ingest(batch, timeout=self.timeout_s)
         except grpc.RpcError as exc:
             raise self._error("Ingest", exc) from None
+        self.analyzer_version = reply.schema_version
         return reply
 
     def time_sync(self) -> tuple[int, int]:
@@ -101,6 +105,7 @@ class AnalyzerClient:
         except grpc.RpcError as exc:
             raise self._error("Time", exc) from None
         t1 = self._wall_clock()
+        self.analyzer_version = reply.schema_version
         return reply.analyzer_time_ns - (t0 + t1) // 2, t1 - t0
 
     def summary(self, run_dir: str = "") -> str:

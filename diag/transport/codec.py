@@ -16,7 +16,7 @@ import dataclasses
 import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
@@ -24,9 +24,16 @@ from diag import schema
 from diag.errors import SchemaError
 from diag.proto import diag_pb2 as pb
 
+if TYPE_CHECKING:  # numpy loads with the first column decode: the hook imports this module
+    import numpy as np
+
 _PB_CLASSES = {kind: getattr(pb, cls.__name__) for kind, cls in schema.EVENT_TYPES.items()}
 _PAYLOAD = {kind: schema.payload_fields(cls) for kind, cls in schema.EVENT_TYPES.items()}
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: the first minor version whose analyzer reads column blocks (``EventBatch.columns``)
+COLUMNS_SINCE = (1, 13)
+#: suffix of an optional field's absence mask in a column block (scripts/gen_proto.py)
+ABSENT_SUFFIX = "_absent"
 _OPTIONAL = {
     kind: frozenset(f.name for f in dataclasses.fields(cls) if "None" in str(f.type))
     for kind, cls in schema.EVENT_TYPES.items()
@@ -132,35 +139,55 @@ def check_version(version: str) -> None:
 
 
 def events_from_batch(batch: pb.EventBatch) -> list[schema.Event]:
-    """All events of a batch, validated; one bad event rejects the batch (nothing half-stored)."""
+    """All events of a batch, validated, its row events then its column blocks' rows; one bad
+    event rejects the batch (nothing half-stored)."""
     check_version(batch.schema_version)
-    return [event_from_proto(m) for m in batch.events]
+    events = [event_from_proto(m) for m in batch.events]
+    for block in batch.columns:
+        kind, columns = block_columns(block)
+        cls = schema.EVENT_TYPES[kind]
+        names = _COLUMNS[kind]
+        values = [_as_list(c) for c in columns.values()]
+        events += [cls(**dict(zip(names, row, strict=True))) for row in zip(*values, strict=True)]
+    return events
 
 
 @dataclasses.dataclass(slots=True)
 class BatchColumns:
     """A batch decoded by columns, with no Python object per event (the analyzer's ingest):
-    per event in batch order its kind, source, seq and step; per kind its rows as columns (every
-    field of the kind's dataclass, in order) and each row's index in the batch."""
+    per event in batch order (row events first, then the column blocks' rows) its kind, source,
+    seq and step; per kind its rows as columns (every field of the kind's dataclass, in order: a
+    list, or for a number field of a column block without absent values a numpy array) and each
+    row's index in the batch."""
 
     kinds: list[str]
     sources: list[str]
-    seqs: list[int]
-    steps: list[int]
-    columns: dict[str, dict[str, list[object]]]
-    positions: dict[str, list[int]]
+    seqs: np.ndarray  # int64, one per event
+    steps: np.ndarray  # int64, one per event
+    columns: dict[str, dict[str, Any]]
+    positions: dict[str, np.ndarray]
 
 
 def columns_from_batch(batch: pb.EventBatch) -> BatchColumns:
     """:func:`events_from_batch`'s validation and values, as columns (see :class:`BatchColumns`);
     :class:`SchemaError` (one line) for the first invalid event: nothing of the batch is used.
-    Each event is read with one C-level getter per part (envelope, payload) into a row tuple;
-    the rows of a kind are transposed into columns once at the end."""
+    Each row event is read with one C-level getter per part (envelope, payload) into a row tuple,
+    the rows of a kind transposed into columns once at the end; a column block's number columns
+    are copied into numpy arrays in one C call each."""
+    import numpy as np
+
     check_version(batch.schema_version)
     env_get = _ENV_GETTER
-    out = BatchColumns([], [], [], [], {}, {})
-    kinds, sources, seqs, steps = out.kinds, out.sources, out.seqs, out.steps
+    kinds: list[str] = []
+    sources: list[str] = []
+    seqs: list[Any] = []
+    steps: list[Any] = []
+    columns: dict[str, dict[str, Any]] = {}
+    positions: dict[str, list[Any]] = {}
     rows: dict[str, list[tuple[object, ...]]] = {}
+    row_pos: dict[str, list[int]] = {}
+    row_seqs: list[int] = []
+    row_steps: list[int] = []
     for i, msg in enumerate(batch.events):
         kind = msg.WhichOneof("payload")
         if kind is None or kind not in _ROW_GETTERS:
@@ -182,19 +209,173 @@ def columns_from_batch(batch: pb.EventBatch) -> BatchColumns:
         kind_rows = rows.get(kind)
         if kind_rows is None:
             kind_rows = rows[kind] = []
-            out.positions[kind] = []
+            row_pos[kind] = []
         kind_rows.append(env + values)
-        out.positions[kind].append(i)
+        row_pos[kind].append(i)
         kinds.append(kind)
         sources.append(env[5])
-        seqs.append(env[6])
-        steps.append(env[7])
+        row_seqs.append(env[6])
+        row_steps.append(env[7])
+    if rows:
+        seqs.append(np.asarray(row_seqs, dtype=np.int64))
+        steps.append(np.asarray(row_steps, dtype=np.int64))
     for kind, kind_rows in rows.items():
-        names = (*schema.ENVELOPE_FIELDS, *_PAYLOAD[kind])
-        out.columns[kind] = {
-            n: list(c) for n, c in zip(names, zip(*kind_rows, strict=True), strict=True)
+        columns[kind] = {
+            n: list(c) for n, c in zip(_COLUMNS[kind], zip(*kind_rows, strict=True), strict=True)
         }
+        positions[kind] = [np.asarray(row_pos[kind], dtype=np.int64)]
+    for block in batch.columns:
+        kind, block_cols = block_columns(block)
+        n = len(block_cols["source"])
+        if not n:
+            continue
+        start = len(kinds)
+        kinds.extend([kind] * n)
+        sources.extend(block_cols["source"])
+        seqs.append(np.asarray(block_cols["seq"], dtype=np.int64))
+        steps.append(np.asarray(block_cols["step"], dtype=np.int64))
+        have = columns.get(kind)
+        if have is None:
+            columns[kind] = block_cols
+            positions[kind] = []
+        else:  # the kind again (rows, another block): one list per column
+            for name, values in block_cols.items():
+                have[name] = _as_list(have[name]) + _as_list(values)
+        positions[kind].append(np.arange(start, start + n, dtype=np.int64))
+    empty = np.zeros(0, dtype=np.int64)
+    return BatchColumns(
+        kinds,
+        sources,
+        np.concatenate(seqs) if seqs else empty,
+        np.concatenate(steps) if steps else empty,
+        columns,
+        {k: np.concatenate(v) for k, v in positions.items()},
+    )
+
+
+def _as_list(values: Any) -> list[object]:
+    """A column as a list of Python values (a numpy array's ``tolist``)."""
+    tolist = getattr(values, "tolist", None)
+    return tolist() if tolist is not None else list(values)
+
+
+def block_columns(block: pb.EventColumns) -> tuple[str, dict[str, Any]]:
+    """``(kind, columns)`` of one column block, every field of the kind in order: a number
+    column as a numpy array (a list with ``None`` where an optional field is absent), a text
+    column as a list; :class:`SchemaError` (one line) for a block of no known kind, a column
+    whose length is not the block's ``num_rows`` or an empty ``source``."""
+    import numpy as np
+
+    kind = block.WhichOneof("payload")
+    if kind is None or kind not in _COLUMNS:
+        raise SchemaError(f"column block has no known payload kind (got {kind!r})")
+    n = block.num_rows
+    msg = getattr(block, kind)
+    columns: dict[str, Any] = {}
+    dtypes = _COLUMN_DTYPES[kind]
+    for name in _COLUMNS[kind]:
+        raw = getattr(msg, name)
+        if len(raw) != n:
+            raise SchemaError(f"{kind} column block: {name} has {len(raw)} values for {n} rows")
+        dtype = dtypes[name]
+        columns[name] = list(raw) if dtype is None else np.array(raw, dtype=dtype)
+    for name in _OPTIONAL_COLUMNS[kind]:
+        absent = getattr(msg, name + ABSENT_SUFFIX)
+        if not len(absent):
+            continue
+        if len(absent) != n:
+            raise SchemaError(
+                f"{kind} column block: {name}{ABSENT_SUFFIX} has {len(absent)} values for {n} rows"
+            )
+        gone = np.array(absent, dtype=bool)
+        if gone.all():
+            columns[name] = [None] * n
+        elif gone.any():
+            values = _as_list(columns[name])
+            for i in np.flatnonzero(gone).tolist():
+                values[i] = None
+            columns[name] = values
+    if "" in columns["source"]:
+        raise SchemaError(f"{kind} event has an empty source")
+    return kind, columns
+
+
+def protos_to_columns(protos: Iterable[pb.Event]) -> list[pb.EventColumns]:
+    """Encoded events (:func:`event_to_proto`) as column blocks, one per kind in order of first
+    appearance, each kind's rows in their order; :class:`SchemaError` for an event of no known
+    kind or without an envelope. What a daemon ships to an analyzer that reads columns."""
+    env_get = _ENV_GETTER
+    rows: dict[str, list[tuple[object, ...]]] = {}
+    absent: dict[str, list[tuple[bool, ...]]] = {}
+    for msg in protos:
+        kind = msg.WhichOneof("payload")
+        if kind is None or kind not in _ROW_GETTERS:
+            raise SchemaError(f"event has no known payload kind (got {kind!r})")
+        if not msg.HasField("env"):
+            raise SchemaError(f"{kind} event has no envelope")
+        payload = getattr(msg, kind)
+        get, optional = _ROW_GETTERS[kind]
+        rows.setdefault(kind, []).append(env_get(msg.env) + get(payload))
+        if optional:
+            absent.setdefault(kind, []).append(
+                tuple(not payload.HasField(name) for _, name in optional)
+            )
+    blocks = []
+    for kind, kind_rows in rows.items():
+        block = pb.EventColumns(num_rows=len(kind_rows))
+        msg = getattr(block, kind)
+        for name, values in zip(_COLUMNS[kind], zip(*kind_rows, strict=True), strict=True):
+            getattr(msg, name).extend(values)
+        if kind in absent:
+            names = [name for _, name in _ROW_GETTERS[kind][1]]
+            for name, mask in zip(names, zip(*absent[kind], strict=True), strict=True):
+                if any(mask):
+                    getattr(msg, name + ABSENT_SUFFIX).extend(mask)
+        blocks.append(block)
+    return blocks
+
+
+def columns_to_blocks(columns: dict[str, dict[str, list[object]]]) -> list[pb.EventColumns]:
+    """Column blocks of rows already decoded (kind -> every field's column, ``None`` where an
+    optional field is absent), one per kind with rows: the analyzer's WAL record of the part of
+    a batch it kept."""
+    blocks = []
+    for kind, cols in columns.items():
+        n = len(cols["source"])
+        if not n:
+            continue
+        block = pb.EventColumns(num_rows=n)
+        msg = getattr(block, kind)
+        optional = _OPTIONAL_COLUMNS[kind]
+        for name in _COLUMNS[kind]:
+            values = _as_list(cols[name])
+            if name in optional and None in values:
+                getattr(msg, name + ABSENT_SUFFIX).extend(v is None for v in values)
+                zero = _ZERO[kind][name]
+                values = [zero if v is None else v for v in values]
+            getattr(msg, name).extend(values)
+        blocks.append(block)
+    return blocks
+
+
+def with_columns(batch: pb.EventBatch) -> pb.EventBatch:
+    """``batch`` with its row events moved into column blocks (same header, same events)."""
+    out = pb.EventBatch(
+        schema_version=batch.schema_version, sender=batch.sender, sent_ns=batch.sent_ns
+    )
+    out.columns.extend(batch.columns)
+    out.columns.extend(protos_to_columns(batch.events))
     return out
+
+
+def reads_columns(version: str) -> bool:
+    """Whether a peer of schema ``version`` (its ``TimeReply``/``IngestReply``) reads column
+    blocks: same major, minor >= :data:`COLUMNS_SINCE`'s; False for "" or an unreadable one."""
+    try:
+        major, minor = (int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    return major == schema.SCHEMA_MAJOR and minor >= COLUMNS_SINCE[1]
 
 
 def _tuple_getter(names: Sequence[str]) -> Callable[[object], tuple[object, ...]]:
@@ -208,6 +389,33 @@ def _tuple_getter(names: Sequence[str]) -> Callable[[object], tuple[object, ...]
 
 
 assert schema.ENVELOPE_FIELDS[5:8] == ("source", "seq", "step")
+#: kind -> every column of the kind in order (the envelope's fields, then the payload's)
+_COLUMNS = {kind: (*schema.ENVELOPE_FIELDS, *_PAYLOAD[kind]) for kind in schema.EVENT_TYPES}
+#: kind -> its optional fields (each with an ``_absent`` mask in a column block)
+_OPTIONAL_COLUMNS = {
+    kind: tuple(n for n in _COLUMNS[kind] if n in _OPTIONAL[kind]) for kind in schema.EVENT_TYPES
+}
+#: kind -> field -> the numpy dtype of its column in a decoded block (None: text, a list)
+_COLUMN_DTYPES = {
+    kind: {
+        f.name: {"int": "int64", "float": "float64", "bool": "bool"}.get(
+            str(f.type).split("|")[0].strip()
+        )
+        for f in dataclasses.fields(cls)
+    }
+    for kind, cls in schema.EVENT_TYPES.items()
+}
+#: kind -> field -> the proto default written where an optional field is absent
+_ZERO = {
+    kind: {
+        f.name: {"int": 0, "float": 0.0, "str": "", "bool": False}.get(
+            str(f.type).split("|")[0].strip(), 0
+        )
+        for f in dataclasses.fields(cls)
+        if f.name in _OPTIONAL[kind]
+    }
+    for kind, cls in schema.EVENT_TYPES.items()
+}
 _ENV_GETTER = _tuple_getter(schema.ENVELOPE_FIELDS)
 #: kind -> (payload row getter, the (position, name) of its fields with presence)
 _ROW_GETTERS = {

@@ -28,17 +28,25 @@ E = TypeVar("E", bound=schema.Event)
 
 
 class RecordingAnalyzer(diag_pb2_grpc.AnalyzerServicer):
-    """Keeps every accepted event; drops repeats by per-source high-water mark like the real one."""
+    """Keeps every accepted event; drops repeats by per-source high-water mark like the real one.
+    ``version`` is the schema version its replies give: "" (the default) is an analyzer older than
+    1.13, which knows no column blocks and skips them as an unknown field."""
 
-    def __init__(self, clock_skew_ns: int = 0) -> None:
+    def __init__(self, clock_skew_ns: int = 0, version: str = "") -> None:
         self.lock = threading.Lock()
         self.high_water: dict[str, int] = {}
         self.events: list[schema.Event] = []
         self.num_batches = 0
+        self.num_column_batches = 0  # batches that held column blocks it read
         self.num_duplicates = 0
         self.clock_skew_ns = clock_skew_ns
+        self.version = version
 
     def Ingest(self, request: pb.EventBatch, context: grpc.ServicerContext) -> pb.IngestReply:
+        version = self.version
+        if not codec.reads_columns(version):
+            request = pb.EventBatch.FromString(request.SerializeToString())
+            request.ClearField("columns")
         try:
             events = codec.events_from_batch(request)
         except SchemaError as exc:
@@ -46,20 +54,30 @@ class RecordingAnalyzer(diag_pb2_grpc.AnalyzerServicer):
         accepted = dup = 0
         with self.lock:
             self.num_batches += 1
+            self.num_column_batches += len(request.columns) > 0
+            before = dict(self.high_water)
+            seen: set[tuple[str, int]] = set()
             for ev in events:
-                if ev.seq > self.high_water.get(ev.source, -1):
-                    self.high_water[ev.source] = ev.seq
+                key = (ev.source, ev.seq)
+                if ev.seq > before.get(ev.source, -1) and key not in seen:
+                    seen.add(key)
+                    self.high_water[ev.source] = max(ev.seq, self.high_water.get(ev.source, -1))
                     self.events.append(ev)
                     accepted += 1
                 else:
                     dup += 1
             self.num_duplicates += dup
         return pb.IngestReply(
-            num_accepted=accepted, num_duplicates=dup, analyzer_time_ns=time.time_ns()
+            num_accepted=accepted,
+            num_duplicates=dup,
+            analyzer_time_ns=time.time_ns(),
+            schema_version=version,
         )
 
     def Time(self, request: pb.TimeRequest, context: grpc.ServicerContext) -> pb.TimeReply:
-        return pb.TimeReply(analyzer_time_ns=time.time_ns() + self.clock_skew_ns)
+        return pb.TimeReply(
+            analyzer_time_ns=time.time_ns() + self.clock_skew_ns, schema_version=self.version
+        )
 
     def of_kind(self, cls: type[E]) -> list[E]:
         with self.lock:

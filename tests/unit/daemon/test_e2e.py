@@ -222,3 +222,38 @@ def test_a_clock_sync_during_the_final_flush_is_not_counted_as_sent(
     own = sorted(s for src, s in analyzer.servicer.received() if src == running.daemon.source)
     assert own == list(range(stats.num_own_events)) and stats.num_own_events > 0
     assert stats.num_batches_pending == 0
+
+
+def test_batches_go_by_columns_where_the_analyzer_reads_them_and_by_rows_after_a_downgrade(
+    tmp_path: Path,
+) -> None:
+    """An analyzer of schema 1.13 gets column blocks; replaced on the same port by an older one
+    (which skips column blocks as an unknown field and says so by its reply's empty version),
+    the batch it did not read goes again as rows: every event arrives once either way."""
+    rec = RecordingAnalyzer(version=schema.SCHEMA_VERSION)
+    server = AnalyzerServer(rec)
+    running = Running(Daemon.from_config(config(tmp_path, server.target)))
+    daemon = running.daemon
+    hook = FakeHook(tmp_path / "d.sock")
+
+    def hook_keys() -> set[tuple[str, int]]:
+        return {k for k in rec.received() if "/rank" in k[0]}
+
+    try:
+        for start in range(0, 100, 10):
+            hook.send(hook_events("node1", 0, 4242, range(start, start + 10), info=start == 0))
+        wait_for(lambda: len(hook_keys()) == 100, what="the events by columns")
+        assert rec.num_column_batches >= 1 and daemon.shipper.num_sent_columns >= 1
+        server.stop()
+        rec.version = ""  # an analyzer from before column blocks takes the port
+        server.start()
+        for start in range(100, 200, 10):
+            hook.send(hook_events("node1", 0, 4242, range(start, start + 10)))
+        wait_for(lambda: len(hook_keys()) == 200, what="the events by rows")
+        hook.close()
+        stats = running.stop()
+    finally:
+        server.stop()
+    assert max(Counter(rec.received()).values()) == 1
+    assert hook_keys() == {("node1/rank0/4242", s) for s in range(200)}
+    assert stats.num_batches_pending == 0

@@ -1,4 +1,5 @@
-"""Ingest by columns (no Python object per event) reads exactly what the event path reads."""
+"""Ingest by columns (no Python object per event) reads exactly what the event path reads, from a
+batch of row events and from the same events sent as column blocks (``EventBatch.columns``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -28,28 +30,70 @@ def _events() -> list[schema.Event]:
     return out
 
 
-def test_columns_hold_the_events_values() -> None:
-    events = _events()
-    cols = codec.columns_from_batch(batch(events))
+def _wire(events: list[schema.Event], wire: str) -> tuple[pb.EventBatch, list[schema.Event]]:
+    """The batch on ``wire`` and the events in the order it holds them (column blocks group a
+    batch's events by kind, in order of each kind's first event)."""
+    rows = batch(events)
+    if wire == "rows":
+        return rows, events
+    first = {k: i for i, k in reversed(list(enumerate(type(e).kind for e in events)))}
+    order = sorted(range(len(events)), key=lambda i: first[type(events[i]).kind])
+    return codec.with_columns(rows), [events[i] for i in order]
+
+
+def _same(a: object, b: object) -> bool:
+    return a == b or (
+        isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+    )
+
+
+@pytest.mark.parametrize("wire", ["rows", "columns"])
+def test_columns_hold_the_events_values(wire: str) -> None:
+    sent, events = _wire(_events(), wire)
+    cols = codec.columns_from_batch(sent)
     assert cols.kinds == [type(e).kind for e in events]
-    assert cols.sources == [e.source for e in events] and cols.seqs == [e.seq for e in events]
-    assert cols.steps == [e.step for e in events]
+    assert cols.sources == [e.source for e in events]
+    assert cols.seqs.tolist() == [e.seq for e in events]
+    assert cols.steps.tolist() == [e.step for e in events]
     for kind, columns in cols.columns.items():
-        rows = [events[i] for i in cols.positions[kind]]
+        rows = [events[i] for i in cols.positions[kind].tolist()]
         for name, values in columns.items():
+            got = values.tolist() if isinstance(values, np.ndarray) else values
             want = [getattr(e, name) for e in rows]
-            same = [a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
-                    for a, b in zip(values, want, strict=True)]  # fmt: skip
-            assert all(same), (kind, name, values, want)
+            assert all(_same(a, b) for a, b in zip(got, want, strict=True)), (kind, name, got)
+            assert [type(v) for v in got] == [type(v) for v in want], (kind, name)
     assert cols.columns["step"]["loss"][2] is None  # rank 0, step 1: no loss is None, not 0.0
     assert cols.columns["gpu"]["util_pct"][1] is None
+    assert _same_events(codec.events_from_batch(sent), events)
 
 
-def test_the_store_frames_are_the_same_either_way(tmp_path: Path) -> None:
-    events = _events()
+def _same_events(a: list[schema.Event], b: list[schema.Event]) -> bool:
+    return len(a) == len(b) and all(
+        type(x) is type(y)
+        and all(
+            _same(getattr(x, f.name), getattr(y, f.name))
+            and type(getattr(x, f.name)) is type(getattr(y, f.name))
+            for f in dataclasses.fields(x)
+        )
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def test_column_blocks_survive_the_wire() -> None:
+    rows, _ = _wire(_events(), "rows")
+    blocks = codec.with_columns(rows)
+    assert not blocks.events and len(blocks.columns) == len({type(e).kind for e in _events()})
+    again = pb.EventBatch.FromString(blocks.SerializeToString())
+    _, events = _wire(_events(), "columns")
+    assert _same_events(codec.events_from_batch(again), events)
+
+
+@pytest.mark.parametrize("wire", ["rows", "columns"])
+def test_the_store_frames_are_the_same_either_way(tmp_path: Path, wire: str) -> None:
+    sent, events = _wire(_events(), wire)
     a, b = RunStore.create(tmp_path / "a"), RunStore.create(tmp_path / "b")
     a.append(events)
-    cols = codec.columns_from_batch(batch(events))
+    cols = codec.columns_from_batch(sent)
     for kind, columns in cols.columns.items():
         b.append_columns(kind, columns)
     assert a.kinds() == b.kinds() and a.num_buffered == b.num_buffered == len(events)
@@ -58,6 +102,53 @@ def test_the_store_frames_are_the_same_either_way(tmp_path: Path) -> None:
     b.flush()
     for kind in a.kinds():
         pd.testing.assert_frame_equal(a.frame(kind), b.frame(kind))
+
+
+def test_a_kind_in_rows_and_in_a_block_is_one_set_of_columns() -> None:
+    events = _events()
+    mixed = batch(events[:6])
+    mixed.columns.extend(codec.protos_to_columns(batch(events[6:]).events))
+    cols = codec.columns_from_batch(mixed)
+    steps = [e for e in events[:6] if e.kind == "step"] + [
+        e for e in events[6:] if e.kind == "step"
+    ]
+    assert cols.columns["step"]["seq"] == [e.seq for e in steps]
+    assert sorted(i for p in cols.positions.values() for i in p.tolist()) == list(
+        range(len(events))
+    )
+
+
+@pytest.mark.parametrize(
+    "break_it", ["short column", "long absent mask", "empty source", "no kind", "rows too many"]
+)
+def test_an_invalid_column_block_rejects_the_batch(break_it: str) -> None:
+    sent = codec.with_columns(batch(_events()))
+    block = sent.columns[0]
+    assert block.WhichOneof("payload") == "step"
+    if break_it == "short column":
+        del block.step.duration_ns[-1]
+    elif break_it == "long absent mask":
+        block.step.loss_absent.extend([False] * (block.num_rows + 1))
+    elif break_it == "empty source":
+        block.step.source[2] = ""
+    elif break_it == "no kind":
+        block.ClearField("step")
+    else:
+        block.num_rows += 1
+    with pytest.raises(SchemaError) as cols_err:
+        codec.columns_from_batch(sent)
+    with pytest.raises(SchemaError) as events_err:
+        codec.events_from_batch(sent)
+    assert str(cols_err.value) == str(events_err.value)
+    assert "\n" not in str(cols_err.value)
+
+
+@pytest.mark.parametrize(
+    ("version", "reads"),
+    [("1.13", True), ("1.14", True), ("1.12", False), ("2.13", False), ("", False), ("x", False)],
+)
+def test_which_analyzers_read_columns(version: str, reads: bool) -> None:
+    assert codec.reads_columns(version) is reads
 
 
 @pytest.mark.parametrize("break_it", ["no payload", "no env", "no source"])
