@@ -54,6 +54,7 @@ that takes over a slow rank's diagnosis to hold most of that.
 from __future__ import annotations
 
 import statistics
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -243,33 +244,44 @@ def _cross_rank(
     replaced: pd.DataFrame | None = None,
     lost: pd.DataFrame | None = None,
 ) -> list[dict]:
-    med = t.median(axis=1)
-    med_calls = n.median(axis=1)
-    dur = dur.reindex(t.index)
-    out = []
-    per_call = (t / n.where(n > 0)).median(axis=1)
-    for r in t.columns:
-        excess = t[r] - med
+    # Every rank at once (windows x ranks, numpy), then a Python step only for a rank flagged
+    # somewhere. NaN (a window the rank was not profiled in) compares False, as in pandas.
+    tv, nv = t.to_numpy(dtype=float), n.to_numpy(dtype=float)
+    d = dur.reindex(t.index).to_numpy(dtype=float)[:, None]
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN window's median is NaN
+        med_v = np.nanmedian(tv, axis=1)[:, None]
+        med_calls = np.nanmedian(nv, axis=1)[:, None]
+        each_call = tv / np.where(nv > 0, nv, np.nan)
+        per_call = np.nanmedian(each_call, axis=1)[:, None]
+        excesses = tv - med_v
         # More calls is more work, unless the rank does part of its peers' work another way
         # (some of their operators it calls less) and each of these calls is slower, which alone
         # matters: another algorithm, not extra work.
         other_way = (
-            replaced[r].reindex(t.index).fillna(False).astype(bool)
-            if replaced is not None and r in replaced.columns
-            else pd.Series(False, index=t.index)
+            replaced.reindex(index=t.index, columns=t.columns).fillna(False).to_numpy(dtype=bool)
+            if replaced is not None
+            else np.zeros(tv.shape, dtype=bool)
         )
         slower_calls = (
             other_way
-            & (t[r] / n[r].where(n[r] > 0) >= cfg.rank_ratio * per_call)
-            & (t[r] - n[r] * per_call >= cfg.min_excess_frac * dur)
+            & (each_call >= cfg.rank_ratio * per_call)
+            & (tv - nv * per_call >= cfg.min_excess_frac * d)
         )
-        same_work = ~(n[r] > cfg.max_calls_ratio * med_calls) | slower_calls
-        slow = (
-            (t[r] >= cfg.rank_ratio * med)
-            & (med > 0)
-            & (excess >= cfg.min_excess_frac * dur)
+        same_work = ~(nv > cfg.max_calls_ratio * med_calls) | slower_calls
+        flagged = (
+            (tv >= cfg.rank_ratio * med_v)
+            & (med_v > 0)
+            & (excesses >= cfg.min_excess_frac * d)
             & same_work
         )
+    med = pd.Series(med_v[:, 0], index=t.index)
+    dur = pd.Series(d[:, 0], index=t.index)
+    out = []
+    for j in np.flatnonzero(flagged.any(axis=0)).tolist():
+        r = t.columns[j]
+        excess = pd.Series(excesses[:, j], index=t.index)
+        slow = pd.Series(flagged[:, j], index=t.index)
         onset = _onset(slow.to_numpy(), cfg)
         if onset is None:
             continue

@@ -162,35 +162,9 @@ def _per_collective(collectives: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFr
     dur = c["duration_ns"].astype("Float64")
     dur = dur.fillna((c["end_ns"] - c["start_ns"]).astype("Float64"))
     c["dur"] = dur.astype(float)
-    rows = []
-    wait = _wait_by_rank_step(steps)
-    for (pg, seq), grp in c.groupby(["pg", "seq_id"], sort=True):
-        ranks = tuple(sorted({int(r) for r in grp["rank"]}))
-        durations = grp["dur"].dropna()
-        step = int(grp["step"].max())
-        proxy = durations.empty
-        if proxy:
-            waits = [wait.get((r, step)) for r in ranks]
-            if step < 0 or any(w is None for w in waits):
-                continue
-            transfer = float(min(w for w in waits if w is not None))
-        else:
-            transfer = float(durations.min())
-        rows.append(
-            {
-                "pg": pg,
-                "seq": int(seq),
-                "step": step,
-                "ranks": ranks,
-                "skew": float(grp["enqueue_ns"].max() - grp["enqueue_ns"].min()),
-                "transfer": transfer,
-                "bytes": float(grp["num_bytes"].max()),
-                "proxy": proxy,
-            }
-        )
-    out = pd.DataFrame(rows)
+    out = _calls(c, steps)
     if out.empty:
-        return out
+        return pd.DataFrame()
     out = out[out["step"] >= 0]
     proxied = out[out["proxy"]]
     if len(proxied):
@@ -207,6 +181,60 @@ def _per_collective(collectives: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFr
     out["bytes"] = out["bytes"].where(out["bytes"] > 0, 1.0)
     out["cost"] = out["transfer"] / out["bytes"]
     return out.sort_values(["pg", "step", "seq"], ignore_index=True)
+
+
+def _calls(c: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per collective call (``pg``, ``seq_id``), by group-bys (no Python step per call):
+    its ranks (sorted tuple), step (the latest of its ranks'), skew (enqueue spread), transfer
+    (the shortest duration; without durations the least collective wait of its ranks in that
+    step, the call dropped when a rank's wait is unknown), bytes (the largest) and whether the
+    transfer is that proxy."""
+    g = c.groupby(["pg", "seq_id"], sort=True)
+    calls = g.agg(
+        step=("step", "max"),
+        first=("enqueue_ns", "min"),
+        last=("enqueue_ns", "max"),
+        transfer=("dur", "min"),
+        num_durations=("dur", "count"),
+        bytes=("num_bytes", "max"),
+    )
+    members = c[["pg", "seq_id", "rank"]].drop_duplicates().sort_values(["pg", "seq_id", "rank"])
+    ranks = members.groupby(["pg", "seq_id"], sort=True)["rank"].agg(
+        lambda r: tuple(int(x) for x in r)
+    )
+    out = pd.DataFrame(
+        {
+            "pg": calls.index.get_level_values(0),
+            "seq": calls.index.get_level_values(1).astype(int),
+            "step": calls["step"].to_numpy(dtype=np.int64),
+            "ranks": ranks.reindex(calls.index).to_numpy(),
+            "skew": (calls["last"] - calls["first"]).to_numpy(dtype=float),
+            "transfer": calls["transfer"].to_numpy(dtype=float),
+            "bytes": calls["bytes"].to_numpy(dtype=float),
+            "proxy": (calls["num_durations"] == 0).to_numpy(),
+        }
+    )
+    proxied = out["proxy"].to_numpy()
+    if proxied.any():
+        # the least collective wait of the call's ranks in its step; every rank's wait known
+        waits = steps.loc[steps["rank"] >= 0, ["rank", "step", "collective_wait_ns"]]
+        waits = waits.drop_duplicates(["rank", "step"], keep="last")
+        need = members.merge(
+            out.loc[proxied, ["pg", "seq", "step"]].rename(columns={"seq": "seq_id"}),
+            on=["pg", "seq_id"],
+        )
+        need = need.merge(waits, on=["rank", "step"], how="left")
+        per = need.groupby(["pg", "seq_id"], sort=False).agg(
+            wait=("collective_wait_ns", "min"),
+            known=("collective_wait_ns", "count"),
+            size=("rank", "size"),
+        )
+        key = pd.MultiIndex.from_arrays([out["pg"], out["seq"]])
+        per = per.reindex(key)
+        ok = (per["known"] == per["size"]).to_numpy() & (out["step"].to_numpy() >= 0)
+        out.loc[proxied, "transfer"] = per["wait"].to_numpy(dtype=float)[proxied]
+        out = out[~proxied | ok]
+    return out.reset_index(drop=True)
 
 
 def _smooth(cost: pd.DataFrame, window: int) -> pd.DataFrame:
@@ -233,16 +261,6 @@ def _steps_of(c: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
         loc = c.index.get_indexer(idx)
         out[loc] = np.where(out[loc] >= 0, out[loc], cand)
     return out
-
-
-def _wait_by_rank_step(steps: pd.DataFrame) -> dict[tuple[int, int], float]:
-    if steps.empty:
-        return {}
-    s = steps[steps["rank"] >= 0]
-    return {
-        (int(r), int(k)): float(w)
-        for r, k, w in zip(s["rank"], s["step"], s["collective_wait_ns"], strict=True)
-    }
 
 
 def _hosts_by_rank(*frames: pd.DataFrame) -> dict[int, str]:
