@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -168,9 +169,56 @@ def _flush_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) ->
 
 #: seconds the live triage waits after an urgent event for the rest of the same moment's reports.
 URGENT_SETTLE_S = 0.5
-#: the live triage thread's nice value (Linux: per thread; elsewhere left as it is).
+#: the live triage's nice value (Linux: per thread; elsewhere left as it is), and the levels it
+#: moves to while starved (:class:`PassPriority`).
 TRIAGE_NICE = 19
+TRIAGE_NICE_LEVELS = (TRIAGE_NICE, 10, 5)
 TRIAGE_THREAD = "diag-triage"
+#: the thread each live pass runs in (a new one per pass, niced at its start: an unprivileged
+#: thread can lower its own priority but never raise it again)
+TRIAGE_PASS_THREAD = "diag-triage-pass"
+
+
+@dataclass(slots=True)
+class PassPriority:
+    """The live triage's CPU priority, pass by pass: nice 19 while that lets a pass finish, a
+    level up (10, then 5: never the job's own) after a *starved* pass (one that took over
+    ``starved_wall_s`` of wall time while getting under ``starved_share`` of a core: on a host
+    the job saturates, nice 19 gets ~1% of a core and a pass of a second of CPU took minutes, so
+    the closed loop asked for its window after the job had ended), a level back down after a
+    pass that got its CPU. While raised, the passes keep to ``budget_share`` of one core on
+    average: the pause before the next pass is at least the last pass's CPU time x (1 / share -
+    1), so a starved host lends diag at most that much."""
+
+    level: int = 0
+    starved_wall_s: float = 2.0
+    starved_share: float = 0.25
+    budget_share: float = 0.2
+
+    @property
+    def nice(self) -> int:
+        return TRIAGE_NICE_LEVELS[self.level]
+
+    def after(self, cpu_s: float, wall_s: float, interval_s: float) -> float:
+        """Note a pass's CPU and wall time; the seconds to wait before the next pass."""
+        share = cpu_s / wall_s if wall_s > 0 else 1.0
+        before = self.level
+        if wall_s > self.starved_wall_s and share < self.starved_share:
+            self.level = min(self.level + 1, len(TRIAGE_NICE_LEVELS) - 1)
+        elif share >= 2 * self.starved_share or wall_s <= self.starved_wall_s:
+            self.level = max(self.level - 1, 0)
+        if self.level != before:
+            log.info(
+                "live triage pass: %.1f s for %.2f s of CPU (%.0f%% of a core); the next at "
+                "nice %d",
+                wall_s,
+                cpu_s,
+                100 * share,
+                self.nice,
+            )
+        if self.level == 0:
+            return interval_s
+        return max(interval_s, cpu_s * (1 / self.budget_share - 1))
 
 
 def _lower_priority(nice: int) -> None:
@@ -204,27 +252,31 @@ def _triage_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) -
     """Run the detectors on the live run every ``interval_s``, and at once after an urgent event
     (:data:`~diag.analyzer.core.URGENT_KINDS`: a hang report, an exception, a rank exit; a
     short settle lets the other ranks' reports of the same moment arrive first); new findings are
-    logged and ``RUN_DIR/findings.jsonl`` is rewritten whenever the findings change. The thread
-    runs at nice :data:`TRIAGE_NICE`: on a training node it yields the CPUs to the job (a triage
-    pass takes a core for a second or more on a small host, and the ranks it delays would read
-    as contended: a clean 4-rank run on 2 cores came out "rank 1 waits for a CPU" with the live
-    triage every second at nice 0)."""
-    _lower_priority(TRIAGE_NICE)
+    logged and ``RUN_DIR/findings.jsonl`` is rewritten whenever the findings change. Each pass
+    runs in its own thread at a low priority (:class:`PassPriority`: nice 19, raised only while
+    starved and then within a CPU budget): on a training node it yields the CPUs to the job (a
+    triage pass takes a core for a second or more on a small host, and the ranks it delays
+    would read as contended: a clean 4-rank run on 2 cores came out "rank 1 waits for a CPU"
+    with the live triage every second at nice 0)."""
+    _lower_priority(TRIAGE_NICE)  # this thread only waits; the passes run in their own
+    priority = PassPriority()
+    wait_s = interval_s
     seen: list[dict[str, Any]] = []
     while not core.closed:
-        if core.urgent.wait(interval_s):
+        if core.urgent.wait(wait_s):
             if stop.wait(URGENT_SETTLE_S):
                 break
             core.urgent.clear()
         if stop.is_set() or core.closed:
             break
-        try:
-            result = core.triage(cancelled=lambda: stop.is_set() or core.closed)
-        except Cancelled:  # closing: the run's final triage follows on the caller's thread
-            break
-        except Exception:  # a half-written run, a detector bug: the analyzer keeps ingesting
-            log.exception("live triage failed; will retry")
+        outcome = _run_pass(core, stop, priority.nice)
+        wait_s = priority.after(outcome.cpu_s, outcome.wall_s, interval_s)
+        if isinstance(outcome.result, Cancelled):
+            break  # closing: the run's final triage follows on the caller's thread
+        if isinstance(outcome.result, BaseException):  # a half-written run, a detector bug
+            log.error("live triage failed; will retry", exc_info=outcome.result)
             continue
+        result = outcome.result
         try:
             core.capture(result)
         except Exception:  # the loop's failure leaves ingest and triage running
@@ -240,6 +292,55 @@ def _triage_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) -
                     log.info("finding: %s (%s, confidence %.2f)", f["summary"], f["cause"],
                                 f["confidence"])  # fmt: skip
             seen = current
+
+
+@dataclass(slots=True)
+class _PassOutcome:
+    result: Any = None  # the TriageResult, or the exception the pass raised
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+
+def _run_pass(
+    core: AnalyzerCore, stop: threading.Event, nice: int, check_s: float = 2.0
+) -> _PassOutcome:
+    """One live triage pass in a new thread at ``nice``; its result (or exception) and its CPU
+    and wall time. Every ``check_s`` that the pass is starved (under a quarter of a core), it is
+    raised a level (:data:`TRIAGE_NICE_LEVELS`) where this process may raise a thread's priority
+    (CAP_SYS_NICE, RLIMIT_NICE); elsewhere the next pass starts higher (:class:`PassPriority`).
+    The close gives the thread its priority back (:func:`join_background`)."""
+    out = _PassOutcome()
+
+    def body() -> None:
+        _lower_priority(nice)
+        wall0, cpu0 = time.monotonic(), time.thread_time()
+        try:
+            out.result = core.triage(cancelled=lambda: stop.is_set() or core.closed)
+        except BaseException as exc:  # handed to the loop, which logs it and goes on
+            out.result = exc
+        out.cpu_s, out.wall_s = time.thread_time() - cpu0, time.monotonic() - wall0
+
+    thread = threading.Thread(target=body, name=TRIAGE_PASS_THREAD, daemon=True)
+    thread.start()
+    start, levels = time.monotonic(), [n for n in TRIAGE_NICE_LEVELS if n < nice]
+    while True:
+        thread.join(check_s)
+        if not thread.is_alive():
+            break
+        if not levels or stop.is_set():
+            continue
+        try:
+            cpu = time.clock_gettime(time.pthread_getcpuclockid(thread.ident or 0))
+            tid = thread.native_id
+        except (AttributeError, OSError, ValueError):
+            continue
+        if tid is not None and cpu < 0.25 * (time.monotonic() - start):
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, levels[0])
+                levels.pop(0)
+            except OSError:  # not allowed here: the next pass starts a level higher instead
+                levels = []
+    return out
 
 
 def serve(
@@ -345,8 +446,8 @@ def join_background(core: AnalyzerCore, timeout_s: float = 30.0) -> bool:
     """After ``core.close()``: wait up to ``timeout_s`` for :func:`serve`'s threads to end (a
     live triage pass in flight finishes first); ``False`` if one is still running."""
     threads, core.background = core.background, []
-    for t in threads:
-        if t.name == TRIAGE_THREAD:
+    for t in threading.enumerate():
+        if t.name in (TRIAGE_THREAD, TRIAGE_PASS_THREAD):
             _restore_priority(t)
     deadline = time.monotonic() + timeout_s
     for t in threads:

@@ -138,3 +138,86 @@ def test_a_live_pass_never_overwrites_the_final_findings(tmp_path: Path) -> None
     assert not core.publish_findings((stale,), live=True)
     lines = (tmp_path / "run" / "findings.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["final"]
+
+
+def test_a_starved_live_triage_gets_more_priority_within_a_cpu_budget() -> None:
+    """nice 19 while a pass gets its CPU; after a starved pass (minutes of wall time for a second
+    of CPU on a host the job saturates) nice 10, then 5, never the job's own; while raised the
+    pause before the next pass keeps the passes to a fifth of one core; a pass that got its CPU
+    steps back down."""
+    from diag.analyzer.service import PassPriority
+
+    p = PassPriority()
+    assert p.nice == 19 and p.after(cpu_s=0.3, wall_s=0.4, interval_s=1.0) == 1.0
+    assert p.nice == 19
+    assert p.after(cpu_s=1.0, wall_s=90.0, interval_s=1.0) == 4.0  # 1 s of CPU: 4 s pause
+    assert p.nice == 10
+    p.after(cpu_s=1.0, wall_s=20.0, interval_s=1.0)
+    assert p.nice == 5
+    p.after(cpu_s=1.0, wall_s=20.0, interval_s=1.0)
+    assert p.nice == 5  # the highest it goes
+    assert p.after(cpu_s=0.1, wall_s=0.1, interval_s=5.0) == 5.0  # the interval when longer
+    assert p.nice == 10  # a pass that got its CPU: a level back down
+    p.after(cpu_s=2.5, wall_s=3.0, interval_s=1.0)
+    assert p.nice == 19
+    p.after(cpu_s=1.0, wall_s=3.0, interval_s=1.0)  # a third of a core: neither way
+    assert p.nice == 19
+
+
+def test_each_live_pass_runs_in_its_own_niced_thread(tmp_path: Path) -> None:
+    """The pass thread lowers only itself (an unprivileged thread cannot raise its priority
+    again, so each pass starts from the analyzer's own and lowers to its level)."""
+    import os
+    import threading
+
+    from diag.analyzer import service
+    from diag.analyzer.core import AnalyzerCore
+    from diag.store.run_store import RunStore
+
+    seen: list[tuple[str, int]] = []
+    core = AnalyzerCore(RunStore.create(tmp_path / "run"))
+
+    def triage(cancelled: object = None) -> object:
+        me = threading.current_thread()
+        seen.append((me.name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        raise RuntimeError("stop here")
+
+    core.triage = triage  # type: ignore[method-assign]
+    out = service._run_pass(core, threading.Event(), 10)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert isinstance(out.result, RuntimeError) and out.wall_s >= 0 and out.cpu_s >= 0
+    assert seen == [(service.TRIAGE_PASS_THREAD, max(mine, 10))]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+    core.close()
+
+
+def test_a_pass_starved_while_it_runs_is_raised_where_allowed(tmp_path: Path) -> None:
+    """A pass getting under a quarter of a core is raised a level per check (10, then 5) while
+    it runs, where the process may raise a thread's priority (root here); a sleeping pass reads
+    as starved, which is harmless: only CPU time is scheduled by it."""
+    import os
+    import threading
+
+    from diag.analyzer import service
+    from diag.analyzer.core import AnalyzerCore
+    from diag.store.run_store import RunStore
+
+    core = AnalyzerCore(RunStore.create(tmp_path / "run"))
+    seen: list[int] = []
+
+    def triage(cancelled: object = None) -> object:
+        tid = threading.get_native_id()
+        seen.append(os.getpriority(os.PRIO_PROCESS, tid))
+        time.sleep(1.0)
+        seen.append(os.getpriority(os.PRIO_PROCESS, tid))
+        return "done"
+
+    core.triage = triage  # type: ignore[method-assign]
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    if mine >= 10 or os.geteuid() != 0:
+        core.close()
+        pytest.skip("raising a thread's priority needs root here (or CAP_SYS_NICE)")
+    out = service._run_pass(core, threading.Event(), 19, check_s=0.2)
+    assert out.result == "done" and out.cpu_s < out.wall_s
+    assert seen == [19, 5]  # raised twice within the second (19 -> 10 -> 5)
+    core.close()
