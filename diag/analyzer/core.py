@@ -254,8 +254,10 @@ class AnalyzerCore:
 
     # -- ingest -------------------------------------------------------------------------------
 
-    def ingest(self, batch: pb.EventBatch) -> IngestResult:
-        """Store the new events of ``batch``; durable (WAL, fsynced) when this returns.
+    def ingest(self, batch: pb.EventBatch, raw: bytes | None = None) -> IngestResult:
+        """Store the new events of ``batch``; durable (WAL, fsynced) when this returns. ``raw``:
+        the bytes ``batch`` was parsed from, written to the WAL as they are when every event is
+        new (no second serialization).
 
         Raises :class:`SchemaError` (one line) if any event is invalid: then nothing is stored.
         Raises ``OSError`` if the WAL cannot be written: then nothing is stored or acknowledged.
@@ -268,7 +270,7 @@ class AnalyzerCore:
             num_kept = int(keep.sum())
             if num_kept:
                 if num_kept == len(keep):
-                    payload = batch.SerializeToString()
+                    payload = raw if raw is not None else batch.SerializeToString()
                     kept = cols.columns
                 else:  # a replay overlapping what is stored: the WAL gets the kept rows only
                     kept = {

@@ -62,7 +62,7 @@ class AnalyzerServicer:
     ) -> pb.IngestReply:
         try:
             batch = parse_batch(request)
-            result = self.core.ingest(batch)
+            result = self.core.ingest(batch, request if isinstance(request, bytes) else None)
         except SchemaError as exc:
             message = " ".join(str(exc).split())
             self.core.note_rejected()

@@ -250,7 +250,7 @@ class EmbeddedAnalyzer:
         try:
             while (rec := spool.peek()) is not None:
                 try:
-                    self._core.ingest(pb.EventBatch.FromString(rec.payload))
+                    self._core.ingest(pb.EventBatch.FromString(rec.payload), rec.payload)
                     taken += 1
                 except Exception as exc:  # a bad batch is skipped, the rest still taken
                     log.warning("a spooled batch was not ingested: %s", exc)

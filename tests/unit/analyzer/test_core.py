@@ -286,3 +286,12 @@ def test_a_malformed_column_block_stores_nothing(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="compute_ns has 1 values for 2 rows"):
         core.ingest(sent)
     assert core.high_water() == {} and core.store.num_buffered == 0
+
+
+def test_the_wal_keeps_the_received_bytes_when_every_event_is_new(tmp_path: Path) -> None:
+    core = _core(tmp_path)
+    src = Source(rank=0)
+    sent = codec.with_columns(batch([src.step(0), src.step(1)]))
+    raw = sent.SerializeToString()
+    assert core.ingest(sent, raw) == IngestResult(2, 0)
+    assert [p for path in wal_paths(core.store.wal_dir) for p in read_wal(path).payloads] == [raw]
