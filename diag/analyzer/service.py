@@ -258,7 +258,9 @@ def _triage_loop(core: AnalyzerCore, interval_s: float, stop: threading.Event) -
     triage pass takes a core for a second or more on a small host, and the ranks it delays
     would read as contended: a clean 4-rank run on 2 cores came out "rank 1 waits for a CPU"
     with the live triage every second at nice 0)."""
-    _lower_priority(TRIAGE_NICE)  # this thread only waits; the passes run in their own
+    # This thread keeps the analyzer's priority (it waits, and publishes what a pass found): a
+    # thread starts at its creator's nice value, and a pass thread made by a niced one could
+    # never go below it without privileges.
     priority = PassPriority()
     wait_s = interval_s
     seen: list[dict[str, Any]] = []

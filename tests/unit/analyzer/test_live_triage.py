@@ -221,3 +221,42 @@ def test_a_pass_starved_while_it_runs_is_raised_where_allowed(tmp_path: Path) ->
     assert out.result == "done" and out.cpu_s < out.wall_s
     assert seen == [19, 5]  # raised twice within the second (19 -> 10 -> 5)
     core.close()
+
+
+def test_the_loop_thread_keeps_its_priority_and_each_pass_lowers_only_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread starts at its creator's nice value: were the loop thread niced, no pass it starts
+    could run above nice 19 without privileges."""
+    import os
+    import threading
+
+    from diag.analyzer import service
+    from diag.analyzer.core import AnalyzerCore
+
+    seen: list[tuple[str, int, int]] = []
+    real = AnalyzerCore.triage
+
+    def triage(self: AnalyzerCore, cancelled: object = None) -> object:
+        loop = next(t for t in threading.enumerate() if t.name == service.TRIAGE_THREAD)
+        me = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        seen.append(
+            (threading.current_thread().name, me, os.getpriority(os.PRIO_PROCESS, loop.native_id))
+        )
+        return real(self, cancelled=cancelled)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(AnalyzerCore, "triage", triage)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    cfg = AnalyzerConfig(run_dir=str(tmp_path / "run"), flush_interval_s=0.1, triage_interval_s=0.1)
+    server, _, core = serve(cfg)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not seen:
+            time.sleep(0.05)
+    finally:
+        server.stop(None).wait()
+        core.close()
+        service.join_background(core)
+    name, nice, loop_nice = seen[0]
+    assert name == service.TRIAGE_PASS_THREAD and nice == max(mine, service.TRIAGE_NICE)
+    assert loop_nice == mine
