@@ -121,7 +121,12 @@ def contended_by(
     compute needs no profiler window to be the node's (a CPU operator preempted in a window is
     what that process does); ``None`` when there is none. A competitor that arrived hundreds of
     steps after the slowdown (CI: a neighbour's type checker at step 448 beside a kernel slowed
-    at step 40) explains nothing of it."""
+    at step 40) explains nothing of it. Nor does one that takes the CPU of as many other ranks as
+    ``f`` has peers (its ``peers`` evidence): those ranks, presumably the very peers ``f`` is slow
+    against, wait as it does, so the competitor is common to both sides of the comparison (CI: a
+    hog on a 2-core host slowed all four ranks a few ms/step, and a kernel 4x slower on one rank,
+    found by the closed loop's window, was called the node's); ``f`` then needs its windows."""
+    peers = next((int(e.value) for e in f.evidence if e.metric == "peers"), None)
     for g in findings:
         if (
             g.id != f.id
@@ -131,6 +136,7 @@ def contended_by(
             and (f.onset_step is None or abs(g.onset_step - f.onset_step) <= within)
             and f.ranks
             and set(f.ranks) <= set(g.ranks)
+            and (peers is None or peers < 1 or len(set(g.ranks) - set(f.ranks)) < peers)
             and any(e.metric == FOREIGN_PROCESSES and e.value > 0 for e in g.evidence)
         ):
             return g

@@ -170,3 +170,22 @@ def test_a_competitor_that_arrived_long_after_the_slowdown_decides_nothing() -> 
     near = replace(late, onset_step=52)
     out, _ = check([node, near], pd.DataFrame())
     assert any(e.metric == "contended_by" for e in out.evidence)
+
+
+def test_a_competitor_of_the_peers_too_does_not_explain_one_ranks_excess() -> None:
+    # Busy CI: a hog on a 2-core host slowed all four ranks (contention-vm, ranks 0-3, 3 ms/step
+    # more run-queue delay each); rank 2 computed 4x longer from step 40 (a slowed operator the
+    # closed loop's window named) and the run came out node, "contended by contention-vm".
+    node = Finding(
+        id="node-rank2", symptom="slowdown", cause="node", severity="warning", ranks=(2,),
+        onset_step=40, slowdown=0.3, confidence=0.9, summary="slow",
+        evidence=(Evidence(metric="peers", subject="rank 2 on vm", value=3.0, unit="ranks"),),
+    )  # fmt: skip
+    host = replace(_contention(1.0), ranks=(0, 1, 2, 3), onset_step=23)
+    out, _ = check([node, host], pd.DataFrame())
+    assert not any(e.metric == "contended_by" for e in out.evidence)
+    assert _kernel_evidence(out).value == 0.0 and "undecided" in out.summary
+    # a competitor on the rank and one other (of its three peers) still explains it
+    pinned = replace(host, ranks=(0, 2))
+    out, _ = check([node, pinned], pd.DataFrame())
+    assert any(e.metric == "contended_by" for e in out.evidence)
