@@ -10,7 +10,11 @@ their onsets inside the window: one slow rank (compute +``--rank-extra`` from st
 The events are real :class:`~diag.schema.StepEvent` s, encoded with
 :func:`diag.transport.codec.batch_to_proto` in batches of ``--batch`` events and fed through the
 real analyzer path, ``AnalyzerCore(RunStore.create(tmp)).ingest(batch)`` (decode, dedup, WAL with
-fsync, buffer), flushed to Parquet every ``--flush-every`` steps. Then it times:
+fsync, buffer), flushed to Parquet every ``--flush-every`` steps, once per ``--wire``: ``rows``
+(one proto message per event) and ``columns`` (the batch as column blocks,
+:func:`diag.transport.codec.with_columns`, as a daemon ships to an analyzer of schema >= 1.13),
+each into its own store, so the ingest rates compare in one run (the conversion is counted as
+encoding: the node pays it). Then, on the last wire's store, it times:
 
 - ``core.triage()`` end to end (features + every detector + the run summary; the first read of
   the Parquet parts is paid here);
@@ -25,7 +29,7 @@ Each world size runs in its own child process so each peak RSS is its own. Every
 Python thread, so on one core. Measured numbers only, no asserts. The goal this measures against:
 an analysis window over 16,384 ranks in <= 5 s on one core.
 
-    .venv/bin/python bench/scale.py [--ranks 1024 16384] [--steps 50]
+    .venv/bin/python bench/scale.py [--ranks 1024 16384] [--steps 50] [--wire rows columns]
 """
 
 from __future__ import annotations
