@@ -302,37 +302,12 @@ def block_columns(block: pb.EventColumns) -> tuple[str, dict[str, Any]]:
 
 def protos_to_columns(protos: Iterable[pb.Event]) -> list[pb.EventColumns]:
     """Encoded events (:func:`event_to_proto`) as column blocks, one per kind in order of first
-    appearance, each kind's rows in their order; :class:`SchemaError` for an event of no known
-    kind or without an envelope. What a daemon ships to an analyzer that reads columns."""
-    env_get = _ENV_GETTER
-    rows: dict[str, list[tuple[object, ...]]] = {}
-    absent: dict[str, list[tuple[bool, ...]]] = {}
-    for msg in protos:
-        kind = msg.WhichOneof("payload")
-        if kind is None or kind not in _ROW_GETTERS:
-            raise SchemaError(f"event has no known payload kind (got {kind!r})")
-        if not msg.HasField("env"):
-            raise SchemaError(f"{kind} event has no envelope")
-        payload = getattr(msg, kind)
-        get, optional = _ROW_GETTERS[kind]
-        rows.setdefault(kind, []).append(env_get(msg.env) + get(payload))
-        if optional:
-            absent.setdefault(kind, []).append(
-                tuple(not payload.HasField(name) for _, name in optional)
-            )
-    blocks = []
-    for kind, kind_rows in rows.items():
-        block = pb.EventColumns(num_rows=len(kind_rows))
-        msg = getattr(block, kind)
-        for name, values in zip(_COLUMNS[kind], zip(*kind_rows, strict=True), strict=True):
-            getattr(msg, name).extend(values)
-        if kind in absent:
-            names = [name for _, name in _ROW_GETTERS[kind][1]]
-            for name, mask in zip(names, zip(*absent[kind], strict=True), strict=True):
-                if any(mask):
-                    getattr(msg, name + ABSENT_SUFFIX).extend(mask)
-        blocks.append(block)
-    return blocks
+    appearance, each kind's rows in their order: the row decode (:func:`columns_from_batch`, its
+    validation included) re-encoded by :func:`columns_to_blocks`. What a daemon ships to an
+    analyzer that reads columns."""
+    batch = pb.EventBatch(schema_version=schema.SCHEMA_VERSION)
+    batch.events.extend(protos)
+    return columns_to_blocks(columns_from_batch(batch).columns)
 
 
 def columns_to_blocks(columns: dict[str, dict[str, list[object]]]) -> list[pb.EventColumns]:
