@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from diag.proto import diag_pb2 as pb
 from diag.replay.plan import ProbePlan
 from diag.replay.replay import Runner, Target
@@ -47,7 +49,7 @@ def results_for(run_dir: Path, request_id: str) -> list[ProbeResult]:
     rows = df[df["request_id"] == request_id]
     out = []
     for row in rows.itertuples(index=False):
-        value = None if row.value is None or row.value != row.value else float(row.value)
+        value = None if pd.isna(row.value) else float(row.value)  # a timeout has none (NA)
         out.append(
             ProbeResult(
                 probe=str(row.probe),

@@ -239,8 +239,9 @@ class RunningDaemon:
         return self.stats
 
 
-#: numerics probe parameters that run in well under a second on a CPU.
-CHEAP_NUMERICS = '{"size": 8, "depth": 2, "timeout_s": 20.0}'
+#: numerics probe parameters that run in well under a second on a CPU. The timeout is generous:
+#: the child runs at nice 19 and imports torch, which took over 20 s on a saturated 2-core host.
+CHEAP_NUMERICS = '{"size": 8, "depth": 2, "timeout_s": 120.0}'
 
 
 def probe_runner(events: list[schema.Event], **kw: object) -> ProbeRunner:
