@@ -477,7 +477,7 @@ class AnalyzerCore:
         features = Features.from_store(snap)
         check("the summary")
         summary = summarize(snap)
-        run = summary.to_json()["run"]
+        run = summary.run_json()
         self._adopt(snap)
         check("the detectors")
         findings = run_all(features, self.detectors, cancelled)

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from diag.diagnose.layout import Layout, from_process_groups, unknown
+from diag.store.groupwise import medians_by
 
 DISTINCT = 0.10
 NOISE_SE = 4.0
@@ -100,12 +101,20 @@ def summarize(per_step: pd.DataFrame) -> pd.DataFrame:
     """A profile from per (rank, step) phase times (ms; index rank, step): per rank and phase
     the median over steps, and ``<phase>_se``, the standard error of that median (``1.2533 x
     1.4826 x MAD / sqrt(steps)``): how far two ranks doing the same work may differ by noise."""
-    by_rank = per_step.groupby(level="rank")
-    med = by_rank.median()
-    mad = (per_step - med.reindex(per_step.index.get_level_values("rank")).to_numpy()).abs()
-    spread = mad.groupby(level="rank").median() * 1.4826
-    se = 1.2533 * spread / np.sqrt(by_rank.size().to_numpy()[:, None])
-    return pd.concat([med, se.add_suffix("_se")], axis=1).astype(float)
+    keys = per_step.index.get_level_values("rank").to_numpy()
+    values = {c: per_step[c].to_numpy(dtype=float, na_value=np.nan) for c in per_step.columns}
+    ranks, med = medians_by(keys, values)
+    row = np.searchsorted(ranks, keys)  # each row's rank, as a position in ``ranks``
+    _, mad = medians_by(keys, {c: np.abs(v - med[c][row]) for c, v in values.items()})
+    size = np.sqrt(np.bincount(row, minlength=len(ranks)).astype(float))
+    index = pd.Index(ranks, name="rank")
+    med_frame = pd.DataFrame(med, index=index, columns=per_step.columns)
+    se = pd.DataFrame(
+        {c: 1.2533 * (mad[c] * 1.4826) / size for c in per_step.columns},
+        index=index,
+        columns=per_step.columns,
+    )
+    return pd.concat([med_frame, se.add_suffix("_se")], axis=1).astype(float)
 
 
 def from_profiles(profiles: pd.DataFrame, hosts: Mapping[int, str]) -> Layout | None:

@@ -62,6 +62,10 @@ class RunStore:
         # Parts are immutable: each is read once and kept, per kind, as one concatenated frame.
         self._loaded: dict[str, set[str]] = {}
         self._cached: dict[str, pd.DataFrame] = {}
+        # Kinds whose cached frame is already unique on (source, seq) and sorted as
+        # :meth:`frame` returns it: a triage reads each kind several times (features, the run
+        # summary, detectors), and at 16k ranks each dedup-and-sort of the step frame took ~1 s.
+        self._clean: set[str] = set()
 
     def writer_pid(self, locks: str | Path = "/proc/locks") -> int | None:
         """The pid of another process's analyzer that holds this run directory now (the run is
@@ -156,6 +160,7 @@ class RunStore:
             if kind in self._cached:
                 self._cached[kind] = _concat([self._cached[kind], df])
                 self._loaded[kind].add(path.name)
+                self._clean.discard(kind)
         return written
 
     def _write_part(self, kind: str, df: pd.DataFrame) -> Path:
@@ -191,17 +196,26 @@ class RunStore:
         snap._buffer = {k: list(v) for k, v in self._buffer.items() if v}
         snap._loaded = {k: set(v) for k, v in self._loaded.items()}
         snap._cached = dict(self._cached)  # frames are never changed in place, only replaced
+        snap._clean = set(self._clean)
         return snap
 
     def adopt(self, snap: RunStore) -> None:
         """Keep the parts that ``snap`` (a :meth:`snapshot` of this store) read since, so the
         next snapshot does not read them again: per kind, when it has loaded every part this
-        store has and more. Cheap; the caller holds its lock."""
+        store has and more, or every part this store has, deduplicated and sorted where this
+        store's copy is not yet. Cheap; the caller holds its lock."""
         for kind, names in snap._loaded.items():
             mine = self._loaded.get(kind, set())
-            if kind in snap._cached and names > mine:
+            if kind not in snap._cached or not names >= mine:
+                continue
+            cleaner = kind in snap._clean and kind not in self._clean
+            if names > mine or cleaner:
                 self._cached[kind] = snap._cached[kind]
                 self._loaded[kind] = set(names)
+                if kind in snap._clean:
+                    self._clean.add(kind)
+                else:
+                    self._clean.discard(kind)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -234,15 +248,21 @@ class RunStore:
         if kind not in schema.EVENT_TYPES:
             raise InputError(f"unknown event kind {kind!r}")
         stored = self._stored_frame(kind)
+        if kind not in self._clean:  # once per new part, not once per read
+            stored = _unique_sorted(stored)
+            self._cached[kind] = stored
+            self._clean.add(kind)
         buffered = self._buffered_frame(kind)
-        if buffered is not None:
-            stored = _concat([stored, buffered])
-        df = stored.drop_duplicates(subset=_KEY, keep="first")
-        return df.sort_values(_SORT, kind="stable").reset_index(drop=True)
+        if buffered is None:
+            return stored.copy(deep=False)  # copy-on-write: the caller may add columns
+        return _unique_sorted(_concat([stored, buffered]))
 
     def _stored_frame(self, kind: str) -> pd.DataFrame:
         loaded = self._loaded.setdefault(kind, set())
         new = [p for p in self._part_paths(kind) if p.name not in loaded]
+        if kind in self._cached and not new:
+            return self._cached[kind]
+        self._clean.discard(kind)
         parts = [self._cached.get(kind, dataframes.empty_frame(kind))]
         try:
             for path in new:
@@ -305,6 +325,12 @@ def _chunk_frame(kind: str, chunk: Chunk) -> pd.DataFrame:
     if isinstance(chunk, list):
         return dataframes.events_to_frame(kind, chunk)
     return dataframes.columns_to_frame(kind, chunk)
+
+
+def _unique_sorted(df: pd.DataFrame) -> pd.DataFrame:
+    """``df``'s rows unique on (source, seq) (the first kept), sorted by (ts_ns, source, seq)."""
+    df = df.drop_duplicates(subset=_KEY, keep="first")
+    return df.sort_values(_SORT, kind="stable").reset_index(drop=True)
 
 
 def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:

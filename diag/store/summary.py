@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from diag.store.dataframes import empty_frame
+from diag.store.groupwise import medians_frame
 from diag.store.run_store import RunStore
 
 _NS_PER_MS = 1e6
@@ -161,7 +162,7 @@ class RunSummary:
         ``gpus`` is ``{}`` when the run has no GPU telemetry; each device is a :class:`GpuSummary`
         without its ``host``.
         """
-        run = {f: _json_value(getattr(self.run, f)) for f in RunInfoSummary.__dataclass_fields__}
+        run = self.run_json()
         ranks = []
         for r in self.ranks:
             row = {f: _json_value(getattr(r, f)) for f in RankSummary.__dataclass_fields__}
@@ -173,6 +174,10 @@ class RunSummary:
             del dev["host"]
             gpus.setdefault(g.host, []).append(dev)
         return {"run": run, "ranks": ranks, "gpus": gpus}
+
+    def run_json(self) -> dict[str, Any]:
+        """``to_json()["run"]`` alone (without converting every rank's row: 16k ranks, ~0.7 s)."""
+        return {f: _json_value(getattr(self.run, f)) for f in RunInfoSummary.__dataclass_fields__}
 
 
 def _json_value(value: object) -> object:
@@ -234,7 +239,7 @@ def _ranks(frames: dict[str, pd.DataFrame]) -> tuple[RankSummary, ...]:
     infos = _ranked(frames, "rank_info")
     all_ranks = sorted({int(r) for df in (steps, infos) for r in df["rank"].unique()})
     by_rank = steps.groupby("rank")
-    medians = by_rank[list(_MEDIANS.values())].median() if len(steps) else None
+    medians = medians_frame(steps, "rank", list(_MEDIANS.values())) if len(steps) else None
     num_steps = by_rank.size().to_dict()
     last_step = by_rank["step"].max().to_dict()
     step_host = by_rank["host"].last().to_dict()

@@ -58,7 +58,9 @@ class Context:
         )  # fmt: skip
         ev = features.step_events
         if not ev.empty and "loss" in ev:
-            ev = ev[ev["rank"] >= 0].drop_duplicates(subset=["rank", "step"], keep="last")
+            # the three columns first: sorting every column of the step frame took ~3 s at 16k
+            ev = ev.loc[ev["rank"] >= 0, ["rank", "step", "loss"]]
+            ev = ev.drop_duplicates(subset=["rank", "step"], keep="last")
             ev = ev.sort_values(["rank", "step"], kind="stable")
             table = pd.DataFrame(
                 {

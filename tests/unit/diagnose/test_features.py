@@ -138,3 +138,29 @@ def test_compute_is_the_ranks_own_less_its_run_queue_delay(tmp_path: Path) -> No
     assert steps.loc[(1, 2), "cpu_wait_ms"] == pytest.approx(7.0)
     assert steps.loc[(1, 2), "compute_ms"] == pytest.approx(raw[(1, 2)] - 7.0)
     assert steps.loc[(0, 2), "compute_ms"] == pytest.approx(raw[(0, 2)])
+
+
+def test_wide_is_the_pivot_it_replaced_and_each_reader_gets_its_own() -> None:
+    """wide(): one scatter per column, kept for the next detector; the same table as
+    ``pivot_table(aggfunc="last").dropna()``, missing values, repeats and all."""
+    import pandas as pd
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(1, 70))
+        steps = pd.DataFrame(
+            {
+                "rank": rng.integers(0, 5, n).astype("int64"),
+                "step": rng.integers(0, 9, n).astype("int64"),
+                "compute_ms": np.where(rng.random(n) < 0.15, np.nan, rng.standard_normal(n)),
+            }
+        )
+        f = Features(steps=steps, ckpt=pd.DataFrame(), host=pd.DataFrame(), proc=pd.DataFrame())
+        want = steps.pivot_table(index="step", columns="rank", values="compute_ms", aggfunc="last")
+        want = want.dropna().astype(float).sort_index()
+        pd.testing.assert_frame_equal(f.wide("compute_ms"), want, check_exact=True)
+        pd.testing.assert_frame_equal(f.wide("compute_ms", 2), want.iloc[2:], check_exact=True)
+    mine = f.wide("compute_ms")
+    mine.iloc[:, :] = -1.0
+    mine["new"] = 1.0
+    pd.testing.assert_frame_equal(f.wide("compute_ms"), want, check_exact=True)

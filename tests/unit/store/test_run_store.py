@@ -122,3 +122,49 @@ def test_a_snapshot_reads_the_run_as_it_was_while_ingest_and_flushes_go_on(
     assert sorted(reads) == ["part-000000.parquet", "part-000001.parquet"]
     fresh.snapshot().frame("step")
     assert len(reads) == 2
+
+
+def test_frames_read_again_are_the_same_and_cannot_be_changed_through_a_reader(
+    tmp_path: Path,
+) -> None:
+    """frame() keeps each kind deduplicated and sorted once per new part (a triage reads each
+    kind several times): what it returns is the same each time, a reader adding or changing
+    columns changes nobody else's copy, and new parts and rows show."""
+    store = RunStore.create(tmp_path)
+    a, b = Source(rank=0), Source(rank=1)
+    store.append([a.step(3), b.step(1), a.step(3)])
+    store.flush()
+    first = store.frame("step")
+    first["extra"] = 1
+    first.loc[0, "duration_ns"] = -1
+    again = store.frame("step")
+    assert "extra" not in again.columns and (again["duration_ns"] > 0).all()
+    assert keys(again) == [(b.name, 0), (a.name, 0), (a.name, 1)]
+    store.append([b.step(5)])  # buffered: shows at once
+    assert keys(store.frame("step"))[-1] == (b.name, 1)
+    store.flush()  # now a part: read and sorted in
+    assert keys(store.frame("step")) == [(b.name, 0), (a.name, 0), (a.name, 1), (b.name, 1)]
+    reread = RunStore.open(tmp_path)
+    assert keys(reread.frame("step")) == keys(store.frame("step"))
+
+
+def test_a_snapshot_hands_back_its_sorted_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live triage reads a snapshot; what it deduplicated and sorted the store adopts, so
+    the next snapshot neither reads a part again nor sorts the same rows again."""
+    from diag.store import run_store
+
+    store = RunStore.create(tmp_path)
+    src = Source(rank=0)
+    store.append([src.step(s) for s in (2, 0, 1)])
+    store.flush()
+    fresh = RunStore.open(tmp_path)
+    snap = fresh.snapshot()
+    assert keys(snap.frame("step")) == [(src.name, 1), (src.name, 2), (src.name, 0)]
+    fresh.adopt(snap)
+    sorts: list[int] = []
+    real = run_store._unique_sorted
+    monkeypatch.setattr(run_store, "_unique_sorted", lambda df: sorts.append(len(df)) or real(df))
+    assert keys(fresh.snapshot().frame("step")) == keys(snap.frame("step"))
+    assert sorts == []

@@ -1,0 +1,60 @@
+"""Medians per group over long frames, without a pandas group-by.
+
+A group-by median over 16k ranks x 50 steps took ~0.2 s per column (seven columns in the run
+summary, five more in the work-class profiles). Here each column becomes one group x
+row-of-the-group grid (NaN padded), sorted along its rows once; the median is one or two
+entries of each row, with the same arithmetic as pandas' (the mean of the two middle values
+for an even count; missing values skipped; NaN for a group with none). Where one group holds
+far more rows than the others the grid would be mostly padding: one lexsort per column there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+
+def medians_by(keys: np.ndarray, columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict]:
+    """``(groups, {name: medians})``: the sorted distinct ``keys`` and, per column (floats, NaN
+    missing, as long as ``keys``), each group's median, aligned with ``groups``."""
+    codes, groups = pd.factorize(np.asarray(keys), sort=True)
+    num = len(groups)
+    counts = np.bincount(codes, minlength=num)
+    width = int(counts.max()) if num else 0
+    grid_ok = num * width <= 4 * len(codes) + 4096
+    if grid_ok:
+        order = np.argsort(codes, kind="stable")
+        row = codes[order]
+        col = np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts)
+    out: dict[str, np.ndarray] = {}
+    for name, values in columns.items():
+        values = np.asarray(values, dtype=float)
+        if grid_ok:
+            grid = np.full((num, width), np.nan)
+            grid[row, col] = values[order]
+            grid.sort(axis=1)  # NaN last
+            n = (~np.isnan(grid)).sum(axis=1)
+            sorted_values, first = grid.ravel(), np.arange(num) * width
+        else:
+            valid = ~np.isnan(values)
+            c, v = codes[valid], values[valid]
+            sorted_values = v[np.lexsort((v, c))]
+            n = np.bincount(c, minlength=num)
+            first = np.cumsum(n) - n
+        last = max(len(sorted_values) - 1, 0)
+        lo = np.minimum(first + np.maximum(n - 1, 0) // 2, last)
+        hi = np.minimum(first + n // 2, last)
+        med = (sorted_values[lo] + sorted_values[hi]) / 2 if len(sorted_values) else np.zeros(num)
+        out[name] = np.where(n > 0, med, np.nan)
+    return groups, out
+
+
+def medians_frame(df: pd.DataFrame, key: str, columns: list[str]) -> pd.DataFrame:
+    """``df.groupby(key)[columns].median()`` as floats (index named ``key``)."""
+    groups, meds = medians_by(
+        df[key].to_numpy(),
+        {c: df[c].to_numpy(dtype=float, na_value=np.nan) for c in columns},
+    )
+    return pd.DataFrame(meds, index=pd.Index(groups, name=key), columns=columns)
