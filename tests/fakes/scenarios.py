@@ -48,6 +48,9 @@ class Scenario:
     ckpt_every: int = 0  # a checkpoint save on every rank every N steps (0: none)
     ckpt_ms: float = 0.0
     ckpt_bytes: int = 0
+    # (rank, step, ms): the rank's training thread waited that much longer for a CPU in that step
+    # (cpu_wait_ns; the step's compute_ns holds it, as the hook's does)
+    run_queue: tuple[tuple[int, int, float], ...] = ()
 
     @property
     def base_step_ms(self) -> float:
@@ -83,11 +86,17 @@ class Scenario:
                 compute[hit] += self.extra_ms / self.stall_share
             if self.ckpt_every and step % self.ckpt_every == self.ckpt_every - 1:
                 ckpt[:] = self.ckpt_ms
-            busy = compute + data + ckpt
+            queued = np.zeros(self.ranks)
+            for r, at, ms in self.run_queue:
+                if at == step:
+                    queued[r] += ms
+            busy = compute + queued + data + ckpt
             wait = busy.max() - busy + self.comm_ms
             dur_ms = float(busy.max() + self.comm_ms)
             for r, src in enumerate(sources):
-                out.append(_step(src, step, t, dur_ms, compute[r], wait[r], data[r], ckpt[r]))
+                out.append(
+                    _step(src, step, t, dur_ms, compute[r], wait[r], data[r], ckpt[r], queued[r])
+                )
                 if ckpt[r]:
                     out.append(self._ckpt(src, step, t, ckpt[r]))
             t += int(dur_ms * MS)
@@ -121,6 +130,7 @@ def _step(
     wait: float,
     data: float,
     ckpt: float,
+    queued: float = 0.0,
 ) -> schema.StepEvent:
     dur = int(dur_ms * MS)
     return schema.StepEvent(
@@ -133,7 +143,8 @@ def _step(
         backward_ns=int((compute * 0.6 + wait) * MS),
         optimizer_ns=int(compute * 0.1 * MS),
         checkpoint_ns=int(ckpt * MS),
-        compute_ns=int(compute * MS),
+        compute_ns=int((compute + queued) * MS),
+        cpu_wait_ns=int(queued * MS),
         collective_wait_ns=int(wait * MS),
         loss=1.0,
         num_collectives=3,

@@ -49,6 +49,17 @@ Confidence = 0.4 + 0.4 x consistency + 0.15 x min(1, flagged windows / 4), at mo
 A cross-rank finding also carries ``rank_excess_share``: its excess over its flagged windows /
 the least the rank lost to its peers in them (:func:`rank_excess`); reconciliation asks a kernel
 that takes over a slow rank's diagnosis to hold most of that.
+
+**Preemption is not the operator's.** A profiler times an operator by the wall clock, so a
+thread descheduled inside it (another process on its CPU, a busy VM) makes it look many times
+slower (busy CI: ``aten::addcdiv_`` 27x its peers' time in one window, a neighbour process on
+the rank's core). The hook measures each step's run-queue delay (``cpu_wait_ms``: ready to run,
+not running), and a window covers whole steps, so what a rank waited for a CPU in a window's
+steps beyond the median rank of its work class (``preempted``, :func:`preempted`) bounds how
+much of any operator's excess there can be preemption. Every operator time of the rank in that
+window is taken net of it (``time - preempted``, at least 0) before the rules above; the
+finding names what it took off (evidence ``preempted_ns``). Without the hook's measure
+(another team's tables, an old hook) nothing is taken off.
 """
 
 from __future__ import annotations
@@ -98,14 +109,42 @@ def detect_from_store(store: RunStore, cfg: KernelConfig | None = None) -> list[
     return detect(store.frame("kernel"), windows, cfg or KernelConfig())
 
 
+def preempted(
+    wait: pd.DataFrame, windows: pd.DataFrame, classes: Mapping[int, int] | None = None
+) -> pd.DataFrame:
+    """Per profiler window (rows, ``window_id``) and rank (columns): how much longer (ns) the
+    rank waited for a CPU in the window's steps than the median rank of its work class did
+    (``classes``: rank -> class, None: one class), at least 0. ``wait``: step x rank run-queue
+    delay in ms (``Features.wide("cpu_wait_ms")``); a window covers ``num_steps`` steps from its
+    first (the median over ranks). Empty when either is."""
+    cols = ["window_id", "step", "num_steps"]
+    if wait.empty or windows.empty or not set(cols) <= set(windows.columns):
+        return pd.DataFrame(dtype=float)
+    w = windows[windows["rank"] >= 0] if "rank" in windows.columns else windows
+    spans = w.groupby("window_id").agg(first=("step", "min"), n=("num_steps", "median"))
+    steps = wait.index.to_numpy()
+    values = np.nan_to_num(wait.to_numpy(dtype=float), nan=0.0)
+    rows = []
+    for first, n in zip(spans["first"].to_numpy(), spans["n"].to_numpy(), strict=True):
+        inside = (steps >= first) & (steps < first + max(1.0, float(n)))
+        rows.append(values[inside].sum(axis=0))
+    sums = pd.DataFrame(np.array(rows).reshape(len(rows), len(wait.columns)),
+                        index=spans.index, columns=wait.columns)  # fmt: skip
+    over = sums - class_median(sums, classes)
+    return (over.clip(lower=0.0) * 1e6).rename_axis(index="window_id", columns="rank")
+
+
 def detect(
     kernels: pd.DataFrame,
     windows: pd.DataFrame,
     cfg: KernelConfig,
     classes: Mapping[int, int] | None = None,
+    preempt: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """Kernel findings from a ``kernel`` frame and a ``profile_window`` frame (may be empty);
-    ``classes``: rank -> work class (the layout's, when known)."""
+    ``classes``: rank -> work class (the layout's, when known); ``preempt``: per window and rank,
+    the run-queue delay beyond its peers' (:func:`preempted`), taken off the rank's operator
+    times there (None: nothing)."""
     k = (
         kernels[
             (kernels["rank"] >= 0)
@@ -129,13 +168,21 @@ def detect(
         return []
     replaced = _replaced(calls, order, cfg, classes)
     lost = rank_excess(table, profiled)
+    off = (
+        preempt.reindex(index=order, columns=table.columns).fillna(0.0).astype(float)
+        if preempt is not None and len(preempt)
+        else None
+    )
     found: list[dict] = []
     for (name, cat), t in table.groupby(level=["name", "category"]):
         seen = profiled.reindex(index=order, columns=t.columns).fillna(0).astype(bool)
-        t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float).where(seen)
+        t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float)
+        if off is not None:
+            t = (t - off).clip(lower=0.0)
+        t = t.where(seen)
         n = calls.loc[(name, cat)].reindex(order).fillna(0).astype(float).where(seen)
         if len(ranks) >= cfg.min_ranks:
-            found += _cross_rank(name, cat, t, n, dur, cfg, replaced, lost)
+            found += _cross_rank(name, cat, t, n, dur, cfg, replaced, lost, off)
         found += _regression(
             name, cat, t, n, dur, cfg, {c["ranks"] for c in found if c["name"] == name}
         )
@@ -170,6 +217,7 @@ def detect_for(
     onset: int,
     cfg: KernelConfig,
     classes: Mapping[int, int] | None = None,
+    preempt: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """Cross-rank kernel candidates for a rank the steps already show slower from ``onset``:
     only the profiler windows from that step on, and no floor on the excess (``min_excess_frac``
@@ -191,7 +239,7 @@ def detect_for(
     focused = replace(cfg, min_excess_frac=0.0, min_windows=1, whole_span=True)
     return [
         f
-        for f in detect(k, w, focused, classes)
+        for f in detect(k, w, focused, classes, preempt)
         if f.ranks == tuple(ranks) and not f.id.endswith(":regression")
     ]
 
@@ -243,6 +291,7 @@ def _cross_rank(
     cfg: KernelConfig,
     replaced: pd.DataFrame | None = None,
     lost: pd.DataFrame | None = None,
+    off: pd.DataFrame | None = None,
 ) -> list[dict]:
     # Every rank at once (windows x ranks, numpy), then a Python step only for a rank flagged
     # somewhere. NaN (a window the rank was not profiled in) compares False, as in pandas.
@@ -294,6 +343,8 @@ def _cross_rank(
             med[wins], t[r][wins],
         )  # fmt: skip
         c["rank_share"] = _rank_share(excess[wins], lost, cat, r)
+        if off is not None and r in off.columns:
+            c["preempted"] = float(off[r].reindex(wins).fillna(0.0).median())
         out.append(c)
     return out
 
@@ -513,6 +564,18 @@ def _finding(c: dict, first_step: dict[str, int], cfg: KernelConfig) -> Finding:
                 unit="fraction",
                 note="its excess over the peers' median / the rank's largest excess of any "
                 "operator in the same windows (the least the rank lost there), summed over them",
+            )
+        )
+    if c.get("preempted", 0.0) > 0:
+        evidence.append(
+            Evidence(
+                metric="preempted_ns",
+                subject=f"rank {ranks[0]}",
+                value=c["preempted"],
+                reference=0.0,
+                unit="ns",
+                note="run-queue delay beyond its peers' in the windows' steps (median), taken "
+                "off its operator times there: descheduled time is not the operator's",
             )
         )
     evidence += [

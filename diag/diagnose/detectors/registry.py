@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pandas as pd
+
 from diag.diagnose.detectors import (
     checkpoint,
     contention,
@@ -49,10 +51,24 @@ def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
     ]
 
 
-def _kernel(features: Features, cfg: kernel.KernelConfig | None) -> list[Finding]:
+def _classes(features: Features) -> Mapping[int, int] | None:
     layout = features.work_layout()
-    classes = layout.work_class if layout.known else None
-    return kernel.detect(features.kernels, features.windows, cfg or kernel.KernelConfig(), classes)
+    return layout.work_class if layout.known else None
+
+
+def _preempted(features: Features, classes: Mapping[int, int] | None) -> pd.DataFrame | None:
+    """Per window and rank, the run-queue delay beyond its peers' (taken off its operators)."""
+    if features.kernels.empty:
+        return None
+    return kernel.preempted(features.wide("cpu_wait_ms"), features.windows, classes)
+
+
+def _kernel(features: Features, cfg: kernel.KernelConfig | None) -> list[Finding]:
+    classes = _classes(features)
+    return kernel.detect(
+        features.kernels, features.windows, cfg or kernel.KernelConfig(), classes,
+        _preempted(features, classes),
+    )  # fmt: skip
 
 
 #: detector name -> its function; each takes ``(features, cfg)`` and ``cfg=None`` means defaults.
@@ -112,10 +128,10 @@ def run_all(
         """Kernel candidates in the windows after a slow rank's onset (reconcile decides)."""
         if node.onset_step is None:
             return []
-        layout = features.work_layout()
-        classes = layout.work_class if layout.known else None
+        classes = _classes(features)
         return kernel.detect_for(
-            features.kernels, features.windows, node.ranks, node.onset_step, kernel_cfg, classes
-        )
+            features.kernels, features.windows, node.ranks, node.onset_step, kernel_cfg, classes,
+            _preempted(features, classes),
+        )  # fmt: skip
 
     return ranked(reconcile(findings, features, kernels_for=kernels_for))

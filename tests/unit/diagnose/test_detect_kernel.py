@@ -161,3 +161,29 @@ def test_a_kernel_that_explains_a_slowdown_since_its_onset_is_slow_in_most_windo
     # one window after a late onset is all there is: it decides (the closed loop's window)
     k, w = _frames(tmp_path / "last")
     assert [f.ranks for f in kernel.detect_for(k, w, (2,), 210, CFG)] == [(2,)]
+
+
+def test_preempted_is_the_wait_beyond_the_work_class_median_over_the_window_steps() -> None:
+    import pandas as pd
+
+    from diag.diagnose.detectors.kernel import preempted
+
+    # cpu_wait_ms per step (rows) and rank; a two-step window at 10 and a one-step one at 20
+    wait = pd.DataFrame(
+        {0: [1.0, 1.0, 1.0, 1.0], 1: [1.0, 2.0, 1.0, 9.0], 2: [3.0, 3.0, 3.0, 3.0],
+         3: [3.0, 3.0, 7.0, 3.0]},
+        index=[10, 11, 20, 21],
+    )  # fmt: skip
+    windows = pd.DataFrame(
+        {"window_id": ["a"] * 4 + ["b"] * 4, "rank": [0, 1, 2, 3] * 2,
+         "step": [10] * 4 + [20] * 4, "num_steps": [2] * 4 + [1] * 4}
+    )  # fmt: skip
+    one = preempted(wait, windows)
+    # window a sums (2, 3, 6, 6), median 4.5; window b (1, 1, 3, 7), median 2 (step 21 is out)
+    assert one.loc["a"].tolist() == [0.0, 0.0, 1.5e6, 1.5e6]
+    assert one.loc["b"].tolist() == [0.0, 0.0, 1e6, 5e6]
+    # ranks 2 and 3 do other work (another stage): each compared with its own class
+    two = preempted(wait, windows, {0: 0, 1: 0, 2: 1, 3: 1})
+    assert two.loc["a"].tolist() == [0.0, 0.5e6, 0.0, 0.0]
+    assert two.loc["b"].tolist() == [0.0, 0.0, 0.0, 2e6]
+    assert preempted(wait.iloc[:0], windows).empty and preempted(wait, windows.iloc[:0]).empty
