@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from diag.errors import InputError
+from diag.schema import StepEvent
 from diag.store.run_store import RunStore
 from tests.fakes.events import Source, keys
 
@@ -168,3 +169,114 @@ def test_a_snapshot_hands_back_its_sorted_frames(
     monkeypatch.setattr(run_store, "_unique_sorted", lambda df: sorts.append(len(df)) or real(df))
     assert keys(fresh.snapshot().frame("step")) == keys(snap.frame("step"))
     assert sorts == []
+
+
+def test_frame_with_rows_buffered_is_every_row_once_in_order_whatever_comes(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A live pass reads frames while rows are buffered: the newest rows are merged after the
+    stored ones without sorting these again, and a pass reads the merge once. Whatever the
+    order of appends, resent events, late rows, flushes, snapshots and reads, frame() is every
+    row appended, the first of each (source, seq) kept, sorted by (ts_ns, source, seq)."""
+    from hypothesis import example, given, settings
+    from hypothesis import strategies as st
+
+    from diag import schema
+    from tests.fakes.events import MS, T0
+
+    ops = st.lists(
+        st.one_of(
+            st.tuples(st.just("new"), st.integers(0, 2), st.integers(0, 3)),  # source, steps
+            st.tuples(st.just("late"), st.integers(0, 2), st.integers(1, 3)),  # an older ts
+            st.tuples(st.just("resend"), st.integers(0, 20), st.integers(1, 3)),
+            # the same (source, seq) again with a newer time stamp: the first still wins
+            st.tuples(st.just("restamped"), st.integers(0, 20), st.integers(1, 3)),
+            st.tuples(st.just("flush"), st.just(0), st.just(0)),
+            st.tuples(st.just("snapshot"), st.just(0), st.just(0)),
+        ),
+        max_size=14,
+    )
+
+    @settings(max_examples=80, deadline=None)
+    @given(ops)
+    @example([("new", 0, 2), ("flush", 0, 0), ("restamped", 1, 2), ("new", 1, 1)])
+    @example([("new", 0, 2), ("snapshot", 0, 0), ("late", 1, 1), ("flush", 0, 0)])
+    def check(plan: list[tuple[str, int, int]]) -> None:
+        store = RunStore.create(tmp_path_factory.mktemp("run"))
+        reader = store
+        sent: list[schema.StepEvent] = []
+        clock = [0]
+        sources = [Source(rank=r) for r in range(3)]
+
+        for op, a, n in plan:
+            if op in ("new", "late"):
+                batch = []
+                for _ in range(n):
+                    clock[0] += 1
+                    ts = T0 + (clock[0] if op == "new" else -clock[0]) * MS
+                    ev = sources[a].step(clock[0])
+                    batch.append(_with_ts(ev, ts))
+                store.append(batch)
+                sent += batch
+            elif op in ("resend", "restamped") and sent:
+                batch = sent[-min(a + 1, len(sent)) :][:n]
+                if op == "restamped":
+                    clock[0] += 1
+                    batch = [_with_ts(ev, T0 + (clock[0] + 100) * MS) for ev in batch]
+                store.append(batch)
+                sent += batch
+            elif op == "flush":
+                store.flush()
+            elif op == "snapshot":
+                reader = store.snapshot()
+                sent_then = list(sent)
+                assert keys(reader.frame("step")) == _expected(sent_then)
+                store.adopt(reader)
+                reader = store
+            got = store.frame("step")
+            assert keys(got) == _expected(sent)
+            assert keys(store.frame("step")) == keys(got)  # read again: the same
+            got["x"] = 1  # a reader's change is its own
+            assert "x" not in store.frame("step").columns
+        store.flush()
+        assert keys(RunStore.open(store.run_dir).frame("step")) == _expected(sent)
+
+    check()
+
+
+def test_the_newest_rows_buffered_are_sorted_alone_and_merged_once_per_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from diag.store import run_store
+
+    store = RunStore.create(tmp_path)
+    srcs = [Source(rank=r) for r in range(4)]
+    store.append([s.step(i) for i in range(10) for s in srcs])
+    store.flush()
+    store.frame("step")  # sorted once, as a pass after the flush would
+    sorts: list[int] = []
+    real = run_store._unique_sorted
+    monkeypatch.setattr(run_store, "_unique_sorted", lambda df: sorts.append(len(df)) or real(df))
+    store.append([s.step(10) for s in srcs])
+    snap = store.snapshot()
+    first = snap.frame("step")
+    assert keys(first)[-4:] == [(s.name, 10) for s in srcs] and len(first) == 44
+    assert keys(snap.frame("step")) == keys(first)
+    assert sorts == [4]  # the four new rows, once for both reads
+    store.append([srcs[0].step(3)])  # a late row, as old as stored ones: sorted in with them
+    again = store.frame("step")
+    assert len(again) == 45 and again["ts_ns"].is_monotonic_increasing
+    assert (srcs[0].name, 11) in keys(again) and sorts[-1] == 45
+
+
+def _with_ts(ev: StepEvent, ts: int) -> StepEvent:
+    from dataclasses import replace
+
+    return replace(ev, ts_ns=ts)
+
+
+def _expected(sent: list[StepEvent]) -> list[tuple[str, int]]:
+    seen: dict[tuple[str, int], tuple[int, str, int]] = {}
+    for ev in sent:
+        seen.setdefault((ev.source, ev.seq), (ev.ts_ns, ev.source, ev.seq))
+    return [(s, q) for _, s, q in sorted(seen.values())]
