@@ -159,7 +159,8 @@ class Features:
         steps = without_probe_steps(_steps(step_events), probes)
         groups = store.frame("process_group")
         collectives = store.frame("collective")
-        return cls(
+        hosts = _rank_hosts(steps)
+        made = cls(
             steps=steps,
             ckpt=_ckpt(store.frame("checkpoint")),
             host=_pick(store.frame("host"), HOST_COLUMNS),
@@ -185,15 +186,22 @@ class Features:
             collector_errors=store.frame("collector_error"),
             tcp=store.frame("tcp_peer"),
             probes=probes,
-            layout=_layout(steps, step_events, groups, collectives),
+            layout=_layout(step_events, groups, collectives, hosts),
         )
+        made._memo["hosts"] = hosts
+        return made
 
     def work_layout(self) -> Layout:
         """The run's layout: ``layout`` when set, else inferred from the process groups,
         the collectives and the step events' time profiles."""
         if self.layout is not None:
             return self.layout
-        return _layout(self.steps, self.step_events, self.process_groups, self.collectives)
+        layout = self._memo.get("layout")
+        if layout is None:
+            layout = self._memo["layout"] = _layout(
+                self.step_events, self.process_groups, self.collectives, self.hosts_of()
+            )
+        return layout
 
     def wide(self, column: str, warmup_steps: int = 0) -> pd.DataFrame:
         """``steps[column]`` as a step x rank table (float), steps after the first
@@ -210,8 +218,7 @@ class Features:
         """rank -> host (the latest step of each rank)."""
         hosts = self._memo.get("hosts")
         if hosts is None:
-            last = self.steps.groupby("rank")["host"].last()
-            hosts = self._memo["hosts"] = {int(r): str(h) for r, h in last.items()}
+            hosts = self._memo["hosts"] = _rank_hosts(self.steps)
         return dict(hosts)
 
 
@@ -243,14 +250,23 @@ def _step_by_rank(steps: pd.DataFrame, column: str) -> pd.DataFrame:
     return table[~np.isnan(grid).any(axis=1)]
 
 
+def _rank_hosts(steps: pd.DataFrame) -> dict[int, str]:
+    """rank -> host, of each rank's latest step."""
+    if steps.empty:
+        return {}
+    last = steps.groupby("rank")["host"].last()
+    return {int(r): str(h) for r, h in last.items()}
+
+
 def _layout(
-    steps: pd.DataFrame, step_events: pd.DataFrame, groups: pd.DataFrame, coll: pd.DataFrame
+    step_events: pd.DataFrame,
+    groups: pd.DataFrame,
+    coll: pd.DataFrame,
+    hosts: dict[int, str],
 ) -> Layout:
-    ranks = sorted(int(r) for r in steps["rank"].unique()) if not steps.empty else []
-    hosts = steps.groupby("rank")["host"].last() if not steps.empty else pd.Series()
     return infer(
-        ranks,
-        {int(r): str(h) for r, h in hosts.items()},
+        sorted(hosts),
+        dict(hosts),
         groups=groups,
         collectives=coll,
         profiles=profiles_from_steps(step_events),
