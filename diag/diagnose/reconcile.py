@@ -40,7 +40,9 @@ onset on are searched for the kernel that takes it (the registry passes
 ``kernels_for``: :func:`~diag.diagnose.detectors.kernel.detect_for`, the same ratio to the
 peers and the same work, no floor, one window enough) and the same rule decides: explained and
 concentrated, the kernel finding absorbs the node finding, detected no earlier than the node
-finding was.
+finding was. Where no operator passes alone, the operators slowed the most (up to
+``max_together``) may pass together (:func:`operators_together`): a layer in another dtype
+slows its forward, its backward and its casts, each a part of the excess.
 
 A node finding whose process the daemon found stopped (``stopped_samples`` evidence) is never
 absorbed: a frozen process spends the freeze in whatever operator runs (a SIGSTOP inside one of
@@ -100,6 +102,7 @@ class ReconcileConfig:
 
     min_explained: float = 0.5  # kernel excess / node compute excess, per step
     concentration: float = 2.0  # kernel's relative excess / the rest of compute's
+    max_together: int = 4  # operators of one layer that explain a slow rank together
     min_seen_in_steps: float = 0.5  # steps' compute excess / the kernel's excess, per step
     warmup_steps: int = 5  # first steps left out of the step check (as the node detector does)
 
@@ -253,12 +256,81 @@ def focused_kernel(
     (the steps were needed to know)."""
     scored = [(k, attribute(node, k, window_steps)) for k in candidates]
     causes = [(k, a) for k, a in scored if a is not None and a.is_kernel(cfg)]
-    if not causes:
-        return None
-    best, _ = max(causes, key=lambda ka: ka[1].explained)
-    merged = absorb(best, node)
+    if causes:
+        best, _ = max(causes, key=lambda ka: ka[1].explained)
+        merged = absorb(best, node)
+    else:
+        together = operators_together(scored, cfg)
+        if together is None:
+            return None
+        merged = absorb(together, node)
+        best = together
     detected = [s for s in (best.detected_step, node.detected_step) if s is not None]
     return replace(merged, detected_step=max(detected) if detected else None)
+
+
+def operators_together(
+    scored: list[tuple[Finding, Attribution | None]], cfg: ReconcileConfig
+) -> Finding | None:
+    """Operators of a slow rank that explain its compute excess together where none does
+    alone: a layer computed in another dtype or by another algorithm slows its forward, its
+    backward and its casts (``aten::addmm``, ``aten::mm``, ``aten::_to_copy``), each a part, and
+    each part's own test counts the others in "the rest". The operators slowed the most (by
+    their relative excess), the fewest of them (up to ``max_together``) whose summed excess and
+    reference pass the same rule: explained, concentrated against the rest of the compute, and
+    most of what the rank lost in its windows. A slow device slows every operator alike: no set
+    is concentrated. The finding is the operator explaining most, the others named beside it
+    (evidence ``with_operator``); ``None`` when no set passes."""
+    parts = sorted(
+        ((k, a) for k, a in scored if a is not None and a.explained > 0 and a.kernel_rel > 0),
+        key=lambda ka: -ka[1].kernel_rel,
+    )
+    # In units of the rank's compute excess E: part i's excess x_i (explained), its base
+    # b_i = x_i / kernel_rel_i, and the rank's base B = b_i + (1 - x_i) / rest_rel_i.
+    wholes = [
+        a.explained / a.kernel_rel + (1 - a.explained) / a.rest_rel
+        for _, a in parts
+        if a.rest_rel > 0 and a.explained < 1
+    ]
+    if len(parts) < 2 or not wholes:
+        return None
+    whole = float(pd.Series(wholes).median())
+    for m in range(2, min(len(parts), cfg.max_together) + 1):
+        chosen = parts[:m]
+        explained = sum(a.explained for _, a in chosen)
+        base = sum(a.explained / a.kernel_rel for _, a in chosen)
+        shares = [a.rank_share for _, a in chosen if a.rank_share is not None]
+        joint = Attribution(
+            explained=min(1.0, explained),
+            kernel_rel=explained / base,
+            rest_rel=max(0.0, (1 - explained) / (whole - base)) if whole > base else 0.0,
+            rank_share=min(1.0, sum(shares)) if shares else None,
+        )
+        if joint.is_kernel(cfg):
+            break
+    else:
+        return None
+    best, _ = max(chosen, key=lambda ka: ka[1].explained)
+    others = [(k, a) for k, a in chosen if k is not best]
+    names = [k.kernel or k.id for k, _ in others]
+    evidence = [
+        Evidence(
+            metric="with_operator",
+            subject=k.kernel or k.id,
+            value=a.explained,
+            reference=None,
+            unit="fraction",
+            note="share of the rank's compute excess this operator explains; slowed with "
+            f"{best.kernel or best.id} (one layer's operators)",
+        )
+        for k, a in others
+    ]
+    summary = (
+        f"{best.summary}; with {', '.join(names)} it explains {joint.explained:.0%} of the "
+        "rank's compute excess (one layer's operators slowed together: another dtype or "
+        "algorithm)"
+    )
+    return replace(best, summary=summary, evidence=(*best.evidence, *evidence))
 
 
 def kernel_excess_ms(kern: Finding, window_steps: float = 1.0) -> float | None:

@@ -97,11 +97,15 @@ def the_machines(case: Case, f: Finding) -> bool:
     the injected fault (CI beside a busy loop: "ranks 0, 2 wait 37.9 ms/step for a CPU ...
     pid N (python3 -c while True: pass) uses 33% of a core" above a kernel fault). Such
     findings are left out of the judging, never counted right or wrong."""
-    return (
-        case.mechanism not in FOREIGN_MECHANISMS
-        and f.id.startswith("contention-")
-        and any(e.metric == "host_process_cpu_pct" for e in f.evidence)
-    )
+    if case.mechanism in FOREIGN_MECHANISMS or not f.id.startswith("contention-"):
+        return False
+    # The detector lists the host's busy processes, diag's own among them; whether one is
+    # outside the job and diag is its ``foreign_processes`` count (a held-out cgroup quota,
+    # rightly found with "no process outside the job", was left out for diag's own process).
+    foreign = [e.value for e in f.evidence if e.metric == "foreign_processes"]
+    if foreign:
+        return foreign[0] > 0
+    return any(e.metric == "host_process_cpu_pct" for e in f.evidence)
 
 
 def judge(case: Case, findings: Sequence[Finding]) -> Outcome:

@@ -55,10 +55,15 @@ thread descheduled inside it (another process on its CPU, a busy VM) makes it lo
 slower (busy CI: ``aten::addcdiv_`` 27x its peers' time in one window, a neighbour process on
 the rank's core). The hook measures each step's run-queue delay (``cpu_wait_ms``: ready to run,
 not running), and a window covers whole steps, so what a rank waited for a CPU in a window's
-steps beyond the median rank of its work class (``preempted``, :func:`preempted`) bounds how
-much of any operator's excess there can be preemption. Every operator time of the rank in that
-window is taken net of it (``time - preempted``, at least 0) before the rules above; the
-finding names what it took off (evidence ``preempted_ns``). Without the hook's measure
+steps beyond what its work class's median and its own demand explain (``preempted``,
+:func:`preempted`: a rank that computes longer on a host the job oversubscribes waits longer in
+proportion, and that wait is its slow operator's) bounds how much of any operator's excess there
+can be preemption. A preemption is a burst that lands in whichever operator runs, so where an
+operator's excess over the window's median is within it the window cannot tell: the rank's time
+there is unknown, as in a window it was not profiled in (consistency counts the windows that
+can tell); where the excess is beyond it, the time net of it stands
+(:func:`_net_of_preemption`). The finding names the median taken off (evidence
+``preempted_ns``). Without the hook's measure
 (another team's tables, an old hook) nothing is taken off.
 """
 
@@ -110,27 +115,44 @@ def detect_from_store(store: RunStore, cfg: KernelConfig | None = None) -> list[
 
 
 def preempted(
-    wait: pd.DataFrame, windows: pd.DataFrame, classes: Mapping[int, int] | None = None
+    wait: pd.DataFrame,
+    windows: pd.DataFrame,
+    classes: Mapping[int, int] | None = None,
+    compute: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per profiler window (rows, ``window_id``) and rank (columns): how much longer (ns) the
-    rank waited for a CPU in the window's steps than the median rank of its work class did
-    (``classes``: rank -> class, None: one class), at least 0. ``wait``: step x rank run-queue
-    delay in ms (``Features.wide("cpu_wait_ms")``); a window covers ``num_steps`` steps from its
-    first (the median over ranks). Empty when either is."""
+    rank waited for a CPU in the window's steps than its own demand explains, at least 0.
+    Expected: the larger of its work class's median delay there (``classes``: rank -> class,
+    None: one class) and, with ``compute`` (step x rank on-CPU ms), its own compute times its
+    class's median delay per millisecond of compute: on a host the job oversubscribes, a rank
+    that computes longer (a float64 layer) is runnable longer and waits longer in proportion,
+    and that wait is the slow operator's doing, not a competitor's (a class with a rank's
+    compute unknown: its median delay alone). ``wait``: step x rank
+    run-queue delay in ms (``Features.wide("cpu_wait_ms")``); a window covers ``num_steps``
+    steps from its first (the median over ranks). Empty when either is."""
     cols = ["window_id", "step", "num_steps"]
     if wait.empty or windows.empty or not set(cols) <= set(windows.columns):
         return pd.DataFrame(dtype=float)
     w = windows[windows["rank"] >= 0] if "rank" in windows.columns else windows
     spans = w.groupby("window_id").agg(first=("step", "min"), n=("num_steps", "median"))
     steps = wait.index.to_numpy()
-    values = np.nan_to_num(wait.to_numpy(dtype=float), nan=0.0)
-    rows = []
-    for first, n in zip(spans["first"].to_numpy(), spans["n"].to_numpy(), strict=True):
-        inside = (steps >= first) & (steps < first + max(1.0, float(n)))
-        rows.append(values[inside].sum(axis=0))
-    sums = pd.DataFrame(np.array(rows).reshape(len(rows), len(wait.columns)),
-                        index=spans.index, columns=wait.columns)  # fmt: skip
-    over = sums - class_median(sums, classes)
+
+    def sums_of(wide: pd.DataFrame) -> pd.DataFrame:
+        values = np.nan_to_num(wide.to_numpy(dtype=float), nan=0.0)
+        rows = [
+            values[(steps >= first) & (steps < first + max(1.0, float(n)))].sum(axis=0)
+            for first, n in zip(spans["first"].to_numpy(), spans["n"].to_numpy(), strict=True)
+        ]
+        return pd.DataFrame(np.array(rows).reshape(len(rows), len(wide.columns)),
+                            index=spans.index, columns=wide.columns)  # fmt: skip
+
+    sums = sums_of(wait)
+    expected = class_median(sums, classes)
+    if compute is not None and not compute.empty:
+        demand = sums_of(compute.reindex_like(wait))
+        per_ms = sums / demand.where(demand > 0)  # NaN where a rank's compute is unknown
+        expected = np.fmax(expected, class_median(per_ms, classes) * demand)
+    over = sums - expected
     return (over.clip(lower=0.0) * 1e6).rename_axis(index="window_id", columns="rank")
 
 
@@ -177,9 +199,9 @@ def detect(
     for (name, cat), t in table.groupby(level=["name", "category"]):
         seen = profiled.reindex(index=order, columns=t.columns).fillna(0).astype(bool)
         t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float)
-        if off is not None:
-            t = (t - off).clip(lower=0.0)
         t = t.where(seen)
+        if off is not None:
+            t = _net_of_preemption(t, off)
         n = calls.loc[(name, cat)].reindex(order).fillna(0).astype(float).where(seen)
         if len(ranks) >= cfg.min_ranks:
             found += _cross_rank(name, cat, t, n, dur, cfg, replaced, lost, off)
@@ -191,6 +213,20 @@ def detect(
         _finding(c, first_step, cfg)
         for c in sorted(kept, key=lambda c: (c["kind"], c["name"], c["ranks"]))
     ]
+
+
+def _net_of_preemption(t: pd.DataFrame, off: pd.DataFrame) -> pd.DataFrame:
+    """An operator's time per window (rows) and rank (columns) net of the rank's preemption
+    there (``off``, ns: run-queue delay beyond what its peers' and its own demand explain). A
+    preemption is a burst that lands in whichever operator runs: where the rank's excess over
+    the window's median is within it, the window cannot tell a slow operator from a preempted
+    one and the rank's time there is unknown (NaN, as where it was not profiled), not short;
+    where the excess is beyond it, what is beyond it stands; a rank no slower than the median
+    keeps its time."""
+    o = off.reindex(index=t.index, columns=t.columns).fillna(0.0)
+    over = t.sub(t.median(axis=1), axis=0)
+    unknown = (o > 0) & (over > 0) & (over <= o)
+    return (t - o.where(over > o, 0.0)).where(~unknown)
 
 
 def _complete(k: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
@@ -329,8 +365,10 @@ def _cross_rank(
     out = []
     for j in np.flatnonzero(flagged.any(axis=0)).tolist():
         r = t.columns[j]
-        excess = pd.Series(excesses[:, j], index=t.index)
-        slow = pd.Series(flagged[:, j], index=t.index)
+        # only the windows where the rank's time is known (profiled, not within its preemption)
+        known = ~np.isnan(tv[:, j])
+        excess = pd.Series(excesses[:, j], index=t.index)[known]
+        slow = pd.Series(flagged[:, j], index=t.index)[known]
         onset = _onset(slow.to_numpy(), cfg)
         if onset is None:
             continue
@@ -574,8 +612,9 @@ def _finding(c: dict, first_step: dict[str, int], cfg: KernelConfig) -> Finding:
                 value=c["preempted"],
                 reference=0.0,
                 unit="ns",
-                note="run-queue delay beyond its peers' in the windows' steps (median), taken "
-                "off its operator times there: descheduled time is not the operator's",
+                note="run-queue delay beyond its peers' and its own demand's in the windows' "
+                "steps (median), taken off its operator times there: descheduled time is not "
+                "the operator's",
             )
         )
     evidence += [

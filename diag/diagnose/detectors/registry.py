@@ -57,10 +57,13 @@ def _classes(features: Features) -> Mapping[int, int] | None:
 
 
 def _preempted(features: Features, classes: Mapping[int, int] | None) -> pd.DataFrame | None:
-    """Per window and rank, the run-queue delay beyond its peers' (taken off its operators)."""
+    """Per window and rank, the run-queue delay beyond what its peers' and its own demand
+    explain (taken off its operators)."""
     if features.kernels.empty:
         return None
-    return kernel.preempted(features.wide("cpu_wait_ms"), features.windows, classes)
+    return kernel.preempted(
+        features.wide("cpu_wait_ms"), features.windows, classes, features.wide("compute_ms")
+    )
 
 
 def _kernel(features: Features, cfg: kernel.KernelConfig | None) -> list[Finding]:

