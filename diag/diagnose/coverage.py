@@ -57,6 +57,8 @@ STOPPED_EVIDENCE = "stopped_samples"
 RANK_SHARE = "rank_excess_share"
 #: contention's count of competitors outside the job (diag.diagnose.detectors.contention)
 FOREIGN_PROCESSES = "foreign_processes"
+#: a pause suggestion's chance (diag.diagnose.detectors.node): short of the stall test
+PAUSE_CHANCE = "pause_chance"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

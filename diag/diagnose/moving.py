@@ -19,7 +19,10 @@ step share cannot judge it; it was found because it is its class's slowest far m
 chance and keeps a lead over its peers on average, which is what a moving imbalance does not do.
 So the roles turn: the ``data-moving`` finding (the same steps read as "the slowest keeps
 changing") is folded into the stall finding (the one losing the most, when several), as
-evidence.
+evidence. Not into a pause *suggestion* (evidence ``pause_chance``: a few long pauses on one
+rank, too few to pass the stall test): a claim short of its test does not reinterpret one that
+passed its own; both stay, ranked (held out: uneven sequence lengths, whose longest batches fell
+on one rank five times, 1 chance in 256, were listed as that rank's pauses).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diag.diagnose import explain
+from diag.diagnose.coverage import PAUSE_CHANCE
 from diag.diagnose.features import Features, peer_median
 from diag.findings import Finding
 
@@ -74,7 +78,15 @@ def fold(
     moving = next((f for f in findings if f.id == MOVING_ID), None)
     if moving is None:
         return findings
-    stalls = [f for f in findings if f.cause == "node" and f.id.endswith(NOT_ECHOES)]
+    # A pause suggestion (evidence ``pause_chance``: too few pauses for the stall test) is a
+    # weaker claim than the moving imbalance's: it stays beside it, it does not take it in.
+    stalls = [
+        f
+        for f in findings
+        if f.cause == "node"
+        and f.id.endswith(NOT_ECHOES)
+        and not any(e.metric == PAUSE_CHANCE for e in f.evidence)
+    ]
     if stalls:
         lead = max(stalls, key=lambda f: f.slowdown or 0.0)
         return [

@@ -83,6 +83,7 @@ from typing import Protocol
 
 import numpy as np
 
+from diag.diagnose.coverage import PAUSE_CHANCE
 from diag.diagnose.detectors import node_evidence, node_groups, node_stall, node_stopped
 from diag.diagnose.detectors.node_slow import (
     UNKNOWN_LAYOUT_FROM_START,
@@ -300,7 +301,20 @@ def _stall_finding(
         )
         conf = 0.5 * (1.0 - stall.chance_p)
         level = "info"
-    anomaly_ev = [
+    anomaly_ev = []
+    if stall.chance_p is not None:
+        anomaly_ev.append(
+            Evidence(
+                metric=PAUSE_CHANCE,
+                subject=f"rank {stall.rank}",
+                value=float(stall.chance_p),
+                reference=None,
+                unit="probability",
+                note="the chance of this many of its class's long pauses falling on one rank: "
+                "a suggestion, short of the corrected test",
+            )
+        )
+    anomaly_ev += [
         Evidence(
             metric="compute_ms",
             subject=f"rank {stall.rank}",

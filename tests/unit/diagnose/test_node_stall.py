@@ -61,6 +61,23 @@ def test_a_stall_takes_in_the_moving_imbalance_the_same_steps_suggest(tmp_path: 
     assert [e.subject for e in out.evidence if e.metric == "explains"] == ["data-moving"]
 
 
+def test_a_pause_suggestion_does_not_take_in_the_moving_imbalance(tmp_path: Path) -> None:
+    # held-out data.skewed_lengths: the longest batches fell on rank 0 five times (1 chance in
+    # 256), a pause suggestion, which took in the moving imbalance and was listed first
+    from diag.findings import Evidence
+
+    moving_f = Finding(id="data-moving", symptom="slowdown", cause="data", severity="warning",
+                       ranks=(2, 0, 1), onset_step=None, slowdown=0.27, confidence=0.5,
+                       summary="moving")  # fmt: skip
+    chance = Evidence(metric="pause_chance", subject="rank 0", value=1 / 256)
+    suggestion = Finding(id="node-rank0-stalls", symptom="slowdown", cause="node",
+                         severity="info", ranks=(0,), onset_step=42, slowdown=0.16,
+                         confidence=0.5, summary="paused", evidence=(chance,))  # fmt: skip
+    f = _features(Scenario(seed=1), tmp_path)
+    out = moving.fold([moving_f, suggestion], f)
+    assert out == [moving_f, suggestion]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_rare_long_pauses_on_one_rank_are_a_node_finding(tmp_path: Path, seed: int) -> None:
     # rank 1 pauses in ~10% of its steps, each ~2.5 job steps long (a full garbage collection):
@@ -84,5 +101,7 @@ def test_a_few_long_pauses_on_one_rank_are_a_suggestion(tmp_path: Path, seed: in
     (found,) = node.detect(_features(sc, tmp_path))
     assert (found.cause, found.ranks, found.id) == ("node", (1,), "node-rank1-stalls")
     assert found.severity == "info" and "paused" in found.summary and "1 time in" in found.summary
+    (chance,) = [e for e in found.evidence if e.metric == "pause_chance"]
+    assert 0.0 < chance.value < 0.1
     assert isinstance(found.confidence, float) and 0.0 < found.confidence <= 0.5
     assert found.onset_step is not None and found.onset_step >= 40
