@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from diag.diagnose.coverage import FOREIGN_PROCESSES
 from diag.findings import Finding
 from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case
 from diag.selftest.mechanisms import split_of
@@ -102,7 +103,7 @@ def the_machines(case: Case, f: Finding) -> bool:
     # The detector lists the host's busy processes, diag's own among them; whether one is
     # outside the job and diag is its ``foreign_processes`` count (a held-out cgroup quota,
     # rightly found with "no process outside the job", was left out for diag's own process).
-    foreign = [e.value for e in f.evidence if e.metric == "foreign_processes"]
+    foreign = [e.value for e in f.evidence if e.metric == FOREIGN_PROCESSES]
     if foreign:
         return foreign[0] > 0
     return any(e.metric == "host_process_cpu_pct" for e in f.evidence)
