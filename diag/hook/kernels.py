@@ -78,6 +78,42 @@ def _device(event: Any, cache: dict[Any, str]) -> str:
     return name if name == "cpu" else f"{name}:{event.device_index()}"
 
 
+#: CPU-side events that are CUDA/HIP runtime or driver calls, not operators (torch before 2.12
+#: has no ``activity_type()`` to say so: :func:`_activity`)
+_RUNTIME_PREFIXES = ("cuda", "cu", "hip")
+#: Kineto's own overhead, a CPU event too (seen on an H200: 6 ms of "Activity Buffer Request"
+#: in a window's first step, ranked as the second-heaviest "operator")
+_OVERHEAD_NAMES = frozenset({"Activity Buffer Request", "Buffer Flush", "CUPTI Overhead"})
+
+
+def _activity(event: Any) -> str:
+    """The Kineto activity of ``event`` ("cpu_op", "kernel", "gpu_memcpy", ...). torch >= 2.12
+    says it (``activity_type()``); before that a ``_KinetoEvent`` has only its device and
+    whether it is a user annotation (seen on an H200 with torch 2.11: every window failed on the
+    missing method), so: a device event is a memcpy, a memset or a kernel by its name (CUDA's
+    "Memcpy HtoD ...", "Memset (Device)"); a CPU event named like a runtime call
+    (``cudaLaunchKernel``, ``cuLaunchKernel``) is one; any other CPU event is an operator."""
+    get = getattr(event, "activity_type", None)
+    if get is not None:
+        return str(get())
+    on_cpu = str(getattr(event.device_type(), "name", event.device_type())).upper().endswith("CPU")
+    annotation = getattr(event, "is_user_annotation", None)
+    if annotation is not None and annotation():
+        return "user_annotation" if on_cpu else "gpu_user_annotation"
+    name = event.name()
+    if name in _OVERHEAD_NAMES:
+        return "overhead"
+    if on_cpu:
+        if name.startswith(_RUNTIME_PREFIXES) and "::" not in name and ":" not in name:
+            return "cuda_runtime"
+        return "cpu_op"
+    if name.startswith("Memcpy"):
+        return "gpu_memcpy"
+    if name.startswith("Memset"):
+        return "gpu_memset"
+    return "kernel"
+
+
 def summarize(
     events: Sequence[Any],
     duration_ns: int,
@@ -93,7 +129,7 @@ def summarize(
     for i, event in enumerate(events):
         if i and i % CHUNK_EVENTS == 0:
             pause()
-        activity = event.activity_type()
+        activity = _activity(event)
         name = event.name()
         category = category_of(name, activity)
         if category is None:

@@ -68,8 +68,10 @@ log = logging.getLogger(__name__)
 
 #: how long a finished step waits for its device times before it is sent without them
 DEVICE_WAIT_NS = 2_000_000_000
-#: device times kept for steps not emitted yet (beyond: the oldest, whose step went without)
-DEVICE_KEEP = 256
+#: device times kept for steps not emitted yet, at most (a step is held until the Flight Recorder
+#: harvest that covers it, up to ``fr_poll_interval_s``: thousands of 1 ms steps); device times
+#: of steps already emitted without them are dropped as soon as that is known
+DEVICE_KEEP = 8192
 
 
 def fr_buffer_size() -> int:
@@ -276,6 +278,9 @@ class HookThread(threading.Thread):
         self._guarded(self.sender.flush)
 
     def _work(self, *, final: bool) -> None:
+        # every cycle, not only when steps are released (a harvest, up to fr_poll_interval_s
+        # apart): the device timer holds a bounded number of steps in flight
+        self._poll_device()
         if self.fr_ok and (final or self._fr_due()):
             self._harvest(final=final)
         else:
@@ -444,7 +449,11 @@ class HookThread(threading.Thread):
         try:
             for timed in device.poll():
                 self._device_steps[timed.step] = timed
-            while len(self._device_steps) > DEVICE_KEEP:  # steps already emitted without them
+            held = self._pending_steps[0][1] if self._pending_steps else None
+            while self._device_steps and (
+                len(self._device_steps) > DEVICE_KEEP
+                or (held is not None and next(iter(self._device_steps)) < held)
+            ):  # the oldest, whose steps went without them
                 self._device_steps.pop(next(iter(self._device_steps)))
         except Exception as exc:
             self._error(exc)

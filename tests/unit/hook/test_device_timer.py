@@ -153,5 +153,37 @@ def test_the_hook_times_a_cuda_job_on_the_device_without_synchronizing(
         assert s.device_duration_ns == pytest.approx((35.0 if slow else 25.0) * 1e6), s
 
 
+def test_fast_steps_keep_their_device_times_between_harvests(
+    world: None, sink: FrameSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On an H200 a 300-step job of 2 ms steps kept device times for its first 64 steps only: the
+    # hook read the events back only when it released steps (at its Flight Recorder harvests,
+    # seconds apart) and the timer held at most 64 steps in flight. Steps here take well under a
+    # millisecond of CPU, many per hook cycle, and harvests are far apart.
+    dev = Device()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing=False: FakeEvent(dev))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: _count(dev))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    props = type("Props", (), {"uuid": "GPU-fake", "name": "Fake"})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    model = nn.Linear(8, 1)
+    h = hook.install(HookConfig(daemon_sock=sink.path, flush_interval_s=0.05,
+                                fr_poll_interval_s=30.0, profile_first_step=10**6))  # fmt: skip
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 8)
+    for _ in range(300):
+        dev.now_ms += 2.0
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    hook.uninstall()
+    steps = of_kind(sink.close(), schema.StepEvent)
+    assert h.num_errors == 0, h.last_error
+    assert len(steps) == 300
+    timed = [s for s in steps if s.device_duration_ns is not None]
+    assert len(timed) >= 298, f"{len(timed)} of 300 steps with device times"
+
+
 def _count(dev: Device) -> Any:
     dev.syncs += 1

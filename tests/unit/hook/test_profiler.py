@@ -360,6 +360,41 @@ def test_summarize_categories_top_n_and_collectives() -> None:
     assert (out.num_ops, out.num_kernels) == (7, 2)
 
 
+class OldTorchEvent(FakeEvent):
+    """A ``_KinetoEvent`` of torch < 2.12 (2.11 on an H200): no ``activity_type()``; whether it
+    is a user annotation and its device say what it is."""
+
+    activity_type = None  # type: ignore[assignment]
+
+    def is_user_annotation(self) -> bool:
+        return self._activity.endswith("user_annotation")
+
+
+def test_summarize_without_activity_type_as_torch_before_2_12() -> None:
+    # the same events as above, as an older torch hands them over: before, every window of a
+    # CUDA job failed on the missing method (AttributeError) and left no summary at all
+    events = [OldTorchEvent(f"op{i}", "cpu_op", 1000 + i) for i in range(5)]
+    events += [OldTorchEvent("op4", "cpu_op", 10), OldTorchEvent("op4", "cpu_op", 7)]
+    events += [OldTorchEvent("ncclDevKernel_AllReduce", "kernel", 5, "DeviceType.CUDA"),
+               OldTorchEvent("sgemm", "kernel", 3000, "DeviceType.CUDA"),
+               OldTorchEvent("Memcpy HtoD (Pageable -> Device)", "", 50, "DeviceType.CUDA"),
+               OldTorchEvent("Memset (Device)", "", 40, "DeviceType.CUDA"),
+               OldTorchEvent("cudaLaunchKernel", "", 9999, "DeviceType.CPU"),
+               OldTorchEvent("cuLaunchKernel", "", 9999, "DeviceType.CPU"),
+               OldTorchEvent("Activity Buffer Request", "", 9999, "DeviceType.CPU"),
+               OldTorchEvent("my_region", "user_annotation", 9999),
+               OldTorchEvent("nccl:all_reduce", "user_annotation", 80),
+               OldTorchEvent("c10d::allreduce_", "", 70, "DeviceType.CPU")]  # fmt: skip
+    out = summarize(events, 10_000, record_shapes=False, top_n=5, pause=lambda: None)
+    rows = {(r.name, r.category, r.device) for r in out.rows}
+    assert rows == {("sgemm", "kernel", "cuda:0"), ("op4", "cpu_op", "cpu"),
+                    ("op3", "cpu_op", "cpu"), ("op2", "cpu_op", "cpu"), ("op1", "cpu_op", "cpu"),
+                    ("ncclDevKernel_AllReduce", "collective", "cuda:0"),
+                    ("nccl:all_reduce", "collective", "cpu"),
+                    ("c10d::allreduce_", "collective", "cpu")}  # fmt: skip
+    assert (out.num_ops, out.num_kernels) == (8, 2)
+
+
 def _detach_from_another_thread(h: hook.Hook) -> threading.Thread:
     t = threading.Thread(target=h.detach, name="detacher")
     t.start()
