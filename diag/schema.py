@@ -18,6 +18,7 @@ Float fields keep NaN and Inf as such (a NaN loss is a finding, not a parse erro
 Versioning: adding a defaulted field bumps the minor version; a rename or removal bumps the major.
 1.13 adds no field: a batch may carry its events by columns (``EventBatch.columns``), which a
 daemon sends only to an analyzer that says it reads them (``TimeReply.schema_version``).
+1.14: ``ProcSample.run_delay_ns`` (the whole process's run-queue delay, every thread).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.13"
+SCHEMA_VERSION = "1.14"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -277,6 +278,10 @@ class ProcSample(Event):
     num_state_samples: int = 0
     num_stopped: int = 0
     num_disk_wait: int = 0
+    #: over the interval, the run-queue delay of all the process's threads summed (ns: time
+    #: they were ready to run and waited for a CPU; ``/proc/<pid>/task/*/schedstat``); None
+    #: where unreadable or on the first reading (schema 1.14)
+    run_delay_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -84,6 +84,7 @@ PROC_COLUMNS = (
     "num_state_samples",
     "num_stopped",
     "num_disk_wait",
+    "run_delay_ns",  # the whole process's run-queue delay over the interval (NaN: unknown)
 )
 
 

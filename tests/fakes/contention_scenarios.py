@@ -65,6 +65,10 @@ class ContentionRun:
     limited: tuple[int, ...] = ()  # ranks that wait ``limited_ms`` more every step from ...
     limited_from: int = 0  # ... this step: a CPU limit, no process to see
     limited_ms: float = 0.0
+    #: steps in which every rank waits ``host_burst_ms`` more (an evaluation or a checkpoint
+    #: that makes the whole host busy for a step or two)
+    host_bursts: tuple[int, ...] = ()
+    host_burst_ms: float = 0.0
     extra_events: list[schema.Event] = field(default_factory=list)
 
     def events(self) -> list[schema.Event]:
@@ -91,6 +95,8 @@ class ContentionRun:
             if step >= self.limited_from:
                 for r in self.limited:
                     wait_cpu[r] += self.limited_ms
+            if step in self.host_bursts:
+                wait_cpu = wait_cpu + self.host_burst_ms
             compute = self.compute_ms * (1 + 0.03 * rng.standard_normal(n))
             if step >= self.onset:
                 for r in self.heavier:

@@ -14,6 +14,12 @@ training thread): how often it was found stopped (``T``/``t``: SIGSTOP, a suspen
 or in uninterruptible sleep (``D``: I/O, a page fault) goes into its next ``ProcSample``. A
 rank that is frozen now and then shows nothing else a daemon can see: it is neither running
 nor waiting for a CPU.
+
+Each ``ProcSample`` also carries the process's run-queue delay over its interval, summed over
+all its threads (``/proc/<pid>/task/<tid>/schedstat``, schema 1.14): the hook measures its
+training thread's, but a rank's gloo, data-loader and hook threads wait for a CPU too, and a
+competitor on one CPU can delay the collectives those threads run while the training thread
+itself waits little longer.
 ``proc_root`` points at ``/proc`` or at a checked-in fake tree in tests.
 
 Disk rates count whole physical disks only (partitions, loop, ram, zram, device-mapper and md
@@ -59,6 +65,7 @@ class _ProcCounters:
     cpu_ticks: int  # utime + stime
     read_bytes: int
     write_bytes: int
+    run_delay: dict[int, int] | None  # thread id -> its run-queue delay so far (ns); None unread
 
 
 def _physical_disks(names: list[str]) -> set[str]:
@@ -209,7 +216,8 @@ class HostCollector:
             key, _, rest = line.partition(":")
             info[key] = rest.split()[0] if rest.split() else "0"
         read_b, write_b = self._proc_io(pid)
-        now = _ProcCounters(t, start_ticks, cpu_ticks, read_b, write_b)
+        delays = self._run_delays(pid)
+        now = _ProcCounters(t, start_ticks, cpu_ticks, read_b, write_b, delays)
         prev = self._prev_proc.get(pid)
         if prev is not None and prev.start_ticks != start_ticks:
             self._forget(pid, "exited (pid reused)")
@@ -235,8 +243,25 @@ class HostCollector:
             num_state_samples=samples,
             num_stopped=stopped,
             num_disk_wait=disk_wait,
+            run_delay_ns=_delay_since(prev.run_delay, delays),
             **UNSTAMPED,  # type: ignore[arg-type]
         )
+
+    def _run_delays(self, pid: int) -> dict[int, int] | None:
+        """Each thread's run-queue delay so far (``task/<tid>/schedstat`` field 2, ns: ready to
+        run, waiting for a CPU); None when the task list is unreadable. A thread that exits
+        between the listing and its read is left out."""
+        try:
+            tids = os.listdir(self.proc_root / str(pid) / "task")
+        except OSError:
+            return None
+        out: dict[int, int] = {}
+        for tid in tids:
+            try:
+                out[int(tid)] = int(self._read(str(pid), "task", tid, "schedstat").split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        return out or None
 
     def _sample_state(self, pid: int) -> None:
         """Between full samples: count the state of ``pid``'s main thread."""
@@ -266,6 +291,15 @@ class HostCollector:
         del self._ranks[pid]
         self._prev_proc.pop(pid, None)
         self._states.pop(pid, None)
+
+
+def _delay_since(prev: dict[int, int] | None, now: dict[int, int] | None) -> int | None:
+    """The process's run-queue delay over the interval, all its threads: each thread's growth
+    since the previous reading (a thread started since counts from zero; one that exited since
+    counts nothing for its last moments). None when either reading is missing."""
+    if prev is None or now is None:
+        return None
+    return sum(max(0, ns - prev.get(tid, 0)) for tid, ns in now.items())
 
 
 def _rate(now: int, prev: int, dt_s: float) -> float:

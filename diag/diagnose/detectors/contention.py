@@ -49,7 +49,9 @@ delay steps up by more than the floor and two standard errors, for ``min_blocks`
 ``min_duration_s``, the job's steps grow with it, and a process that is neither the job's (a rank,
 a rank's child running its command line, the launcher) nor diag's takes at least
 ``min_process_pct`` of a core, twice its share before: without that competitor a host-wide rise
-is the job's own load, never a finding. The ranks named are those pinned to the CPU the
+is the job's own load, never a finding. The host's level is taken with its bursts clipped
+(:func:`_without_bursts`): an evaluation step that makes every rank wait 200 ms is not the
+level. The ranks named are those pinned to the CPU the
 competitor ran on when others run elsewhere, else every rank of the host.
 
 Ranks of one host contended together (onsets at most ``window`` steps apart, or all from the
@@ -116,6 +118,7 @@ class ContentionConfig:
     dwarfed: float = 0.25  # a later step up this many times the earlier level dates the finding
     confident_gap: float = 0.2
     min_process_pct: float = 10.0
+    burst_mads: float = 4.0  # a host's level: bursts clipped at median + this x robust sd
     max_processes: int = 3
     warning: float = 0.1
     critical: float = 0.3
@@ -309,7 +312,7 @@ def _arrival(
 ) -> list[_Rank]:
     """:func:`_host_arrival` for the ranks ``mates`` of the host's ``ranks`` (all of them, or
     the ones pinned to one CPU: then the competitor must have run on that CPU)."""
-    x = cpu[mates].median(axis=1).to_numpy(dtype=float)
+    x = _without_bursts(cpu[mates].median(axis=1).to_numpy(dtype=float), cfg.burst_mads)
     if np.isnan(x).all():
         return []
     t = _change_point(x, len(x))
@@ -365,6 +368,23 @@ def _arrival(
         )
         for r in named
     ]
+
+
+def _without_bursts(x: np.ndarray, mads: float) -> np.ndarray:
+    """``x`` with its upward bursts clipped to ``median + mads`` robust standard deviations
+    (1.4826 x the median absolute deviation) of the whole series. A host-wide burst of a step
+    or two (every rank's run-queue delay at 100-270 ms around an evaluation and a checkpoint,
+    against 10-20 ms) says nothing about a level that moved for good, yet it alone set the
+    standard error that hid a hog's lasting rise; a lasting rise is a large part of the series
+    and stays below the clip."""
+    finite = x[np.isfinite(x)]
+    if len(finite) < 3:
+        return x
+    center = float(np.median(finite))
+    scale = 1.4826 * float(np.median(np.abs(finite - center)))
+    if not scale > 0:
+        return x
+    return np.where(np.isfinite(x), np.minimum(x, center + mads * scale), x)
 
 
 #: command lines of diag's and the launcher's own processes (never a foreign competitor)

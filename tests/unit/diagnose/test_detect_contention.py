@@ -95,6 +95,27 @@ def test_a_foreign_process_slowing_every_rank_of_the_host_is_node(
     assert wait.value > (wait.reference or 0) + 6
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_host_wide_burst_does_not_hide_a_competitor_that_came_for_good(
+    tmp_path: Path, seed: int
+) -> None:
+    # Held-out node.cpu_hog: every rank waited 5-8 ms/step more from the hog's arrival, but two
+    # evaluation steps made every rank wait 100-270 ms; their block alone set the standard
+    # error, and the host's rise did not stand above it (the top finding was a checkpoint).
+    run = ContentionRun(seed=seed, shared_ms=8.0, hog_seen=True, cpus=(-1, -1, -1, -1),
+                        host_bursts=(80, 81), host_burst_ms=250.0)  # fmt: skip
+    (f,) = [f for f in _findings(run, tmp_path) if f.severity != "info"]
+    assert (f.id, f.cause, f.ranks) == ("contention-vm", "node", (0, 1, 2, 3))
+    assert f.onset_step is not None and abs(f.onset_step - 50) <= 3
+
+
+def test_a_host_wide_burst_alone_is_not_contention(tmp_path: Path) -> None:
+    # the same bursts with the competitor there but no lasting rise: nothing to report
+    run = ContentionRun(hog_seen=True, cpus=(-1, -1, -1, -1), host_bursts=(80, 81),
+                        host_burst_ms=250.0)  # fmt: skip
+    assert [f for f in _findings(run, tmp_path) if f.id.startswith("contention")] == []
+
+
 def test_a_foreign_process_on_the_cpu_pinned_ranks_share_names_those_ranks(
     tmp_path: Path,
 ) -> None:

@@ -123,6 +123,35 @@ def test_real_proc_smoke() -> None:
     assert 0.0 <= host.cpu_busy_pct <= 100.0
     me = next(e for e in events if isinstance(e, schema.ProcSample))
     assert me.pid == os.getpid() and me.rss_bytes > 0 and me.num_threads >= 1
+    assert me.run_delay_ns is not None and me.run_delay_ns >= 0  # schedstat is readable here
+
+
+def _threads(proc: Path, pid: int, delays: dict[int, int]) -> None:
+    """Give ``pid`` in the fake tree exactly these threads, each with its run-queue delay."""
+    task = proc / str(pid) / "task"
+    shutil.rmtree(task, ignore_errors=True)
+    for tid, wait_ns in delays.items():
+        (task / str(tid)).mkdir(parents=True)
+        (task / str(tid) / "schedstat").write_text(f"123456 {wait_ns} 42\n")
+
+
+def test_the_run_queue_delay_of_every_thread_of_a_rank(proc: Path) -> None:
+    # the training thread waited 2 ms more, gloo's 5 ms; a loader thread started since waited
+    # 1 ms in its life; a thread that exited since counts nothing
+    clock = FakeClock()
+    c = HostCollector(proc, clock, clock_ticks_per_s=100)
+    c.track(4242, rank=3, local_rank=1)
+    _threads(proc, 4242, {4242: 10_000_000, 4243: 50_000_000, 4244: 7_000_000})
+    c.collect(1)
+    _advance(proc, clock)
+    _threads(proc, 4242, {4242: 12_000_000, 4243: 55_000_000, 4250: 1_000_000})
+    (p,) = [e for e in c.collect(2) if isinstance(e, schema.ProcSample)]
+    assert p.run_delay_ns == 2_000_000 + 5_000_000 + 1_000_000
+    # its task list unreadable: unknown, not zero
+    shutil.rmtree(proc / "4242" / "task")
+    clock.ns += 2_000_000_000
+    (p,) = [e for e in c.collect(3) if isinstance(e, schema.ProcSample)]
+    assert p.run_delay_ns is None
 
 
 def test_a_process_started_since_the_last_cycle_is_reported_over_its_life(proc: Path) -> None:
