@@ -118,13 +118,7 @@ def test_the_hook_times_a_cuda_job_on_the_device_without_synchronizing(
 ) -> None:
     # the job "uses CUDA": torch.cuda.is_initialized() is true and its events are the fake's;
     # the device clock advances as the CPU issues work, a few ms behind
-    dev = Device()
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing=False: FakeEvent(dev))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: _count(dev))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    props = type("Props", (), {"uuid": "GPU-fake", "name": "Fake"})()
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    dev = _fake_cuda(monkeypatch)
     model = nn.Linear(8, 1)
     # no profiler window in these steps: a window ends with one deliberate synchronize (as
     # torch.profiler does, so its kernels are in its trace); every other step has none
@@ -160,13 +154,7 @@ def test_fast_steps_keep_their_device_times_between_harvests(
     # hook read the events back only when it released steps (at its Flight Recorder harvests,
     # seconds apart) and the timer held at most 64 steps in flight. Steps here take well under a
     # millisecond of CPU, many per hook cycle, and harvests are far apart.
-    dev = Device()
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing=False: FakeEvent(dev))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: _count(dev))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    props = type("Props", (), {"uuid": "GPU-fake", "name": "Fake"})()
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    dev = _fake_cuda(monkeypatch)
     model = nn.Linear(8, 1)
     h = hook.install(HookConfig(daemon_sock=sink.path, flush_interval_s=0.05,
                                 fr_poll_interval_s=30.0, profile_first_step=10**6))  # fmt: skip
@@ -183,6 +171,19 @@ def test_fast_steps_keep_their_device_times_between_harvests(
     assert len(steps) == 300
     timed = [s for s in steps if s.device_duration_ns is not None]
     assert len(timed) >= 298, f"{len(timed)} of 300 steps with device times"
+
+
+def _fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Device:
+    """The job "uses CUDA": ``torch.cuda.is_initialized()`` is true and its events are a fake
+    device's (which counts synchronizations)."""
+    dev = Device()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing=False: FakeEvent(dev))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: _count(dev))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    props = type("Props", (), {"uuid": "GPU-fake", "name": "Fake"})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    return dev
 
 
 def _count(dev: Device) -> Any:
