@@ -104,7 +104,7 @@ def _activity(event: Any) -> str:
     if name in _OVERHEAD_NAMES:
         return "overhead"
     if on_cpu:
-        if name.startswith(_RUNTIME_PREFIXES) and "::" not in name and ":" not in name:
+        if name.startswith(_RUNTIME_PREFIXES) and ":" not in name:  # not "cudnn::..."
             return "cuda_runtime"
         return "cpu_op"
     if name.startswith("Memcpy"):
