@@ -35,6 +35,7 @@ from diag.analyzer import wal as wal_mod
 from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig
 from diag.analyzer.control import CONTROL_FILE, ControlBoard
 from diag.analyzer.marks import HighWater
+from diag.analyzer.screen import ScreenConfig, ScreenVerdict, StepScreen
 from diag.diagnose.capture_evidence import annotate
 from diag.diagnose.detectors import link_hosts
 from diag.diagnose.detectors.registry import run_all
@@ -123,6 +124,7 @@ class AnalyzerCore:
         control: ControlBoard | None = None,
         detectors: Mapping[str, object] | None = None,
         auto_capture: AutoCaptureConfig | None = None,
+        screen: ScreenConfig | None = None,
     ) -> None:
         self.store = store
         self.detectors = dict(detectors or {})
@@ -143,6 +145,11 @@ class AnalyzerCore:
         self.num_batches_rejected = 0
         self.num_triage_passes = 0
         self.last_triage_s = 0.0
+        #: the live triage's screen (:mod:`diag.analyzer.screen`): a live pass that finds nothing
+        #: new since the last full pass keeps its findings; counted apart from the full passes
+        self.screen = StepScreen(screen)
+        self.num_screened_passes = 0
+        self.last_verdict: ScreenVerdict | None = None
         self.autocapture: AutoCapture | None = None
         if auto_capture is not None and auto_capture.mode != "off":
             self.autocapture = AutoCapture(
@@ -288,6 +295,7 @@ class AnalyzerCore:
                 self._high_water.raise_to(*marks)
                 for kind, columns in kept.items():
                     self.store.append_columns(kind, columns)
+                    self.screen.observe(kind, columns)
                     if kind == schema.StepEvent.kind and len(columns["rank"]):
                         self.control.observe_step_columns(
                             columns["rank"], columns["step"], columns["duration_ns"],
@@ -346,6 +354,7 @@ class AnalyzerCore:
                 "duplicates": self.num_duplicates,
                 "rejected": self.num_batches_rejected,
                 "passes": self.num_triage_passes,
+                "screened_passes": self.num_screened_passes,
                 "last_triage_s": self.last_triage_s,
             }
 
@@ -457,6 +466,23 @@ class AnalyzerCore:
         self._adopt(snap)
         return out
 
+    def live_triage(self, *, cancelled: Callable[[], bool] | None = None) -> TriageResult:
+        """A live pass: the screen (:mod:`diag.analyzer.screen`) decides from the steps that came
+        since the last pass whether anything changed; if not, the last full pass's result
+        stands (no frame read, no detector run: ``num_screened_passes``), else :meth:`triage`."""
+        started = time.perf_counter()
+        with self._lock:
+            taken = self.screen.take()
+        verdict = self.screen.decide(taken)
+        self.last_verdict = verdict
+        latest = self.latest_triage
+        if verdict.full or latest is None:
+            log.debug("live triage: full pass (%s)", verdict.reason)
+            return self.triage(cancelled=cancelled)
+        self.num_screened_passes += 1
+        self.last_triage_s = time.perf_counter() - started
+        return latest
+
     def triage(
         self, *, final: bool = False, cancelled: Callable[[], bool] | None = None
     ) -> TriageResult:
@@ -472,7 +498,11 @@ class AnalyzerCore:
             if cancelled is not None and cancelled():
                 raise Cancelled(f"triage cancelled before {before}")
 
-        snap = self._snapshot()
+        cpu0 = time.thread_time()
+        with self._lock:
+            snap = self.store.snapshot()
+            taken = self.screen.take()
+        self.screen.mark(taken)  # what the screen knew of the rows this pass reads
         check("reading the frames")
         features = Features.from_store(snap)
         check("the summary")
@@ -487,6 +517,8 @@ class AnalyzerCore:
         steps = features.steps
         self._ranks = sorted(int(r) for r in steps["rank"].unique()) if len(steps) else []
         self._addresses = link_hosts.addresses(features.tcp)
+        named = {r for f in findings for r in (*f.ranks, *(f.link.ranks if f.link else ()))}
+        self.screen.rebase(time.thread_time() - cpu0, named, self._classes)
         if self.autocapture is not None:
             if final:
                 self.autocapture.settle(findings)

@@ -19,8 +19,9 @@ job). Families:
   ``diag_ingest_rejected_batches_total``: counters since the analyzer started (``rate()`` of the
   first is the ingest rate);
 - ``diag_job_dropped_events_total`` (``reason``): events the job's hooks reported dropped;
-- ``diag_triage_passes_total`` and ``diag_triage_last_seconds``: the live triage's passes and
-  how long the last one took.
+- ``diag_triage_passes_total`` and ``diag_triage_last_seconds``: the full triage passes and how
+  long the last live pass took; ``diag_triage_screened_passes_total``: live passes whose screen
+  found nothing new since the last full pass (:mod:`diag.analyzer.screen`).
 """
 
 from __future__ import annotations
@@ -77,7 +78,12 @@ class JobCollector:
             ("diag_ingest_events", "Events stored", "events"),
             ("diag_ingest_duplicate_events", "Events dropped as already stored", "duplicates"),
             ("diag_ingest_rejected_batches", "Batches refused as malformed", "rejected"),
-            ("diag_triage_passes", "Triage passes run", "passes"),
+            ("diag_triage_passes", "Full triage passes run", "passes"),
+            (
+                "diag_triage_screened_passes",
+                "Live passes the screen answered with the last full pass's findings",
+                "screened_passes",
+            ),
         ):
             fam = CounterMetricFamily(name, help_, labels=("job_id",))
             fam.add_metric((job,), float(counts[key]))

@@ -317,7 +317,7 @@ def _run_pass(
         _lower_priority(nice)
         wall0, cpu0 = time.monotonic(), time.thread_time()
         try:
-            out.result = core.triage(cancelled=lambda: stop.is_set() or core.closed)
+            out.result = core.live_triage(cancelled=lambda: stop.is_set() or core.closed)
         except BaseException as exc:  # handed to the loop, which logs it and goes on
             out.result = exc
         out.cpu_s, out.wall_s = time.thread_time() - cpu0, time.monotonic() - wall0

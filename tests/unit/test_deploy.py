@@ -150,7 +150,8 @@ def _served() -> set[str]:
         store = type("S", (), {"run_dir": Path("/r")})()
 
         def counters(self) -> dict[str, float]:
-            return dict.fromkeys(("events", "duplicates", "rejected", "passes", "last_triage_s"), 0)
+            keys = ("events", "duplicates", "rejected", "passes", "screened_passes", "last_triage_s")
+            return dict.fromkeys(keys, 0)
 
     names = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     names |= {s.name for fam in JobCollector(Core()).collect() for s in fam.samples}  # type: ignore[arg-type]
