@@ -90,7 +90,7 @@ MAX_RANK = 1 << 21
 class ScreenConfig:
     """See the module docstring."""
 
-    screen_above_s: float = 0.5
+    screen_above_s: float = 1.0
     window: int = 10
     min_flagged: int = 6
     ratio: float = 1.1
