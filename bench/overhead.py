@@ -13,7 +13,13 @@ Prints, per step size, the median step time with and without the hook, the media
 without the hook, and the hook thread's CPU time per step (its own clock, read around each
 measured block, after the settle steps: harvests, encoding, sending). The step sizes are
 calibrated on the training thread's CPU time, so "~50 ms" is 50 ms of work however busy the
-host is. Measured numbers only, no asserts.
+host is. Each block installs the hook anew, so its step count restarts and the default
+schedule's first profiler window (hook step 20) falls in every block: the hook's steps are also
+split into the *steady state* (neither a window step nor the step after one, when the hook
+thread summarizes it), window steps and after-window steps, and the steady state's median and
+p99 are set against the no-hook arm's. Last, the bytes and events the hook shipped to the daemon
+socket per step (framing included; its blocks' every step, settle and windows too). Measured
+numbers only, no asserts.
 
 Kernel tier (``--tier kernel``, ~50 ms step): the same A/B with periodic profiler windows on. The
 default interval (a window every 1000 steps) would never fall inside a 100-step block, so this arm
@@ -79,6 +85,7 @@ class FrameSink(threading.Thread):
         self.server.bind(path)
         self.server.listen()
         self.num_events = 0
+        self.num_bytes = 0  # frames as they come off the socket, framing included
 
     def run(self) -> None:
         while True:
@@ -88,6 +95,7 @@ class FrameSink(threading.Thread):
     def _read(self, conn: socket.socket) -> None:
         decoder = frames.FrameDecoder()
         while data := conn.recv(1 << 16):
+            self.num_bytes += len(data)
             for frame in decoder.feed(data):
                 self.num_events += len(codec.decode_batch(frame)[1])
 
@@ -265,12 +273,15 @@ def main() -> None:
         times: dict[bool, list[int]] = {True: [], False: []}
         cpus: dict[bool, list[int]] = {True: [], False: []}
         hook_cpu_ns = hook_steps = 0
+        shipped_bytes = shipped_events = shipped_steps = 0
+        split: dict[str, list[int]] = {"steady": [], "window": [], "after": []}
         pairs: list[float] = []
         for rep in range(args.reps):
             order = (True, False) if rep % 2 == 0 else (False, True)
             block_median: dict[bool, float] = {}
             for on in order:
                 if on:
+                    bytes0, events0 = sink.num_bytes, sink.num_events
                     attacher.attach() if attacher else hook.install(cfg)
                 # Settle after (un)installing: install's one-off work (thread start, the first
                 # Flight Recorder dump) happens once per job, not per step; it is not measured.
@@ -281,8 +292,9 @@ def main() -> None:
                 if installed is not None and installed.thread.ident is not None:
                     clock = time.pthread_getcpuclockid(installed.thread.ident)
                     hook_cpu_ns -= time.clock_gettime_ns(clock)
-                block = []
+                block, indices = [], []
                 for _ in range(steps_per_block):
+                    indices.append(installed.tracker.step if installed is not None else -1)
                     block.append(step())
                     cpus[on].append(cpu[0])
                 if clock is not None:
@@ -290,6 +302,16 @@ def main() -> None:
                     hook_steps += steps_per_block
                 if on:
                     attacher.detach() if attacher else hook.uninstall()
+                    time.sleep(0.2)  # the sink reads what the uninstall flushed
+                    shipped_bytes += sink.num_bytes - bytes0
+                    shipped_events += sink.num_events - events0
+                    shipped_steps += settle + steps_per_block
+                if installed is not None:  # each block restarts the hook's count: one window
+                    starts = {int(wid[1:]) for wid, _, _ in installed.thread.window_costs}
+                    for index, t in zip(indices, block, strict=True):
+                        kind = "window" if index in starts else "after"
+                        kind = kind if index in starts or index - 1 in starts else "steady"
+                        split[kind].append(t)
                 times[on].extend(block)
                 block_median[on] = statistics.median(block)
             pairs.append(block_median[True] / block_median[False] - 1)
@@ -304,6 +326,23 @@ def main() -> None:
         print(f"  p99     off {p99_off / 1e6:8.3f} ms  on {p99_on / 1e6:8.3f} ms  "
               f"overhead {100 * (p99_on / p99_off - 1):+.3f} %")  # fmt: skip
         print(f"  max     off {max(off_t) / 1e6:8.3f} ms  on {max(on_t) / 1e6:8.3f} ms")
+        steady = split["steady"]
+        if steady:
+            med_s, p99_s = statistics.median(steady), percentile(steady, 0.99)
+            print(f"  steady state (hook on, not a profiler window step nor the step after one: "
+                  f"{len(steady)} of {len(on_t)} steps)")  # fmt: skip
+            print(f"    median on {med_s / 1e6:8.3f} ms  "
+                  f"overhead {100 * (med_s / med_off - 1):+.3f} %   p99 on {p99_s / 1e6:8.3f} ms  "
+                  f"overhead {100 * (p99_s / p99_off - 1):+.3f} %")  # fmt: skip
+        for kind in ("window", "after"):
+            if split[kind]:
+                m = statistics.median(split[kind])
+                print(f"  {kind + ' steps':>13} ({len(split[kind])}): median {m / 1e6:8.3f} ms "
+                      f"({100 * (m / med_off - 1):+.1f} % of the no-hook median)")  # fmt: skip
+        if shipped_steps:
+            print(f"  shipped to the daemon socket: {shipped_bytes / shipped_steps:,.0f} bytes and "
+                  f"{shipped_events / shipped_steps:.2f} events per step (all steps of the hook's "
+                  f"blocks, windows included)")  # fmt: skip
         cpu_on, cpu_off = statistics.median(cpus[True]), statistics.median(cpus[False])
         print(f"  training-thread CPU per step (median)  off {cpu_off / 1e6:8.3f} ms  "
               f"on {cpu_on / 1e6:8.3f} ms  ({(cpu_on - cpu_off) / 1e3:+.1f} us)")  # fmt: skip

@@ -58,7 +58,7 @@ from diag.hook.fr_state import FrState, PyCall, StepWindows
 from diag.hook.groups import ProcessGroups
 from diag.hook.numerics import TAGS as NUMERICS_TAGS
 from diag.hook.numerics_events import NumericsEvents
-from diag.hook.profiler import ProfilerWindows, RequestFilter
+from diag.hook.profiler import ProfilerWindows, RequestFilter, records_shapes
 from diag.hook.sender import FrameSender
 from diag.hook.state import HookState
 from diag.hook.watchdog import HangWatchdog, StallWatch, completed_total
@@ -331,7 +331,10 @@ class HookThread(threading.Thread):
             t0 = time.perf_counter_ns()
             try:
                 events = hook_kernels.process(
-                    window, self.ev, self.traces, record_shapes=self.cfg.profile_record_shapes
+                    window,
+                    self.ev,
+                    self.traces,
+                    record_shapes=records_shapes(window.plan, self.cfg),
                 )
             except Exception as exc:
                 self._error(exc)

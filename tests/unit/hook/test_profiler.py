@@ -112,7 +112,7 @@ def test_periodic_window_summaries_and_trace(
 ) -> None:
     traces = tmp_short / "traces"
     cfg = HookConfig(daemon_sock=sink.path, profile_first_step=2, profile_every_steps=100,
-                     trace_dir=str(traces), **FAST)  # fmt: skip
+                     trace_dir=str(traces), profile_record_shapes=True, **FAST)  # fmt: skip
     h = hook.install(cfg)
     Trainer().steps(5)
     hook.uninstall()
@@ -167,6 +167,10 @@ def test_first_window_at_step_zero_and_trace_files_bounded(world: None, tmp_shor
     assert h.num_errors == 0, h.last_error
     assert [c[0] for c in h.thread.window_costs] == ["p0", "p2", "p4", "p6", "p8"]
     assert sorted(os.listdir(traces / "rank0")) == ["p6.json.gz", "p8.json.gz"]
+    # periodic windows record no input shapes unless asked (~half the profiler's cost per op)
+    trace = json.loads(gzip.decompress((traces / "rank0" / "p8.json.gz").read_bytes()))
+    ops = [e for e in trace["traceEvents"] if e.get("name") == "aten::mm" and e.get("ph") == "X"]
+    assert ops and not any("Input Dims" in e.get("args", {}) for e in ops)
 
     small = HookConfig(profile_first_step=0, profile_every_steps=2, trace_dir=str(tmp_short / "s"),
                        max_trace_bytes=10, **FAST)  # fmt: skip
@@ -210,6 +214,7 @@ def test_on_demand_requests_from_control_frames(world: None, sink: ControlSink) 
     tanh = [k for k in of_kind(events, schema.KernelSummary)
             if k.window_id == "d-r1" and k.name == "aten::tanh"]  # fmt: skip
     assert tanh[0].num_calls >= 2 * BURN_ITERS and tanh[0].step == cur + 3
+    assert tanh[0].input_shapes.startswith("[[")  # asked for: shapes, whatever the config says
 
 
 def test_profiler_busy_window_is_reported_and_user_profile_intact(
