@@ -150,7 +150,8 @@ def _served() -> set[str]:
         store = type("S", (), {"run_dir": Path("/r")})()
 
         def counters(self) -> dict[str, float]:
-            keys = ("events", "duplicates", "rejected", "passes", "screened_passes", "last_triage_s")
+            keys = ("events", "duplicates", "rejected", "passes", "screened_passes")
+            keys += ("last_triage_s",)
             return dict.fromkeys(keys, 0)
 
     names = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
