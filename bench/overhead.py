@@ -179,7 +179,9 @@ def main() -> None:
     )
     p.add_argument("--window-every", type=int, default=50, help="kernel tier: steps per window")
     p.add_argument("--trace-dir", default="", help="kernel tier: keep raw traces here")
-    p.add_argument("--no-shapes", action="store_true", help="kernel tier: record_shapes off")
+    p.add_argument(
+        "--shapes", action="store_true", help="kernel tier: periodic windows record input shapes"
+    )
     p.add_argument(
         "--attach", action="store_true", help="base tier with the hook as diag attach installs it"
     )
@@ -256,7 +258,7 @@ def main() -> None:
         calibrate(50.0)
         kcfg = dataclasses.replace(
             cfg, profile_first_step=20, profile_every_steps=args.window_every,
-            trace_dir=args.trace_dir, profile_record_shapes=not args.no_shapes,
+            trace_dir=args.trace_dir, profile_record_shapes=args.shapes,
         )  # fmt: skip
         kernel_tier(step, kcfg, args.reps)
     if args.tier in ("all", "metrics"):

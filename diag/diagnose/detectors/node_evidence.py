@@ -428,7 +428,10 @@ def _span(steps: pd.DataFrame, first_last: tuple[int, int]) -> tuple[int, int] |
     """Wall-clock (start of the first step, end of the last) over all ranks, or None."""
     if steps.empty:
         return None
-    rows = steps[(steps["step"] >= first_last[0]) & (steps["step"] <= first_last[1])]
-    if rows.empty:
+    step = steps["step"].to_numpy()
+    inside = (step >= first_last[0]) & (step <= first_last[1])
+    if not inside.any():
         return None
-    return int(rows["start_ns"].min()), int(rows["end_ns"].max())
+    # two columns, not the whole frame (at 32k ranks a row selection of every column: 0.1 s)
+    start, end = steps["start_ns"].to_numpy()[inside], steps["end_ns"].to_numpy()[inside]
+    return int(start.min()), int(end.max())

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diag.diagnose.features import (
     CKPT_COLUMNS,
@@ -164,3 +166,26 @@ def test_wide_is_the_pivot_it_replaced_and_each_reader_gets_its_own() -> None:
     mine.iloc[:, :] = -1.0
     mine["new"] = 1.0
     pd.testing.assert_frame_equal(f.wide("compute_ms"), want, check_exact=True)
+
+
+@given(
+    st.integers(1, 6).flatmap(
+        lambda rows: st.integers(2, 9).flatmap(
+            lambda cols: st.lists(
+                st.one_of(st.sampled_from([0.0, 1.0, 2.0, 2.0, 5.0, np.nan]), st.floats(-9, 9)),
+                min_size=rows * cols,
+                max_size=rows * cols,
+            ).map(lambda v: np.array(v, dtype=float).reshape(rows, cols))
+        )
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_peer_median_is_the_median_of_the_other_ranks(values: np.ndarray) -> None:
+    # ties, NaNs, even and odd numbers of peers: exactly np.median of the row without the rank
+    import pandas as pd
+
+    got = peer_median(pd.DataFrame(values)).to_numpy()
+    for i, row in enumerate(values):
+        for j in range(len(row)):
+            want = np.median(np.delete(row, j))
+            assert (np.isnan(want) and np.isnan(got[i, j])) or got[i, j] == want, (i, j)
