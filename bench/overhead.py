@@ -46,7 +46,7 @@ The closed loop's cost (idle, and its automatic windows under a persistent fault
 jobs under ``diag run``: ``bench/overhead_autocapture.py``.
 
     .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel|numerics|metrics]
-        [--attach]
+        [--attach] [--set FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -171,6 +171,22 @@ def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
           f"{100 * amortized:+.4f} % of the step")  # fmt: skip
 
 
+def _fields(pairs: list[str]) -> dict[str, object]:
+    """``FIELD=VALUE`` pairs as HookConfig keyword arguments, each value of its field's type."""
+    defaults = HookConfig()
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, _, text = pair.partition("=")
+        if not hasattr(defaults, name):
+            raise SystemExit(f"--set {pair}: HookConfig has no field {name!r}")
+        kind = type(getattr(defaults, name))
+        if kind is bool:
+            out[name] = text.strip().lower() in ("1", "true", "yes", "on")
+        else:
+            out[name] = kind(text)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=4, help="ABBA repetitions per step size")
@@ -185,12 +201,22 @@ def main() -> None:
     p.add_argument(
         "--attach", action="store_true", help="base tier with the hook as diag attach installs it"
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a HookConfig field for the hook arm (e.g. capture_collectives=false): which part "
+        "of the hook a cost comes from",
+    )
     args = p.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="diag-bench-")
     sink = FrameSink(os.path.join(tmp, "daemon.sock"))
     sink.start()
-    cfg = HookConfig(daemon_sock=os.path.join(tmp, "daemon.sock"))
+    cfg = HookConfig(daemon_sock=os.path.join(tmp, "daemon.sock"), **_fields(args.set))
+    if args.set:
+        print("hook arm with " + ", ".join(args.set))
     attacher = Attacher(cfg, tmp) if args.attach else None
     if attacher is None:
         hook.install(cfg)  # before the process group, so the Flight Recorder is sized
