@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from diag import schema
+from diag.diagnose.features import device_split
 
 #: Event kinds that arrive continuously while a job runs: alone, they are not news to the screen
 #: (steps are screened; telemetry and numerics are read by the full passes the staleness bound
@@ -79,7 +80,7 @@ CONTINUOUS_KINDS = frozenset(
     }
 )
 
-#: The phase times screened, as (name, how a StepEvent's columns give it in ms).
+#: The phase times screened (ms, as the features name them: :func:`_step_rows` derives them).
 PHASES = ("compute_ms", "cpu_wait_ms", "data_ms", "ckpt_ms", "wait_ms")
 _NS_PER_MS = 1e6
 #: the largest rank id the screen keeps state for (a hostile rank id must not size its arrays)
@@ -155,7 +156,7 @@ class StepScreen:
         self._counts: dict[int, int] = {}  # step -> rows so far
         self._done: dict[int, None] = {}  # recently closed steps, oldest first
         self._newest_step = -1
-        self._expected = 0  # ranks in the largest closed step
+        self._expected = 0  # rows a complete step has (the most any step had; fewer after aged)
         w = self.config.window
         self._values = np.full((w, 0, len(PHASES)), np.nan, dtype=np.float32)
         self._flags = np.zeros((w, 0), dtype=np.uint8)
@@ -447,8 +448,8 @@ def _step_rows(columns: Mapping[str, Any]) -> np.ndarray:
     if device_wait is not None:  # the device's split wins where the hook has it (schema 1.11)
         device = col("device_wait_ns") / _NS_PER_MS
         timed = np.isfinite(device)
-        wait = np.where(timed, device, wait)
-        compute = np.where(timed, np.maximum(duration - device - data - ckpt, 0.0), compute)
+        by_device = device_split(duration, data, ckpt, device)
+        compute, wait = np.where(timed, by_device[0], compute), np.where(timed, by_device[1], wait)
     rows = np.column_stack([rank, step, compute, cpu_wait / _NS_PER_MS, data, ckpt, wait, duration])
     return rows[(rank >= 0) & (step >= 0)]
 

@@ -300,13 +300,27 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
         device = df["device_wait_ns"].astype("Float64")
         timed = device.notna().to_numpy(dtype=bool)
         if timed.any():
-            wait = device.to_numpy(dtype=float, na_value=np.nan)[timed] / _NS_PER_MS
-            busy = out["duration_ms"].to_numpy(dtype=float)[timed] - wait
-            busy -= (out["data_ms"] + out["ckpt_ms"]).to_numpy(dtype=float)[timed]
+            compute, wait = device_split(
+                out["duration_ms"].to_numpy(dtype=float)[timed],
+                out["data_ms"].to_numpy(dtype=float)[timed],
+                out["ckpt_ms"].to_numpy(dtype=float)[timed],
+                device.to_numpy(dtype=float, na_value=np.nan)[timed] / _NS_PER_MS,
+            )
             out.loc[timed, "wait_ms"] = wait
-            out.loc[timed, "compute_ms"] = np.maximum(busy, 0.0)
+            out.loc[timed, "compute_ms"] = compute
     out = out.drop_duplicates(subset=["rank", "step"], keep="last")
     return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def device_split(
+    duration_ms: np.ndarray, data_ms: np.ndarray, ckpt_ms: np.ndarray, device_wait_ms: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A step's (compute_ms, wait_ms) from its device timing (schema 1.11): the collective wait
+    the device measured, and the rest of the step less data and checkpoint as compute (at least
+    0). NaN where ``device_wait_ms`` is (a step the hook did not time on the device). The one
+    rule for the features and the live triage's screen."""
+    busy = (duration_ms - device_wait_ms) - (data_ms + ckpt_ms)
+    return np.maximum(busy, 0.0), device_wait_ms
 
 
 def without_probe_steps(steps: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
