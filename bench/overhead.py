@@ -45,8 +45,12 @@ Attach (``--attach``): the base tier with the hook attached and detached as ``di
 The closed loop's cost (idle, and its automatic windows under a persistent fault) needs real
 jobs under ``diag run``: ``bench/overhead_autocapture.py``.
 
+A second hook arm (``--vs FIELD=VALUE``, base tier) runs interleaved with the other two in the
+same blocks' rotation (ABC CBA), so two hook configurations compare in one run, not across runs
+of a VM whose speed drifts between them.
+
     .venv/bin/python bench/overhead.py [--reps 4] [--tier all|base|kernel|numerics|metrics]
-        [--attach] [--set FIELD=VALUE ...]
+        [--attach] [--set FIELD=VALUE ...] [--vs FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -171,6 +175,120 @@ def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
           f"{100 * amortized:+.4f} % of the step")  # fmt: skip
 
 
+class _Arm:
+    """What one arm of the base tier measured."""
+
+    def __init__(self) -> None:
+        self.times: list[int] = []
+        self.cpus: list[int] = []
+        self.hook_cpu_ns = self.hook_steps = 0
+        self.shipped_bytes = self.shipped_events = self.shipped_steps = 0
+        self.split: dict[str, list[int]] = {"steady": [], "window": [], "after": []}
+        self.pairs: list[float] = []  # block median / the adjacent no-hook block's median - 1
+
+
+def base_tier(
+    step: Callable[[], int],
+    cpu: list[int],
+    sink: FrameSink,
+    arms: dict[str, HookConfig],
+    attacher: Attacher | None,
+    target_ms: float,
+    steps_per_block: int,
+    settle: int,
+    reps: int,
+) -> None:
+    """Blocks of the no-hook arm and of each hook arm (``on``, and ``vs`` when asked),
+    interleaved: ABBA with two arms, ABC CBA with three."""
+    names = ["off", *arms]
+    got = {name: _Arm() for name in names}
+    for rep in range(reps):
+        order = names if rep % 2 == 0 else names[::-1]
+        block_median: dict[str, float] = {}
+        for name in order:
+            arm, hook_cfg = got[name], arms.get(name)
+            if hook_cfg is not None:
+                bytes0, events0 = sink.num_bytes, sink.num_events
+                attacher.attach(hook_cfg) if attacher else hook.install(hook_cfg)
+            # Settle after (un)installing: install's one-off work (thread start, the first
+            # Flight Recorder dump) happens once per job, not per step; it is not measured.
+            for _ in range(settle):
+                step()
+            installed = hook.installed() if hook_cfg is not None else None
+            clock = None
+            if installed is not None and installed.thread.ident is not None:
+                clock = time.pthread_getcpuclockid(installed.thread.ident)
+                arm.hook_cpu_ns -= time.clock_gettime_ns(clock)
+            block, indices = [], []
+            for _ in range(steps_per_block):
+                indices.append(installed.tracker.step if installed is not None else -1)
+                block.append(step())
+                arm.cpus.append(cpu[0])
+            if clock is not None:
+                arm.hook_cpu_ns += time.clock_gettime_ns(clock)
+                arm.hook_steps += steps_per_block
+            if hook_cfg is not None:
+                attacher.detach() if attacher else hook.uninstall()
+                time.sleep(0.2)  # the sink reads what the uninstall flushed
+                arm.shipped_bytes += sink.num_bytes - bytes0
+                arm.shipped_events += sink.num_events - events0
+                arm.shipped_steps += settle + steps_per_block
+            if installed is not None:  # each block restarts the hook's count: one window
+                starts = {int(wid[1:]) for wid, _, _ in installed.thread.window_costs}
+                for index, t in zip(indices, block, strict=True):
+                    kind = "window" if index in starts else "after"
+                    kind = kind if index in starts or index - 1 in starts else "steady"
+                    arm.split[kind].append(t)
+            arm.times.extend(block)
+            block_median[name] = statistics.median(block)
+        for name in arms:
+            got[name].pairs.append(block_median[name] / block_median["off"] - 1)
+    off = got["off"]
+    med_off, p99_off = statistics.median(off.times), percentile(off.times, 0.99)
+    cpu_off = statistics.median(off.cpus)
+    print(f"step ~{target_ms:.0f} ms ({len(off.times)} steps per arm, {reps} reps, arms "
+          f"{' '.join(names)} interleaved)")  # fmt: skip
+    for name, arm in ((n, got[n]) for n in arms):
+        if name == "vs":
+            print(f"  arm vs (the hook with {', '.join(_VS)}), against the same no-hook arm:")
+        on_t = arm.times
+        med_on, p99_on = statistics.median(on_t), percentile(on_t, 0.99)
+        print(f"  median  off {med_off / 1e6:8.3f} ms  {name} {med_on / 1e6:8.3f} ms  "
+              f"overhead {100 * (med_on / med_off - 1):+.3f} %  "
+              f"(median of block pairs {100 * statistics.median(arm.pairs):+.3f} %, "
+              f"{(med_on - med_off) / 1e3:+.1f} us)")  # fmt: skip
+        print(f"  p99     off {p99_off / 1e6:8.3f} ms  {name} {p99_on / 1e6:8.3f} ms  "
+              f"overhead {100 * (p99_on / p99_off - 1):+.3f} %")  # fmt: skip
+        print(f"  max     off {max(off.times) / 1e6:8.3f} ms  {name} {max(on_t) / 1e6:8.3f} ms")
+        steady = arm.split["steady"]
+        if steady:
+            med_s, p99_s = statistics.median(steady), percentile(steady, 0.99)
+            print(f"  steady state (hook on, not a profiler window step nor the step after one: "
+                  f"{len(steady)} of {len(on_t)} steps)")  # fmt: skip
+            print(f"    median {name} {med_s / 1e6:8.3f} ms  "
+                  f"overhead {100 * (med_s / med_off - 1):+.3f} %   p99 {name} {p99_s / 1e6:8.3f} "
+                  f"ms  overhead {100 * (p99_s / p99_off - 1):+.3f} %")  # fmt: skip
+        for kind in ("window", "after"):
+            if arm.split[kind]:
+                m = statistics.median(arm.split[kind])
+                print(f"  {kind + ' steps':>13} ({len(arm.split[kind])}): median {m / 1e6:8.3f} ms "
+                      f"({100 * (m / med_off - 1):+.1f} % of the no-hook median)")  # fmt: skip
+        if arm.shipped_steps:
+            print(f"  shipped to the daemon socket: {arm.shipped_bytes / arm.shipped_steps:,.0f} "
+                  f"bytes and {arm.shipped_events / arm.shipped_steps:.2f} events per step (all "
+                  f"steps of the hook's blocks, windows included)")  # fmt: skip
+        cpu_on = statistics.median(arm.cpus)
+        print(f"  training-thread CPU per step (median)  off {cpu_off / 1e6:8.3f} ms  "
+              f"{name} {cpu_on / 1e6:8.3f} ms  ({(cpu_on - cpu_off) / 1e3:+.1f} us)")  # fmt: skip
+        if arm.hook_steps:
+            per = arm.hook_cpu_ns / arm.hook_steps
+            print(f"  hook-thread CPU per step  {per / 1e3:8.1f} us  "
+                  f"({100 * per / cpu_off:.2f} % of the step's CPU)")  # fmt: skip
+
+
+_VS: list[str] = []  # the --vs pairs, for the printout
+
+
 def _fields(pairs: list[str]) -> dict[str, object]:
     """``FIELD=VALUE`` pairs as HookConfig keyword arguments, each value of its field's type."""
     defaults = HookConfig()
@@ -209,7 +327,16 @@ def main() -> None:
         help="a HookConfig field for the hook arm (e.g. capture_collectives=false): which part "
         "of the hook a cost comes from",
     )
+    p.add_argument(
+        "--vs",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="base tier: a second hook arm with these HookConfig fields (on top of --set), "
+        "interleaved with the no-hook arm and the first hook arm in the same run",
+    )
     args = p.parse_args()
+    _VS.extend(args.vs)
 
     tmp = tempfile.mkdtemp(prefix="diag-bench-")
     sink = FrameSink(os.path.join(tmp, "daemon.sock"))
@@ -296,88 +423,12 @@ def main() -> None:
         numerics_tier(step, cfg, model, opt, sample, args.reps)
     # Blocks of ~5 s, so the hook thread's pacing settles as it does in a long job.
     sizes = ((50.0, 100, 20), (5.0, 1000, 200)) if args.tier in ("all", "base") else ()
+    arms = {"on": cfg}
+    if args.vs:
+        arms["vs"] = dataclasses.replace(cfg, **_fields(args.vs))
     for target_ms, steps_per_block, settle in sizes:
         calibrate(target_ms)
-        times: dict[bool, list[int]] = {True: [], False: []}
-        cpus: dict[bool, list[int]] = {True: [], False: []}
-        hook_cpu_ns = hook_steps = 0
-        shipped_bytes = shipped_events = shipped_steps = 0
-        split: dict[str, list[int]] = {"steady": [], "window": [], "after": []}
-        pairs: list[float] = []
-        for rep in range(args.reps):
-            order = (True, False) if rep % 2 == 0 else (False, True)
-            block_median: dict[bool, float] = {}
-            for on in order:
-                if on:
-                    bytes0, events0 = sink.num_bytes, sink.num_events
-                    attacher.attach() if attacher else hook.install(cfg)
-                # Settle after (un)installing: install's one-off work (thread start, the first
-                # Flight Recorder dump) happens once per job, not per step; it is not measured.
-                for _ in range(settle):
-                    step()
-                installed = hook.installed() if on else None
-                clock = None
-                if installed is not None and installed.thread.ident is not None:
-                    clock = time.pthread_getcpuclockid(installed.thread.ident)
-                    hook_cpu_ns -= time.clock_gettime_ns(clock)
-                block, indices = [], []
-                for _ in range(steps_per_block):
-                    indices.append(installed.tracker.step if installed is not None else -1)
-                    block.append(step())
-                    cpus[on].append(cpu[0])
-                if clock is not None:
-                    hook_cpu_ns += time.clock_gettime_ns(clock)
-                    hook_steps += steps_per_block
-                if on:
-                    attacher.detach() if attacher else hook.uninstall()
-                    time.sleep(0.2)  # the sink reads what the uninstall flushed
-                    shipped_bytes += sink.num_bytes - bytes0
-                    shipped_events += sink.num_events - events0
-                    shipped_steps += settle + steps_per_block
-                if installed is not None:  # each block restarts the hook's count: one window
-                    starts = {int(wid[1:]) for wid, _, _ in installed.thread.window_costs}
-                    for index, t in zip(indices, block, strict=True):
-                        kind = "window" if index in starts else "after"
-                        kind = kind if index in starts or index - 1 in starts else "steady"
-                        split[kind].append(t)
-                times[on].extend(block)
-                block_median[on] = statistics.median(block)
-            pairs.append(block_median[True] / block_median[False] - 1)
-        on_t, off_t = times[True], times[False]
-        med_on, med_off = statistics.median(on_t), statistics.median(off_t)
-        p99_on, p99_off = percentile(on_t, 0.99), percentile(off_t, 0.99)
-        print(f"step ~{target_ms:.0f} ms ({len(on_t)} steps per arm, {args.reps} ABBA reps)")
-        print(f"  median  off {med_off / 1e6:8.3f} ms  on {med_on / 1e6:8.3f} ms  "
-              f"overhead {100 * (med_on / med_off - 1):+.3f} %  "
-              f"(median of block pairs {100 * statistics.median(pairs):+.3f} %, "
-              f"{(med_on - med_off) / 1e3:+.1f} us)")  # fmt: skip
-        print(f"  p99     off {p99_off / 1e6:8.3f} ms  on {p99_on / 1e6:8.3f} ms  "
-              f"overhead {100 * (p99_on / p99_off - 1):+.3f} %")  # fmt: skip
-        print(f"  max     off {max(off_t) / 1e6:8.3f} ms  on {max(on_t) / 1e6:8.3f} ms")
-        steady = split["steady"]
-        if steady:
-            med_s, p99_s = statistics.median(steady), percentile(steady, 0.99)
-            print(f"  steady state (hook on, not a profiler window step nor the step after one: "
-                  f"{len(steady)} of {len(on_t)} steps)")  # fmt: skip
-            print(f"    median on {med_s / 1e6:8.3f} ms  "
-                  f"overhead {100 * (med_s / med_off - 1):+.3f} %   p99 on {p99_s / 1e6:8.3f} ms  "
-                  f"overhead {100 * (p99_s / p99_off - 1):+.3f} %")  # fmt: skip
-        for kind in ("window", "after"):
-            if split[kind]:
-                m = statistics.median(split[kind])
-                print(f"  {kind + ' steps':>13} ({len(split[kind])}): median {m / 1e6:8.3f} ms "
-                      f"({100 * (m / med_off - 1):+.1f} % of the no-hook median)")  # fmt: skip
-        if shipped_steps:
-            print(f"  shipped to the daemon socket: {shipped_bytes / shipped_steps:,.0f} bytes and "
-                  f"{shipped_events / shipped_steps:.2f} events per step (all steps of the hook's "
-                  f"blocks, windows included)")  # fmt: skip
-        cpu_on, cpu_off = statistics.median(cpus[True]), statistics.median(cpus[False])
-        print(f"  training-thread CPU per step (median)  off {cpu_off / 1e6:8.3f} ms  "
-              f"on {cpu_on / 1e6:8.3f} ms  ({(cpu_on - cpu_off) / 1e3:+.1f} us)")  # fmt: skip
-        if hook_steps:
-            per = hook_cpu_ns / hook_steps
-            print(f"  hook-thread CPU per step  {per / 1e3:8.1f} us  "
-                  f"({100 * per / cpu_off:.2f} % of the step's CPU)")  # fmt: skip
+        base_tier(step, cpu, sink, arms, attacher, target_ms, steps_per_block, settle, args.reps)
     print(f"events received by the sink: {sink.num_events}")
     dist.destroy_process_group()
 

@@ -42,10 +42,12 @@ class Attacher:
             time.sleep(0.01)
         raise RuntimeError(f"hook_attach did not reach {state!r}")
 
-    def attach(self) -> None:
+    def attach(self, cfg: HookConfig | None = None) -> None:
+        """Attach with the hook configuration given at construction, or ``cfg``."""
         self.stop_file.unlink(missing_ok=True)
         self.status.unlink(missing_ok=True)
-        hook_attach.start(json.dumps(self.spec))
+        spec = self.spec if cfg is None else {**self.spec, "hook": dataclasses.asdict(cfg)}
+        hook_attach.start(json.dumps(spec))
         self._wait("attached")
 
     def detach(self) -> None:

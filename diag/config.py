@@ -40,6 +40,10 @@ class HookConfig:
     queue_max_events: int = 20_000  # bounded buffer; beyond it events are dropped and counted
     flush_interval_s: float = 0.2  # hook thread: send what is queued this often
     fr_poll_interval_s: float = 2.0  # longest pause between Flight Recorder harvests (adaptive)
+    # the hook thread's work in slices of gil_slice_s, each followed by a pause that keeps its
+    # share of the GIL near gil_share while it is busy (diag.hook.gil_share); 0 = unpaced
+    gil_share: float = 0.25
+    gil_slice_s: float = 0.001
     health_interval_s: float = 5.0
     reconnect_interval_s: float = 1.0
     capture_collectives: bool = True

@@ -99,7 +99,9 @@ def load_fr_dump(data: bytes, *, validate: bool = True) -> dict[str, Any]:
     if _has_ext_opcode(data):
         raise InputError("Flight Recorder dump uses pickle extension codes (refused)")
     try:
-        obj = _PlainUnpickler(io.BytesIO(data)).load()
+        # through a buffered reader: the C unpickler prefetches from a stream that can peek, and
+        # reads opcode by opcode from one that cannot (a bare BytesIO: ~2.8x slower)
+        obj = _PlainUnpickler(io.BufferedReader(io.BytesIO(data))).load()
     except InputError:
         raise
     except Exception as exc:

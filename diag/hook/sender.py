@@ -68,6 +68,7 @@ class FrameSender:
         timeout_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         max_frame_bytes: int = frames.MAX_FRAME_BYTES,
+        tick: Callable[[], None] | None = None,
     ) -> None:
         self.path = path
         self.sender = sender
@@ -76,6 +77,7 @@ class FrameSender:
         self.timeout_s = timeout_s
         self.max_frame_bytes = min(max_frame_bytes, frames.MAX_FRAME_BYTES)
         self._clock = clock
+        self._tick = tick or (lambda: None)  # between events encoded (diag.hook.gil_share)
         self._backlog: deque[Event] = deque()
         self._sock: socket.socket | None = None
         self._next_attempt = 0.0
@@ -175,7 +177,9 @@ class FrameSender:
     def _encode(self, batch: list[Event]) -> list[tuple[Event, pb.Event]]:
         """The events of ``batch`` that encode, with their messages; the others dropped."""
         out = []
+        tick = self._tick
         for ev in batch:
+            tick()
             try:
                 out.append((ev, codec.event_to_proto(ev)))
             except Exception as exc:  # a producer's bug: lose this event, never the stream

@@ -55,6 +55,7 @@ from diag.hook.device_timer import DeviceStep, DeviceTimer
 from diag.hook.events import EventFactory, fr_dtype_name
 from diag.hook.fr_pacing import FrPacer, probe_total
 from diag.hook.fr_state import FrState, PyCall, StepWindows
+from diag.hook.gil_share import GilShare
 from diag.hook.groups import ProcessGroups
 from diag.hook.numerics import TAGS as NUMERICS_TAGS
 from diag.hook.numerics_events import NumericsEvents
@@ -138,11 +139,13 @@ class HookThread(threading.Thread):
         self.groups = groups
         self._patch_late = patch_late
         self._error = state.thread_errors.record
+        self.gil = GilShare(self.cfg.gil_share, self.cfg.gil_slice_s)
         self.sender = FrameSender(
             self.cfg.daemon_sock,
             sender=self.ev.source,
             max_backlog=self.cfg.queue_max_events,
             reconnect_interval_s=self.cfg.reconnect_interval_s,
+            tick=self.gil.tick,
         )
         self.windows = StepWindows()
         self.fr = FrState(self.windows)
@@ -230,7 +233,18 @@ class HookThread(threading.Thread):
 
     def _fr_look(self) -> None:
         if self._fr_due():
+            self.gil.burst(self._slack_s())
             self._harvest(final=False)
+
+    def _slack_s(self) -> float:
+        """How long the hook thread may pause within one burst of work (:mod:`diag.hook.
+        gil_share`) without costing data: half the time the Flight Recorder ring's slack (half the
+        ring) lasts at the job's measured peak rate, and at most half a flush interval."""
+        budget = 0.5 * self.cfg.flush_interval_s
+        if self.fr_ok:
+            rate = self.pacer.rate
+            budget = min(budget, 0.5 * self.pacer.half / rate if rate > 0 else 0.05)
+        return budget
 
     def _guarded(self, work: Callable[[], None]) -> None:
         """Run ``work``; an exception it raises is counted (``num_errors``), never raised."""
@@ -266,6 +280,7 @@ class HookThread(threading.Thread):
         """One cycle: its work, then the health report when due, then the flush. Each part is
         guarded on its own: a failing part costs neither the heartbeat nor the sending."""
         now = time.monotonic()
+        self.gil.burst(0.0 if final else self._slack_s())
         self._guarded(functools.partial(self._work, final=final))
         if final:
             self.sender.retry_now()  # one more connection attempt for the last events
@@ -356,6 +371,7 @@ class HookThread(threading.Thread):
                 rec = queue.popleft()
             except IndexError:
                 return
+            self.gil.tick()
             try:
                 self._record(rec)
             except Exception as exc:
@@ -431,6 +447,7 @@ class HookThread(threading.Thread):
             rec = self._pending_steps[0]
             if before_wall_ns is not None and rec[3] + off >= before_wall_ns:
                 return
+            self.gil.tick()
             timed = self._device_steps.pop(rec[1], None)
             if (
                 timed is None
@@ -489,7 +506,11 @@ class HookThread(threading.Thread):
     def _harvest_once(self, *, final: bool) -> None:
         dump_wall_ns = time.time_ns()
         try:
-            dump = load_fr_dump(self._dump_fn(includeStackTraces=False), validate=False)  # type: ignore[misc]
+            raw = self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
+            self.gil.tick()  # the dump held the GIL throughout (C++): let the job run first
+            dump = load_fr_dump(raw, validate=False)
+            del raw
+            self.gil.tick()
         except Exception as exc:
             self._fr_off(f"Flight Recorder dump failed: {type(exc).__name__}: {exc}")
             return
@@ -507,8 +528,9 @@ class HookThread(threading.Thread):
             self._layout()  # before a group the job may destroy soon is gone
         sizes = self._pg_sizes
         for step, payload in self.fr.process(
-            dump, time.monotonic(), final=final, extra_sizes=sizes
+            dump, time.monotonic(), final=final, extra_sizes=sizes, tick=self.gil.tick
         ):
+            self.gil.tick()
             self._emit(self.ev.make(schema.CollectiveEvent, step=step, **payload))
         for call in self.fr.unmatched_calls(dump_wall_ns, final=final):
             self._emit(self.ev.make(schema.CollectiveEvent, step=call.step, **call.payload()))

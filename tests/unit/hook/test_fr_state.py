@@ -6,10 +6,12 @@ import os
 import pickle
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diag.errors import InputError
 from diag.flight_recorder import entry_to_collective, load_fr_dump, normalize_op, pg_sizes
-from diag.hook.fr_state import FrState, PyCall, StepWindows
+from diag.hook.fr_state import MATCH_SLACK_NS, OP_ALIASES, FrState, PyCall, StepWindows
 from tests.fakes.paths import SHARED
 
 # shared/ lies beside the checkout (as in CI); DIAG_SHARED_DIR points elsewhere.
@@ -111,3 +113,70 @@ def test_unmatched_python_calls_are_emitted_after_two_dumps() -> None:
     assert fr.unmatched_calls(30) == []
     (call,) = fr.unmatched_calls(40)
     assert call.payload()["origin"] == "python" and call.payload()["duration_ns"] == 10
+
+
+def _scan_match(calls: list[PyCall], op: str, created: int, tid: str, nbytes: int) -> int | None:
+    """The matching rule as a plain scan of every pending call in arrival order (the reference
+    the indexed lookup must agree with); returns the matched call's ``order``."""
+    found: list[int] = []
+    for i, call in enumerate(calls):
+        if call.op != op and op not in OP_ALIASES.get(call.op, ()):
+            continue
+        if tid and str(call.tid) != tid:
+            continue
+        if call.start_ns - MATCH_SLACK_NS <= created <= call.end_ns + MATCH_SLACK_NS:
+            if call.num_bytes == nbytes:
+                return calls.pop(i).order
+            found.append(i)
+    return calls.pop(found[0]).order if found else None
+
+
+_OPS = st.sampled_from(["all_reduce", "isend", "send", "all_gather", "allgather", "barrier"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    calls=st.lists(
+        st.tuples(
+            _OPS,
+            st.integers(0, 2_000_000),  # start
+            st.integers(0, 400_000),  # duration: nested and overlapping calls included
+            st.sampled_from([1, 2]),
+            st.sampled_from([0, 16]),
+        ),
+        max_size=25,
+    ),
+    entries=st.lists(
+        st.tuples(
+            _OPS,
+            st.integers(-100_000, 2_500_000),
+            st.sampled_from(["", "1", "2", "9"]),
+            st.sampled_from([0, 16]),
+        ),
+        max_size=25,
+    ),
+)
+def test_indexed_call_lookup_matches_a_scan_of_every_call(
+    calls: list[tuple[str, int, int, int, int]], entries: list[tuple[str, int, str, int]]
+) -> None:
+    fr = FrState(StepWindows())
+    for op, start, dur, tid, nbytes in calls:
+        fr.add_call(PyCall(0, op, start, start + dur, nbytes, "Float", "0", 2, True, tid))
+    reference = sorted((c for cs in fr._calls.values() for c in cs), key=lambda c: c.order)
+    for op, created, tid, nbytes in entries:
+        got = fr._match(op, created, tid, nbytes)
+        assert (got.order if got else None) == _scan_match(reference, op, created, tid, nbytes)
+    left = [c.order for c in fr.unmatched_calls(0, final=True)]
+    assert left == [c.order for c in reference]
+
+
+def test_process_offers_a_pause_before_each_entry_it_emits() -> None:
+    ms = 1_000_000
+    windows = StepWindows()
+    windows.start(0)
+    fr = FrState(windows)
+    dump = {"pg_config": {}, "entries": [_entry(i, (i + 1) * ms) for i in range(5)]}
+    ticks: list[int] = []
+    assert fr.process(dump, now_s=1.0, tick=lambda: ticks.append(1)) == []  # held: no work
+    assert len(fr.process(dump, now_s=2.0, tick=lambda: ticks.append(1))) == 5
+    assert len(ticks) == 5

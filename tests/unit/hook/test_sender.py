@@ -131,3 +131,17 @@ def test_a_failed_write_keeps_the_batch_for_the_next_connection(tmp_path: Path) 
         got = sink.close()
         shutil.rmtree(short, ignore_errors=True)
     assert [e.seq for e in got] == [0, 1] and sender.num_dropped == 0
+
+
+def test_encoding_pauses_between_events_for_the_training_thread(sink: FrameSink) -> None:
+    """The hook thread's GIL slices (diag.hook.gil_share): the sender offers a pause between
+    every two events it encodes, and every event still arrives, in order."""
+    ticks: list[int] = []
+    sender = FrameSender(sink.path, sender=SOURCE, max_backlog=10_000, reconnect_interval_s=0.01,
+                         tick=lambda: ticks.append(1))  # fmt: skip
+    ev = Events()
+    sender.add(ev.step(i) for i in range(250))
+    sender.flush()
+    sender.close()
+    assert len(ticks) == 250
+    assert [e.step for e in sink.close()] == list(range(250))
