@@ -21,6 +21,11 @@ p99 are set against the no-hook arm's. Last, the bytes and events the hook shipp
 socket per step (framing included; its blocks' every step, settle and windows too). Measured
 numbers only, no asserts.
 
+Thread tier (``--tier thread``): the base tier's arms at a ~1 ms step in 30+ short blocks (60
+steps each), for the figure the VM's drift blurs least: the training thread's CPU time per step
+with and without the hook (its wrappers and callbacks; ``--vs capture_collectives=false`` takes
+the collective wrapper and the Flight Recorder out of one arm).
+
 Kernel tier (``--tier kernel``, ~50 ms step): the same A/B with periodic profiler windows on. The
 default interval (a window every 1000 steps) would never fall inside a 100-step block, so this arm
 takes a window every ``--window-every`` steps (default 50: two one-step windows per block, at the
@@ -309,7 +314,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=4, help="ABBA repetitions per step size")
     p.add_argument(
-        "--tier", choices=("all", "base", "kernel", "numerics", "metrics"), default="all"
+        "--tier",
+        choices=("all", "base", "thread", "kernel", "numerics", "metrics"),
+        default="all",
     )
     p.add_argument("--window-every", type=int, default=50, help="kernel tier: steps per window")
     p.add_argument("--trace-dir", default="", help="kernel tier: keep raw traces here")
@@ -429,6 +436,11 @@ def main() -> None:
     for target_ms, steps_per_block, settle in sizes:
         calibrate(target_ms)
         base_tier(step, cpu, sink, arms, attacher, target_ms, steps_per_block, settle, args.reps)
+    if args.tier in ("all", "thread"):
+        # The training thread's own cost, where the step is little more than the hook's work:
+        # short blocks, many of them, so the VM's drift cancels out between the arms.
+        calibrate(1.0)
+        base_tier(step, cpu, sink, arms, attacher, 1.0, 60, 5, max(30, args.reps))
     print(f"events received by the sink: {sink.num_events}")
     dist.destroy_process_group()
 

@@ -44,6 +44,7 @@ from diag.diagnose.triage import TriageResult, write_findings
 from diag.errors import Cancelled, InputError, SchemaError, TransportError
 from diag.findings import Finding
 from diag.proto import diag_pb2 as pb
+from diag.store.memory import release_free_memory
 from diag.store.run_store import ANALYZER_LOCK, RunStore
 from diag.store.summary import RunSummary, summarize
 from diag.transport import codec
@@ -524,6 +525,8 @@ class AnalyzerCore:
                 self.autocapture.settle(findings)
             findings = annotate(findings, self.autocapture.records)
         result = TriageResult(run=run, findings=tuple(findings))
+        del features, steps, snap  # the pass's frames: their memory goes back to the system
+        release_free_memory()
         self.latest_triage = result
         self.latest_summary = summary
         self.num_triage_passes += 1

@@ -33,6 +33,7 @@ from diag import schema
 from diag.errors import InputError
 from diag.fsutil import atomic_open
 from diag.store import dataframes
+from diag.store.memory import release_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,8 @@ class RunStore:
                 self._cached[kind] = _concat([self._cached[kind], df])
                 self._loaded[kind].add(path.name)
                 self._clean.discard(kind)
+        if written:
+            release_free_memory()  # the buffers and the old cached frames just freed
         return written
 
     def _write_part(self, kind: str, df: pd.DataFrame) -> Path:
