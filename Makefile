@@ -17,6 +17,9 @@ demo: $(STAMP)
 	$(VENV)/bin/diag demo
 
 test: $(STAMP) lint
+	# byte-compiled once: where PYTHONDONTWRITEBYTECODE is set (these machines), every process the
+	# tests start (ranks' hooks, daemons, analyzers, CLIs: hundreds) would compile diag again
+	$(PY) -m compileall -q diag probes tests bench scripts > /dev/null
 	# the unit tests on two workers (pure logic: no process, no job); the integration tests one at
 	# a time, as each starts real jobs whose timing a second worker would disturb
 	$(PY) -m pytest -q -n 2 -m "not integration"

@@ -5,8 +5,9 @@ Each test checks the culprit rank and the cause, that ``diag run`` exits with th
 code, and that the finding was there well before the collective timeout (40 s): the hook's
 watchdog fires after ``DIAG_HOOK_HANG_MIN_S=5`` s without progress, the analyzer's live triage
 (every 5 s) writes ``findings.jsonl`` while the job is still hung. One torchrun job per test
-(about 50 s for a hang, which ends by the gloo timeout; 15 s for a crash). The two hangs run side
-by side (one module fixture starts both): hung, their jobs only wait for the timeout.
+(about 50 s for a hang, which ends by the gloo timeout; 15 s for a crash). The four jobs run side
+by side (one module fixture starts them all): hung, the hang jobs only wait for the timeout, and
+the two crashes fit in that wait.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Outcome:
     first_seen_as: dict[str, dict] = field(default_factory=dict)  # finding id -> as first seen
     job_ended_at: float = 0.0
     log: str = ""
+    run_dir: Path = Path()
 
     def finding(self, fid: str) -> dict:
         found = [f for f in self.findings if f["id"] == fid]
@@ -87,7 +89,7 @@ def run_case(tmp_path: Path, *fault: str, expect: str) -> Outcome:
     return Outcome(
         exit_code=proc.returncode, findings=_findings(out / "findings.jsonl"),
         fault_at=float(fault.group(4)), first_seen=first_seen, first_seen_as=first_as,
-        job_ended_at=ended or time.time(), log=log + _read(console)[-3000:],
+        job_ended_at=ended or time.time(), log=log + _read(console)[-3000:], run_dir=out,
     )  # fmt: skip
 
 
@@ -113,22 +115,29 @@ def _check_hang(o: Outcome, *, rank: int, cause: str) -> dict:
     return hang
 
 
-HANGS = {
-    "stuck_loader": ("--stuck-loader-rank", "1"),
-    "skipped_collective": ("--skip-collective-rank", "1"),
+#: name -> (the job's fault, the finding expected)
+CASES = {
+    "stuck_loader": (("--stuck-loader-rank", "1"), "hang"),
+    "skipped_collective": (("--skip-collective-rank", "1"), "hang"),
+    "raises": (("--raise-rank", "1"), "crash"),
+    "sigkill": (("--kill-self-rank", "0"), "crash"),
 }
 
 
 @pytest.fixture(scope="module")
 def hangs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
-    """Both hang cases, run at the same time (each in its own directory)."""
+    """Every case, run at the same time (each in its own directory); the crashes start 15 s
+    after the hangs, when the hangs' jobs have started and hung (their wait is for the gloo
+    timeout, not for a CPU)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(len(HANGS)) as pool:
-        futures = {
-            name: pool.submit(run_case, tmp_path_factory.mktemp(name), *fault, expect="hang")
-            for name, fault in HANGS.items()
-        }
+    def one(name: str, fault: tuple[str, ...], expect: str) -> Outcome:
+        if expect == "crash":
+            time.sleep(15.0)
+        return run_case(tmp_path_factory.mktemp(name), *fault, expect=expect)
+
+    with ThreadPoolExecutor(len(CASES)) as pool:
+        futures = {name: pool.submit(one, name, *case) for name, case in CASES.items()}
         return {name: f.result() for name, f in futures.items()}
 
 
@@ -146,8 +155,8 @@ def test_rank_that_skips_a_collective(hangs: dict[str, Outcome]) -> None:
     assert "mismatched" in hang["summary"] and "barrier" in hang["summary"]
 
 
-def test_rank_that_raises(tmp_path: Path) -> None:
-    o = run_case(tmp_path, "--raise-rank", "1", expect="crash")
+def test_rank_that_raises(hangs: dict[str, Outcome]) -> None:
+    o = hangs["raises"]
     crash = o.finding("crash")
     assert (crash["symptom"], crash["cause"], crash["ranks"]) == ("crash", "program", [1])
     assert "RuntimeError: injected failure at step 10" in crash["summary"]
@@ -157,15 +166,15 @@ def test_rank_that_raises(tmp_path: Path) -> None:
     assert o.job_ended_at - o.fault_at < TIMEOUT_S / 2
 
 
-def test_rank_killed_with_sigkill(tmp_path: Path) -> None:
-    o = run_case(tmp_path, "--kill-self-rank", "0", expect="crash")
+def test_rank_killed_with_sigkill(hangs: dict[str, Outcome]) -> None:
+    o = hangs["sigkill"]
     crash = o.finding("crash")
     assert (crash["symptom"], crash["cause"], crash["ranks"]) == ("crash", "node", [0])
     assert "SIGKILL" in crash["summary"]
     # The step comes from the ranks' step events. On a busy host both hooks can die with their
     # queues unsent (rank 0 by SIGKILL, rank 1 by the launcher's SIGTERM, ~1 s into the job):
     # then no step may be named at all, never a made-up one.
-    if "step" in RunStore.open(tmp_path / "run").kinds():
+    if "step" in RunStore.open(o.run_dir).kinds():
         assert "in step 10" in crash["summary"], crash["summary"]
     else:
         assert "in step" not in crash["summary"], crash["summary"]
