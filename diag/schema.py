@@ -19,6 +19,7 @@ Versioning: adding a defaulted field bumps the minor version; a rename or remova
 1.13 adds no field: a batch may carry its events by columns (``EventBatch.columns``), which a
 daemon sends only to an analyzer that says it reads them (``TimeReply.schema_version``).
 1.14: ``ProcSample.run_delay_ns`` (the whole process's run-queue delay, every thread).
+1.15: ``HookHealth.num_gil_pauses`` and ``gil_paused_ns`` (the hook thread's pacing).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.14"
+SCHEMA_VERSION = "1.15"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -300,6 +301,11 @@ class HookHealth(Event):
     training loop never sees them); ``last_error`` is the most recent one, one line.
     ``health_interval_ns`` is how often the hook sends this (the daemon takes a hook that sent
     none for several intervals for dead or stuck: :class:`HookSilent`).
+
+    The hook thread's pacing (schema 1.15, :mod:`diag.hook.gil_share`): ``num_gil_pauses``
+    pauses it made between slices of its work so that the training thread got the GIL back,
+    ``gil_paused_ns`` their total length, since the hook started. Pauses delay delivery within
+    the slack the Flight Recorder's ring and the flush interval leave; they never drop data.
     """
 
     kind: ClassVar[str] = "hook_health"
@@ -318,6 +324,8 @@ class HookHealth(Event):
     num_unencodable: int = 0
     num_oversize: int = 0
     health_interval_ns: int = 0
+    num_gil_pauses: int = 0
+    gil_paused_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,7 +12,9 @@ its :class:`~diag.schema.StepEvent`: ``diag_step_seconds``, ``diag_compute_secon
 :class:`~diag.schema.HookHealth`, ``diag_hook_events_emitted_total``,
 ``diag_hook_events_sent_total``, ``diag_hook_errors_total`` and
 ``diag_hook_events_dropped_total`` (label ``reason``: ``queue``, ``fr``, ``undelivered``,
-``unencodable``, ``oversize``, ``other``): counters the hook keeps itself (they restart with its
+``unencodable``, ``oversize``, ``other``), ``diag_hook_gil_pauses_total`` and
+``diag_hook_gil_paused_seconds_total`` (the hook thread's pacing: pauses it made so that the
+training thread got the GIL back): counters the hook keeps itself (they restart with its
 process, as counters do).
 
 Per GPU, the latest :class:`~diag.schema.GpuSample` under the DCGM exporter's names and labels
@@ -169,7 +171,18 @@ def _health_families(health: dict[tuple[str, str, str], schema.HookHealth]) -> I
         "Events the hook dropped, by reason",
         labels=(*RANK_LABELS, "reason"),
     )
+    pauses = CounterMetricFamily(
+        "diag_hook_gil_pauses",
+        "Pauses the hook thread made so that the training thread got the GIL back",
+        labels=RANK_LABELS,
+    )
+    paused = CounterMetricFamily(
+        "diag_hook_gil_paused_seconds", "Time the hook thread spent in those pauses",
+        labels=RANK_LABELS,
+    )  # fmt: skip
     for key, h in sorted(health.items()):
+        pauses.add_metric(key, h.num_gil_pauses)
+        paused.add_metric(key, h.gil_paused_ns / 1e9)
         emitted.add_metric(key, h.num_emitted)
         sent.add_metric(key, h.num_sent)
         errors.add_metric(key, h.num_errors)
@@ -179,7 +192,7 @@ def _health_families(health: dict[tuple[str, str, str], schema.HookHealth]) -> I
             named += value
             dropped.add_metric((*key, reason), value)
         dropped.add_metric((*key, "other"), max(h.num_dropped - named, 0))
-    yield from (emitted, sent, errors, dropped)
+    yield from (emitted, sent, errors, dropped, pauses, paused)
 
 
 def _gpu_families(

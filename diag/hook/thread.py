@@ -629,6 +629,8 @@ class HookThread(threading.Thread):
             num_unencodable=dropped.unencodable,
             num_oversize=dropped.oversize,
             health_interval_ns=round(self.cfg.health_interval_s * 1e9),
+            num_gil_pauses=self.gil.num_pauses,
+            gil_paused_ns=round(self.gil.paused_s * 1e9),
         )
 
 

@@ -265,7 +265,7 @@ class ProcSample(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., num_threads: _Optional[int] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., num_ctx_switches_involuntary: _Optional[int] = ..., last_cpu: _Optional[int] = ..., num_state_samples: _Optional[int] = ..., num_stopped: _Optional[int] = ..., num_disk_wait: _Optional[int] = ..., run_delay_ns: _Optional[int] = ...) -> None: ...
 
 class HookHealth(_message.Message):
-    __slots__ = ("pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final", "num_queue_dropped", "num_fr_dropped", "num_undelivered", "num_unencodable", "num_oversize", "health_interval_ns")
+    __slots__ = ("pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final", "num_queue_dropped", "num_fr_dropped", "num_undelivered", "num_unencodable", "num_oversize", "health_interval_ns", "num_gil_pauses", "gil_paused_ns")
     PID_FIELD_NUMBER: _ClassVar[int]
     NUM_EMITTED_FIELD_NUMBER: _ClassVar[int]
     NUM_SENT_FIELD_NUMBER: _ClassVar[int]
@@ -280,6 +280,8 @@ class HookHealth(_message.Message):
     NUM_UNENCODABLE_FIELD_NUMBER: _ClassVar[int]
     NUM_OVERSIZE_FIELD_NUMBER: _ClassVar[int]
     HEALTH_INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
+    NUM_GIL_PAUSES_FIELD_NUMBER: _ClassVar[int]
+    GIL_PAUSED_NS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     num_emitted: int
     num_sent: int
@@ -294,7 +296,9 @@ class HookHealth(_message.Message):
     num_unencodable: int
     num_oversize: int
     health_interval_ns: int
-    def __init__(self, pid: _Optional[int] = ..., num_emitted: _Optional[int] = ..., num_sent: _Optional[int] = ..., num_dropped: _Optional[int] = ..., num_errors: _Optional[int] = ..., last_error: _Optional[str] = ..., queue_depth: _Optional[int] = ..., final: _Optional[bool] = ..., num_queue_dropped: _Optional[int] = ..., num_fr_dropped: _Optional[int] = ..., num_undelivered: _Optional[int] = ..., num_unencodable: _Optional[int] = ..., num_oversize: _Optional[int] = ..., health_interval_ns: _Optional[int] = ...) -> None: ...
+    num_gil_pauses: int
+    gil_paused_ns: int
+    def __init__(self, pid: _Optional[int] = ..., num_emitted: _Optional[int] = ..., num_sent: _Optional[int] = ..., num_dropped: _Optional[int] = ..., num_errors: _Optional[int] = ..., last_error: _Optional[str] = ..., queue_depth: _Optional[int] = ..., final: _Optional[bool] = ..., num_queue_dropped: _Optional[int] = ..., num_fr_dropped: _Optional[int] = ..., num_undelivered: _Optional[int] = ..., num_unencodable: _Optional[int] = ..., num_oversize: _Optional[int] = ..., health_interval_ns: _Optional[int] = ..., num_gil_pauses: _Optional[int] = ..., gil_paused_ns: _Optional[int] = ...) -> None: ...
 
 class CollectorError(_message.Message):
     __slots__ = ("collector", "message", "unavailable")
@@ -1197,7 +1201,7 @@ class ProcSampleColumns(_message.Message):
     def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., pid: _Optional[_Iterable[int]] = ..., interval_ns: _Optional[_Iterable[int]] = ..., cpu_pct: _Optional[_Iterable[float]] = ..., rss_bytes: _Optional[_Iterable[int]] = ..., num_threads: _Optional[_Iterable[int]] = ..., read_bytes_per_s: _Optional[_Iterable[float]] = ..., write_bytes_per_s: _Optional[_Iterable[float]] = ..., num_ctx_switches_involuntary: _Optional[_Iterable[int]] = ..., last_cpu: _Optional[_Iterable[int]] = ..., num_state_samples: _Optional[_Iterable[int]] = ..., num_stopped: _Optional[_Iterable[int]] = ..., num_disk_wait: _Optional[_Iterable[int]] = ..., run_delay_ns: _Optional[_Iterable[int]] = ..., run_delay_ns_absent: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class HookHealthColumns(_message.Message):
-    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final", "num_queue_dropped", "num_fr_dropped", "num_undelivered", "num_unencodable", "num_oversize", "health_interval_ns")
+    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final", "num_queue_dropped", "num_fr_dropped", "num_undelivered", "num_unencodable", "num_oversize", "health_interval_ns", "num_gil_pauses", "gil_paused_ns")
     TS_NS_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -1220,6 +1224,8 @@ class HookHealthColumns(_message.Message):
     NUM_UNENCODABLE_FIELD_NUMBER: _ClassVar[int]
     NUM_OVERSIZE_FIELD_NUMBER: _ClassVar[int]
     HEALTH_INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
+    NUM_GIL_PAUSES_FIELD_NUMBER: _ClassVar[int]
+    GIL_PAUSED_NS_FIELD_NUMBER: _ClassVar[int]
     ts_ns: _containers.RepeatedScalarFieldContainer[int]
     host: _containers.RepeatedScalarFieldContainer[str]
     rank: _containers.RepeatedScalarFieldContainer[int]
@@ -1242,7 +1248,9 @@ class HookHealthColumns(_message.Message):
     num_unencodable: _containers.RepeatedScalarFieldContainer[int]
     num_oversize: _containers.RepeatedScalarFieldContainer[int]
     health_interval_ns: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., pid: _Optional[_Iterable[int]] = ..., num_emitted: _Optional[_Iterable[int]] = ..., num_sent: _Optional[_Iterable[int]] = ..., num_dropped: _Optional[_Iterable[int]] = ..., num_errors: _Optional[_Iterable[int]] = ..., last_error: _Optional[_Iterable[str]] = ..., queue_depth: _Optional[_Iterable[int]] = ..., final: _Optional[_Iterable[bool]] = ..., num_queue_dropped: _Optional[_Iterable[int]] = ..., num_fr_dropped: _Optional[_Iterable[int]] = ..., num_undelivered: _Optional[_Iterable[int]] = ..., num_unencodable: _Optional[_Iterable[int]] = ..., num_oversize: _Optional[_Iterable[int]] = ..., health_interval_ns: _Optional[_Iterable[int]] = ...) -> None: ...
+    num_gil_pauses: _containers.RepeatedScalarFieldContainer[int]
+    gil_paused_ns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., pid: _Optional[_Iterable[int]] = ..., num_emitted: _Optional[_Iterable[int]] = ..., num_sent: _Optional[_Iterable[int]] = ..., num_dropped: _Optional[_Iterable[int]] = ..., num_errors: _Optional[_Iterable[int]] = ..., last_error: _Optional[_Iterable[str]] = ..., queue_depth: _Optional[_Iterable[int]] = ..., final: _Optional[_Iterable[bool]] = ..., num_queue_dropped: _Optional[_Iterable[int]] = ..., num_fr_dropped: _Optional[_Iterable[int]] = ..., num_undelivered: _Optional[_Iterable[int]] = ..., num_unencodable: _Optional[_Iterable[int]] = ..., num_oversize: _Optional[_Iterable[int]] = ..., health_interval_ns: _Optional[_Iterable[int]] = ..., num_gil_pauses: _Optional[_Iterable[int]] = ..., gil_paused_ns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CollectorErrorColumns(_message.Message):
     __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "collector", "message", "unavailable")

@@ -50,6 +50,9 @@ class RunInfoSummary:
       Recorder entries overwritten before a harvest), ``num_undelivered`` (the daemon was
       unreachable or slow, or they were unsent at exit), ``num_unencodable`` (a value the wire
       cannot hold: a bug in diag), ``num_oversize`` (an event larger than a frame).
+    - ``num_hook_pauses`` and ``hook_paused_ns``: the hooks' pacing (schema 1.15), summed the
+      same way: pauses their threads made so that the training threads got the GIL back, and
+      their total length (0 for older hooks).
     - ``in_progress``: another process's analyzer is writing the run now (its ``writer_pid``):
       the job may still be running, and what is stored is the run so far.
     - ``silent_ranks``: the ranks whose hook went silent (:class:`~diag.schema.HookSilent`: its
@@ -78,6 +81,8 @@ class RunInfoSummary:
     num_undelivered: int = 0
     num_unencodable: int = 0
     num_oversize: int = 0
+    num_hook_pauses: int = 0
+    hook_paused_ns: int = 0
     silent_ranks: tuple[int, ...] = ()
     in_progress: bool = False
     writer_pid: int | None = None
@@ -91,6 +96,8 @@ _DROP_REASONS = (
     "num_unencodable",
     "num_oversize",
 )
+#: the hooks' pacing counters (HookHealth, schema 1.15; absent from older runs' stores)
+_PACING = ("num_gil_pauses", "gil_paused_ns")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -366,6 +373,9 @@ def _run(frames: dict[str, pd.DataFrame], ranks: tuple[RankSummary, ...]) -> Run
     if health is not None and len(health):
         latest = health.sort_values(["source", "seq"]).groupby("source").tail(1)
         dropped = {name: int(latest[name].sum()) for name in dropped}
+        paced = {name: int(latest[name].sum()) for name in _PACING if name in latest.columns}
+    else:
+        paced = {}
 
     return RunInfoSummary(
         id=run_id,
@@ -386,6 +396,8 @@ def _run(frames: dict[str, pd.DataFrame], ranks: tuple[RankSummary, ...]) -> Run
         num_undelivered=dropped["num_undelivered"],
         num_unencodable=dropped["num_unencodable"],
         num_oversize=dropped["num_oversize"],
+        num_hook_pauses=paced.get("num_gil_pauses", 0),
+        hook_paused_ns=paced.get("gil_paused_ns", 0),
         silent_ranks=_silent_ranks(health, frames.get("hook_silent")),
         nccl_untimed_ranks=_nccl_untimed(infos),
     )

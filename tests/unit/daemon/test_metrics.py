@@ -10,7 +10,7 @@ from diag import schema
 from diag.daemon.metrics import DCGM, NodeMetrics
 from diag.errors import TransportError
 from diag.transport.metrics_http import serve_metrics
-from tests.fakes.events import T0, Source
+from tests.fakes.events import MS, T0, Source
 from tests.fakes.scrape import scrape
 
 
@@ -29,7 +29,8 @@ def test_steps_gpus_and_health_are_scraped_with_their_labels() -> None:
                                 row_remap_pending=1)])  # fmt: skip
     metrics.observe([schema.XidEvent(**daemon.env(T0), gpu_index=0, xid=79)])
     metrics.observe([_health(r1, num_emitted=100, num_sent=90, num_dropped=10,
-                             num_queue_dropped=6, num_fr_dropped=3)])  # fmt: skip
+                             num_queue_dropped=6, num_fr_dropped=3, num_gil_pauses=40,
+                             gil_paused_ns=120 * MS)])  # fmt: skip
     server = serve_metrics(metrics.registry, "127.0.0.1", 0)
     try:
         assert server.port > 0 and server.url.startswith("http://127.0.0.1:")
@@ -75,6 +76,9 @@ def test_steps_gpus_and_health_are_scraped_with_their_labels() -> None:
     assert got["diag_hook_events_emitted_total"] == [
         ({"job_id": "job1", "host": "n0", "rank": "1"}, 100)
     ]
+    rank1 = {"job_id": "job1", "host": "n0", "rank": "1"}
+    assert got["diag_hook_gil_pauses_total"] == [(rank1, 40)]
+    assert got["diag_hook_gil_paused_seconds_total"] == [(rank1, pytest.approx(0.12))]
 
 
 def test_the_dcgm_names_are_the_exporters() -> None:

@@ -184,3 +184,22 @@ def test_a_part_of_the_cycle_that_always_fails_costs_neither_the_heartbeat_nor_t
     final = of_kind(events, schema.HookHealth)[-1]
     assert final.final and final.num_dropped == 0
     assert final.last_error == "RuntimeError: diag bug in the watchdog"
+
+
+def test_the_hook_threads_pauses_are_counted_in_its_health(world: None, sink: FrameSink) -> None:
+    # A slice of a microsecond: every unit of work after the first of a cycle ends a slice, so
+    # each cycle that has records to send pauses (within its budget; the final cycle never).
+    cfg = dataclasses.replace(fast(sink), gil_share=0.25, gil_slice_s=1e-6)
+    h = hook.install(cfg)
+    try:
+        train(STEPS)
+        wait_for(lambda: len(of_kind(list(sink.events), schema.StepEvent)) == STEPS, "the steps")
+        gil = h.thread.gil
+    finally:
+        hook.uninstall()
+    events = sink.close()
+    final = of_kind(events, schema.HookHealth)[-1]
+    assert final.final and final.num_errors == 0, final.last_error
+    assert final.num_gil_pauses == gil.num_pauses >= 1
+    assert final.gil_paused_ns == round(gil.paused_s * 1e9) > 0
+    assert final.num_dropped == 0

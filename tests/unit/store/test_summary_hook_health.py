@@ -36,8 +36,9 @@ def _store(tmp_path: Path) -> RunStore:
     store.append([
         _health(r0, T0 + MS, num_dropped=2, num_undelivered=2),
         _health(r0, T0 + 2 * MS, num_dropped=7, num_undelivered=3, num_unencodable=1,
-                num_oversize=1, num_queue_dropped=2),
-        _health(r1, T0 + MS, num_dropped=4, num_fr_dropped=4),
+                num_oversize=1, num_queue_dropped=2, num_gil_pauses=5, gil_paused_ns=15 * MS),
+        _health(r1, T0 + MS, num_dropped=4, num_fr_dropped=4, num_gil_pauses=2,
+                gil_paused_ns=3 * MS),
         _health(r2, T0 + MS),
     ])  # fmt: skip
     # rank 1's hook went silent for good; rank 2's went silent, then reported again
@@ -52,6 +53,8 @@ def test_drops_by_reason_and_the_ranks_whose_hook_went_silent(tmp_path: Path) ->
     assert (run.num_undelivered, run.num_unencodable, run.num_oversize) == (3, 1, 1)
     assert (run.num_queue_dropped, run.num_fr_dropped) == (2, 4)
     assert run.silent_ranks == (1,)
+    # the hooks' pacing, from each hook's latest health the same way
+    assert (run.num_hook_pauses, run.hook_paused_ns) == (5 + 2, 18 * MS)
 
 
 def test_the_report_says_what_was_dropped_why_and_which_hook_went_silent(tmp_path: Path) -> None:
