@@ -1,7 +1,8 @@
 """Fixtures shared by the whole suite (tests/unit/hook/conftest.py adds the hook tests' sink): a
 one-rank gloo world for the hook tests, the two-node network (network namespaces) for the
 integration tests that need it, the guard that keeps unit tests from starting processes (those
-belong in tests/integration), and a terminal width that is the tests' own."""
+belong in tests/integration), a terminal width that is the tests' own, and a ``TMPDIR`` that
+pytest cleans up."""
 
 from __future__ import annotations
 
@@ -41,6 +42,26 @@ def no_processes_in_unit_tests(
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
         if hasattr(os, name):
             monkeypatch.setattr(os, name, refuse(f"os.{name}"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``TMPDIR`` for the whole session, and every process it starts, under pytest's base
+    temporary directory (which pytest prunes, keeping the last few sessions): a job a test kills
+    leaves its temporary files there, not in the machine's ``/tmp`` (seen: ~40 directories of
+    checkpoints and torchrun rendezvous files per suite run)."""
+    scratch = tmp_path_factory.mktemp("t", numbered=False)
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(scratch)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    try:
+        yield scratch
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
+        tempfile.tempdir = None
 
 
 @pytest.fixture(autouse=True)
