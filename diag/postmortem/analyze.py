@@ -12,7 +12,9 @@ Order of reasoning:
 3. **Mismatched collectives** at one sequence number: a program finding naming the odd ranks.
 4. Without any of these: ranks named by monitoredBarrier; else, among the job's ranks, the ones
    that did *not* time out while others did (they were not in the collective the others wait
-   in); else a hang with no culprit, saying so.
+   in); else, when all timed out, the ones whose timed-out call was made elsewhere in the job's
+   code than a strict majority's (they were in another collective: ``program``); else a hang
+   with no culprit, saying so.
 
 A hang needs evidence that progress stopped (:mod:`diag.postmortem.progress`: the job failed,
 its watchdog timed a collective out, its steps stopped, or a rank's own failure): a running
@@ -34,8 +36,8 @@ Confidence (0..1, how sure the named ranks and cause are right):
 * +0.05 when a culprit's own log error agrees, and at least that error's own confidence + 0.05
   (at most 0.95);
 * errors alone: 0.85 for a Python exception, CUDA/Xid error or OOM; 0.55 for an exit with no
-  message; a mismatch 0.85; monitoredBarrier 0.8; silent ranks 0.6 for one, 0.5 for more; a hang
-  without culprit 0.3.
+  message; a mismatch 0.85; monitoredBarrier 0.8; silent ranks 0.6 for one, 0.5 for more; ranks
+  timed out at another call site 0.5; a hang without culprit 0.3.
 """
 
 from __future__ import annotations
@@ -50,7 +52,12 @@ from diag.postmortem.causes import Verdict, classify
 from diag.postmortem.culprits import Culprits, find_culprits
 from diag.postmortem.fr_groups import mismatches, p2p_waits, stuck_entries, views_from_dumps
 from diag.postmortem.groups import REASONS, GroupView, fmt_ranks
-from diag.postmortem.log_views import silent_ranks, views_from_clues
+from diag.postmortem.log_views import (
+    odd_call_sites,
+    silent_ranks,
+    timeout_sites,
+    views_from_clues,
+)
 from diag.postmortem.progress import in_flight_line, stop_evidence
 from diag.postmortem.records import Clue, Remains, StackFrame
 
@@ -292,6 +299,11 @@ def _log_hang(remains: Remains, culprits: Culprits, missing: tuple[str, ...]) ->
     waiting, silent = silent_ranks(remains.clues, world)
     if waiting and silent and len(silent) < len(world):
         return [msg.silent_finding(waiting, silent, remains, missing)]
+    if waiting and not silent:
+        sites = timeout_sites(remains.clues, waiting)
+        odd = odd_call_sites(sites)
+        if odd is not None:
+            return [msg.odd_site_finding(*odd, sites, remains, missing)]
     if waiting or culprits.stuck:
         return [msg.uniform_hang_finding(waiting or culprits.stuck, bool(remains.dumps), missing)]
     return []

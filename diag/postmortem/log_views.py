@@ -11,7 +11,11 @@ A member that logged nothing about the group but logged something else was alive
 issued the collective (``absent``); one that logged nothing at all has ``no record``.
 
 Gloo's "Timed out waiting Nms for recv operation to complete" names no collective:
-:func:`silent_ranks` then says which ranks of the job did *not* time out while others did.
+:func:`silent_ranks` then says which ranks of the job did *not* time out while others did. When
+every rank timed out (a busy host: the rank that skipped a collective waits in the next one and
+times out too, before the launcher stops it), :func:`odd_call_sites` compares where in the job's
+own code each rank's timed-out call was made: the ranks away from the others' call site were not
+in the same collective.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from diag.postmortem.groups import GroupView, Member, Stuck, analyze_group
-from diag.postmortem.records import Clue, GroupInfo
+from diag.postmortem.records import Clue, GroupInfo, StackFrame
 
 _WAITING = ("timeout", "pg_status")
 
@@ -83,3 +87,49 @@ def silent_ranks(
     waiting = sorted({c.rank for c in clues if c.kind == "timeout" and c.rank is not None})
     silent = sorted(set(world) - set(waiting))
     return tuple(waiting), tuple(silent)
+
+
+#: parts of a frame's path that mark a library (or the interpreter), not the job's own code
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3")
+
+
+def job_frame(stack: Sequence[StackFrame]) -> StackFrame | None:
+    """The innermost frame of the job's own code in a traceback (outermost first), or ``None``."""
+    for frame in reversed(stack):
+        path = frame.file.replace("\\", "/")
+        if not frame.file.startswith("<") and not any(part in path for part in _LIBRARY):
+            return frame
+    return None
+
+
+def timeout_sites(clues: Iterable[Clue], waiting: Iterable[int]) -> dict[int, StackFrame]:
+    """Where each rank of ``waiting`` made the call that timed out: the job's own innermost
+    frame of the first traceback the rank logged (a timeout raises from the call)."""
+    want = set(waiting)
+    sites: dict[int, StackFrame] = {}
+    for c in clues:
+        if c.kind == "exception" and c.rank in want and c.rank not in sites and c.stack:
+            frame = job_frame(c.stack)
+            if frame is not None:
+                sites[c.rank] = frame
+    return sites
+
+
+def odd_call_sites(
+    sites: dict[int, StackFrame],
+) -> tuple[tuple[int, ...], StackFrame, tuple[int, ...]] | None:
+    """``(odd ranks, the majority's site, the majority's ranks)`` when a strict majority of the
+    ranks (at least two, of at least three) timed out at one call site and the rest elsewhere;
+    else ``None`` (no majority: nothing says which side is the odd one)."""
+    if len(sites) < 3:
+        return None
+    by_site: dict[tuple[str, int], list[int]] = {}
+    for rank, frame in sites.items():
+        by_site.setdefault((frame.file, frame.line), []).append(rank)
+    if len(by_site) < 2:
+        return None
+    majority = max(by_site.values(), key=len)
+    if len(majority) * 2 <= len(sites):
+        return None
+    odd = tuple(sorted(r for r in sites if r not in majority))
+    return odd, sites[majority[0]], tuple(sorted(majority))

@@ -275,6 +275,53 @@ def silent_finding(
     )
 
 
+def odd_site_finding(
+    odd: tuple[int, ...],
+    site: StackFrame,
+    majority: tuple[int, ...],
+    sites: dict[int, StackFrame],
+    remains: Remains,
+    missing: Sequence[str],
+) -> Finding:
+    """Every rank timed out, the ``odd`` ones at another call site of the job's code than the
+    ``majority``: they were waiting in another collective (one skipped or added a collective)."""
+    theirs = sorted({_site(sites[r]) for r in odd})
+    summary = printable(
+        f"{fmt_ranks(odd)} timed out in a different call than {fmt_ranks(majority)}: at "
+        f"{'; '.join(theirs)}, against {_site(site)}: the ranks were not in the same collective "
+        "(one skipped or added a collective)"
+        + (" (no Flight Recorder dumps to say which)" if not remains.dumps else "")
+    )
+    evidence = [
+        Evidence(
+            metric="timeout_site",
+            subject=f"rank {r}",
+            value=float(sites[r].line),
+            unit="line",
+            note=printable(f"{sites[r].text()}: {sites[r].code}"[:200]),
+        )
+        for r in sorted(sites)
+    ][:8]
+    evidence.extend(missing_evidence(missing))
+    return Finding(
+        id=f"hang-r{'-'.join(str(r) for r in odd)}",
+        symptom="hang",
+        cause="program",
+        severity="critical",
+        ranks=odd,
+        hosts=tuple(sorted({remains.hosts[r] for r in odd if r in remains.hosts})),
+        confidence=0.5,
+        summary=summary,
+        evidence=tuple(evidence),
+    )
+
+
+def _site(frame: StackFrame) -> str:
+    """``train.py:12 in f (loss.backward())``: the file without its folder, the line's code."""
+    where = frame.text().rsplit("/", 1)[-1]
+    return f"{where} ({frame.code[:80]})" if frame.code else where
+
+
 def uniform_hang_finding(
     waiting: Sequence[int], have_dumps: bool, missing: Sequence[str]
 ) -> Finding:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from diag.postmortem.analyze import analyze
 from diag.postmortem.causes import classify
 from diag.postmortem.discover import collect
@@ -201,3 +203,54 @@ def test_torchrun_root_cause_that_timed_out_is_an_echo(tmp_path: Path) -> None:
     assert top.ranks == (1,) and top.symptom == "hang"
     assert "ranks 0, 2 timed out waiting (recv, send)" in top.summary
     assert top.hosts == ("localhost",)
+
+
+def _timed_out_at(rank: int, line: int, func: str, code: str) -> list[str]:
+    """A gloo timeout's traceback on ``rank``, raised from the job's ``code`` at ``line``."""
+    return [
+        f"[rank{rank}]: Traceback (most recent call last):",
+        f'[rank{rank}]:   File "/job/train.py", line 120, in <module>',
+        f"[rank{rank}]:     main()",
+        f'[rank{rank}]:   File "/job/train.py", line {line}, in {func}',
+        f"[rank{rank}]:     {code}",
+        f'[rank{rank}]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 5356, in barrier',
+        f"[rank{rank}]:     work.wait()",
+        f"[rank{rank}]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 12000ms for recv operation to complete",
+    ]  # fmt: skip
+
+
+def test_when_every_rank_timed_out_the_one_at_another_call_site_is_named(tmp_path: Path) -> None:
+    # As a 3-rank gloo job on a busy host left it (rank 1 skipped a barrier): rank 1 timed out
+    # too, in the next step's backward, before torchrun stopped it; nobody stayed silent.
+    lines = ["[rank1]: FAULT rank 1 skip-collective step 5"]
+    lines += _timed_out_at(0, 104, "main", "dist.barrier()")
+    lines += _timed_out_at(1, 86, "train_step", "loss.backward()")
+    lines += _timed_out_at(2, 104, "main", "dist.barrier()")
+    (tmp_path / "worker.log").write_text("\n".join(lines) + "\n")
+    report = analyze(collect(tmp_path))
+    (top,) = report.findings
+    assert (top.symptom, top.cause, top.ranks) == ("hang", "program", (1,)), top.summary
+    assert "train.py:86 in train_step (loss.backward())" in top.summary
+    assert "against train.py:104 in main (dist.barrier())" in top.summary
+    sites = {e.subject: e.value for e in top.evidence if e.metric == "timeout_site"}
+    assert sites == {"rank 0": 104, "rank 1": 86, "rank 2": 104}
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        [(0, 104), (1, 86)],  # two ranks apart: either could be the odd one
+        [(0, 104), (1, 104), (2, 86), (3, 86)],  # two against two
+        [(0, 104), (1, 104), (2, 104)],  # all in the same call
+    ],
+)
+def test_no_majority_call_site_names_no_culprit(
+    tmp_path: Path, where: list[tuple[int, int]]
+) -> None:
+    lines: list[str] = []
+    for rank, line in where:
+        lines += _timed_out_at(rank, line, "main", "dist.barrier()")
+    (tmp_path / "worker.log").write_text("\n".join(lines) + "\n")
+    report = analyze(collect(tmp_path))
+    (top,) = report.findings
+    assert top.id == "hang-unknown" and top.ranks == (), top.summary
