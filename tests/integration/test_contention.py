@@ -37,7 +37,7 @@ pytestmark = [
 ]
 
 PINNED = REPO / "tests" / "fakes" / "pinned_worker.py"
-ARGS = ("--hidden", "256", "--batch", "64", "--print-every", "10")
+ARGS = ("--hidden", "512", "--batch", "64", "--print-every", "10")
 #: diag attach: steps under the hook before the hog (the onset's baseline) and after it.
 STEPS_BEFORE, STEPS_AFTER = 40, 80
 
