@@ -262,17 +262,8 @@ def silent_finding(
         )
     )
     evidence.extend(missing_evidence(missing))
-    return Finding(
-        id=f"hang-r{'-'.join(str(r) for r in silent)}",
-        symptom="hang",
-        cause="unknown",
-        severity="critical",
-        ranks=tuple(silent),
-        hosts=tuple(sorted({remains.hosts[r] for r in silent if r in remains.hosts})),
-        confidence=0.6 if len(silent) == 1 else 0.5,
-        summary=summary,
-        evidence=tuple(evidence),
-    )
+    conf = 0.6 if len(silent) == 1 else 0.5
+    return _ranks_hang(tuple(silent), "unknown", conf, summary, evidence, remains)
 
 
 def odd_site_finding(
@@ -303,14 +294,26 @@ def odd_site_finding(
         for r in sorted(sites)
     ][:8]
     evidence.extend(missing_evidence(missing))
+    return _ranks_hang(odd, "program", 0.5, summary, evidence, remains)
+
+
+def _ranks_hang(
+    ranks: tuple[int, ...],
+    cause: str,
+    confidence: float,
+    summary: str,
+    evidence: Sequence[Evidence],
+    remains: Remains,
+) -> Finding:
+    """A critical hang finding naming ``ranks`` and their hosts."""
     return Finding(
-        id=f"hang-r{'-'.join(str(r) for r in odd)}",
+        id=f"hang-r{'-'.join(str(r) for r in ranks)}",
         symptom="hang",
-        cause="program",
+        cause=cause,
         severity="critical",
-        ranks=odd,
-        hosts=tuple(sorted({remains.hosts[r] for r in odd if r in remains.hosts})),
-        confidence=0.5,
+        ranks=ranks,
+        hosts=tuple(sorted({remains.hosts[r] for r in ranks if r in remains.hosts})),
+        confidence=confidence,
         summary=summary,
         evidence=tuple(evidence),
     )
