@@ -300,8 +300,11 @@ class Hook:
             self.error(exc)
 
     def _end_step(self, now: int) -> None:
-        if self.profiler.active is not None:  # a window's disable counts in its step
+        if self.profiler.active is not None:  # a window's disable counts in its step's time
+            runq = self.tracker.runqueue_now()  # but not in its run-queue delay (diag's own)
             self.profiler.step_ends(self.tracker.step)
+            if runq is not None:
+                self.tracker.discount_runqueue(runq)
             now = self.clock()
         self._device_end(self.tracker.step)
         self.tracker.end_step(now)

@@ -66,7 +66,7 @@ class StepTracker:
         self,
         emit: Callable[[tuple[Any, ...]], None],
         clock: Callable[[], int] = time.perf_counter_ns,
-        on_begin: Callable[[int], None] | None = None,
+        on_begin: Callable[[int], bool | None] | None = None,
         runqueue: Callable[[], int] | None = None,
     ) -> None:
         self._emit = emit
@@ -90,6 +90,7 @@ class StepTracker:
         self.py_coll_ns = 0  # time blocked in Python-level collectives and waits this step
         self._grad_sync_ns = 0
         self.runq_in_wait = 0  # run-queue delay inside collective waits (woken, awaiting a CPU)
+        self.runq_own = 0  # run-queue delay during diag's own work (a profiler window's stop)
         self._loss: Any = None
         self._num_backward = 0
         self._num_coll = 0
@@ -101,8 +102,13 @@ class StepTracker:
         if self._runqueue is not None:
             self._runq0 = self._runqueue()
         self._emit(("start", now))
-        if self.on_begin is not None:
-            self.on_begin(self.step)
+        self._call_on_begin()
+
+    def _call_on_begin(self) -> None:
+        """``on_begin`` returns True when it did diag's own work (started a profiler window): the
+        run-queue delay that work met is not the step's, so the step's clock is read after it."""
+        if self.on_begin is not None and self.on_begin(self.step) and self._runqueue is not None:
+            self._runq0 = self._runqueue()
 
     def enter(self, phase: int, now: int) -> bool:
         """Open a region; False if untracked (no step started and this one cannot start it)."""
@@ -140,6 +146,14 @@ class StepTracker:
         """The training thread's cumulative run-queue delay (ns), ``None`` where unknown."""
         return None if self._runqueue is None else self._runqueue()
 
+    def discount_runqueue(self, since: int) -> None:
+        """diag's own work ran on the training thread since the run-queue clock read ``since``
+        (a profiler window's stop: four ranks' disables at once on a small host queue for CPUs):
+        the delay it met is left out of the step's ``cpu_wait_ns``, which says how long the
+        job's own work waited for a CPU."""
+        if self._runqueue is not None:
+            self.runq_own += max(0, self._runqueue() - since)
+
     def add_backward(self, loss: Any, grad_sync_ns: int) -> None:
         """Record one finished backward: its loss (float, a device tensor or None) and sync wait."""
         self._num_backward += 1
@@ -170,7 +184,7 @@ class StepTracker:
         runq_now = self._runq0 if self._runqueue is None else self._runqueue()
         # Only the delay outside collective waits: a thread woken when an all-reduce completes
         # may wait for a CPU before it runs on, and that time is already counted as wait.
-        runq = max(0, runq_now - self._runq0 - self.runq_in_wait)
+        runq = max(0, runq_now - self._runq0 - self.runq_in_wait - self.runq_own)
         self._emit(
             (
                 "step",
@@ -193,5 +207,4 @@ class StepTracker:
         self.step += 1
         self._reset(now)
         self._runq0 = runq_now
-        if self.on_begin is not None:
-            self.on_begin(self.step)
+        self._call_on_begin()

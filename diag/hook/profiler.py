@@ -144,22 +144,27 @@ class ProfilerWindows:
         self._cuda = False
 
     # ------------------------------------------------------------ boundaries
-    def step_begins(self, step: int) -> None:
-        """Step ``step`` begins now: start a window if one is due."""
+    def step_begins(self, step: int) -> bool:
+        """Step ``step`` begins now: start a window if one is due. True when this call did work
+        of diag's own (a window started or stopped): the step tracker then reads its run-queue
+        clock again, so the delay that work met is not counted as the step's."""
         try:
             if self.closing:
+                stopped = self.active is not None
                 self.close()
-                return
+                return stopped
             if self.inbox:
                 while self.inbox:
                     self.pending.append(self.inbox.popleft())
             if self.active is not None or self.busy:
-                return
+                return False
             plan = self._due(step)
             if plan is not None:
                 self._start(plan, step)
+                return True
         except Exception as exc:
             self.on_error(exc)
+        return False
 
     def step_ends(self, step: int) -> None:
         """Step ``step`` is about to end: stop the open window if this is its last step."""

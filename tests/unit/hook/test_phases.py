@@ -96,3 +96,35 @@ def test_run_queue_delay_inside_a_collective_wait_is_not_counted_twice() -> None
     t.end_step(5000)
     steps = [dict(zip(STEP_FIELDS, rec[1:], strict=True)) for rec in out if rec[0] == "step"]
     assert steps[0]["cpu_wait_ns"] == 300
+
+
+def test_run_queue_delay_during_diags_own_work_is_not_the_steps() -> None:
+    # A window's disable on four ranks at once on two cores queues each training thread for a
+    # CPU: diag's own cost, not contention on the job. Neither the stop (discounted by the hook
+    # core) nor a window's start (``on_begin`` returns True) counts in ``cpu_wait_ns``.
+    runq = [0]
+    starts: list[int] = []
+
+    def on_begin(step: int) -> bool:
+        starts.append(step)
+        if step == 1:  # a window starts here: it waits 400 ns for a CPU
+            runq[0] += 400
+            return True
+        return False
+
+    out: list[tuple[Any, ...]] = []
+    t = StepTracker(out.append, clock=lambda: 0, runqueue=lambda: runq[0], on_begin=on_begin)
+    t.enter(DATA, 0)  # step 0 begins
+    runq[0] += 50  # the job's own delay in step 0
+    t.end_step(1000)  # step 1 begins: the window's start waits 400 ns
+    runq[0] += 70  # the job's own delay in step 1
+    since = t.runqueue_now()
+    assert since is not None
+    runq[0] += 900  # the window's stop, at step 1's end: 900 ns in the run queue
+    t.discount_runqueue(since)
+    t.end_step(3000)
+    runq[0] += 20
+    t.end_step(4000)  # the next step counts its own delay only
+    steps = [dict(zip(STEP_FIELDS, rec[1:], strict=True)) for rec in out if rec[0] == "step"]
+    assert [s["cpu_wait_ns"] for s in steps] == [50, 70, 20]
+    assert starts == [0, 1, 2, 3]
