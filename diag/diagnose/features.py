@@ -284,7 +284,7 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
         {
             "rank": df["rank"].astype("int64"),
             "step": df["step"].astype("int64"),
-            "host": df["host"].astype(str),
+            "host": df["host"] if df["host"].dtype == "category" else df["host"].astype(str),
             "duration_ms": df["duration_ns"].astype(float) / _NS_PER_MS,
             "compute_ms": (df["compute_ns"].astype(float) - cpu_wait) / _NS_PER_MS,
             "cpu_wait_ms": cpu_wait / _NS_PER_MS,
@@ -356,7 +356,7 @@ def _ckpt(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(
         {
             "rank": df["rank"].astype("int64"),
-            "host": df["host"].astype(str),
+            "host": df["host"] if df["host"].dtype == "category" else df["host"].astype(str),
             "step": df["step"].astype("int64"),
             "op": df["op"].astype(str),
             "path": df["path"].astype(str),

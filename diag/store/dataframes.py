@@ -15,6 +15,11 @@ schema type        dtype        notes
 ``bool``           ``bool``
 =================  ===========  ==============================================================
 
+The label columns every kind repeats on each row (``source``, ``host``, ``job_id``: a few
+distinct values over millions of rows) are ``category`` in memory (a code per row and each
+distinct string once: at 16,384 ranks x 50 steps 49 of the step frame's 195 MiB were these
+three columns as strings) and plain strings on disk, so a part reads the same to any tool.
+
 Keeping NaN distinct from "missing" matters: a NaN loss is a finding, a missing loss is not. pandas
 turns NaN into ``<NA>`` when it builds a ``Float64`` column from Arrow, so :func:`table_to_frame`
 converts those columns itself.
@@ -35,6 +40,8 @@ from diag import schema
 
 _DTYPES = {int: "int64", float: "float64", str: "str", bool: "bool"}
 _NULLABLE = {int: "Int64", float: "Float64"}
+#: String fields kept as ``category`` in memory: each repeats a handful of values on every row.
+LABELS = frozenset({"source", "host", "job_id"})
 
 
 @cache
@@ -47,6 +54,8 @@ def dtypes(kind: str) -> dict[str, str]:
             continue
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         out[name] = _NULLABLE[args[0]] if args else _DTYPES[tp]
+        if name in LABELS and out[name] == "str":
+            out[name] = "category"
     order = [f.name for f in dataclasses.fields(cls)]
     return {name: out[name] for name in order}
 
@@ -82,6 +91,8 @@ def _column(dtype: str, values: Sequence[object]) -> pd.api.extensions.Extension
         return pd.array(values, dtype="Int64")
     if dtype == "str":
         return pd.array(values, dtype="str")
+    if dtype == "category":
+        return pd.Categorical(pd.array(values, dtype="str"))
     return np.asarray(values, dtype=dtype)
 
 
@@ -124,11 +135,17 @@ def conform(kind: str, df: pd.DataFrame) -> pd.DataFrame:
     for name, dtype in dtypes(kind).items():
         if name in df.columns:
             col = df[name]
-            out[name] = col if str(col.dtype) == dtype else col.astype(dtype)
+            out[name] = col if str(col.dtype) == dtype else _cast(col, dtype)
         else:
             default = _defaults(kind).get(name)
             out[name] = _column(dtype, [default] * len(df))
     return pd.DataFrame(out, index=df.index)
+
+
+def _cast(col: pd.Series, dtype: str) -> pd.Series:
+    if dtype == "category":  # categories are the values as strings, whatever the part held
+        return col.astype("str").astype("category")
+    return col.astype(dtype)
 
 
 def table_to_frame(kind: str, table: pa.Table) -> pd.DataFrame:
@@ -144,5 +161,8 @@ def table_to_frame(kind: str, table: pa.Table) -> pd.DataFrame:
 
 
 def frame_to_table(kind: str, df: pd.DataFrame) -> pa.Table:
-    """The Arrow table written to a Parquet part for a frame of ``kind``."""
-    return pa.Table.from_pandas(conform(kind, df), preserve_index=False)
+    """The Arrow table written to a Parquet part for a frame of ``kind``: label columns as
+    plain strings (Parquet dictionary-encodes them on its own), as every part was written."""
+    df = conform(kind, df)
+    labels = {name: df[name].astype("str") for name in df.columns if df[name].dtype == "category"}
+    return pa.Table.from_pandas(df.assign(**labels) if labels else df, preserve_index=False)

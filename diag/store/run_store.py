@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -162,6 +163,8 @@ class RunStore:
         only once it is in place: if writing fails, the rest stays buffered for the next flush.
         """
         written: list[Path] = []
+        # a live pass's merge of the cached and the buffered rows is the cache after this flush
+        merged = {k: f for k, (v, f) in self._merged.items() if v == self._version}
         self._version += 1
         self._merged.clear()
         for kind in sorted(self._buffer):
@@ -172,9 +175,19 @@ class RunStore:
             del self._buffer[kind]
             written.append(path)
             if kind in self._cached:
-                self._cached[kind] = _concat([self._cached[kind], df])
                 self._loaded[kind].add(path.name)
-                self._clean.discard(kind)
+                if kind in self._clean or not len(self._cached[kind]):  # stays clean: new
+                    # rows after the stored ones are only sorted among themselves (a full
+                    # dedup and sort of 6.5 M step rows at 131,072 ranks after every flush was
+                    # the live triage's biggest copy)
+                    done = merged.get(kind)
+                    if done is None:
+                        done = self._merge(kind, self._cached[kind], df)
+                    self._cached[kind] = done
+                    self._clean.add(kind)
+                    self._max_seq.pop(kind, None)
+                else:
+                    self._cached[kind] = _concat([self._cached[kind], df])
         if written:
             release_free_memory()  # the buffers and the old cached frames just freed
         return written
@@ -300,10 +313,10 @@ class RunStore:
         if seen is None:
             seen = stored.groupby("source", sort=False)["seq"].max()
             self._max_seq[kind] = seen
-        before = buf["source"].map(seen)
+        before = buf["source"].map(seen).astype("float64")  # NaN: a source not stored yet
         if bool((before.notna() & (buf["seq"] <= before)).any()):
             return _unique_sorted(_concat([stored, buf]))
-        return pd.concat([stored, buf], ignore_index=True)
+        return _concat([stored, buf])
 
     def _stored_frame(self, kind: str) -> pd.DataFrame:
         loaded = self._loaded.setdefault(kind, set())
@@ -388,4 +401,31 @@ def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
         return parts[0] if parts else pd.DataFrame()
     if len(nonempty) == 1:
         return nonempty[0]
-    return pd.concat(nonempty, ignore_index=True)
+    return pd.concat(_common_categories(nonempty), ignore_index=True)
+
+
+def _common_categories(parts: list[pd.DataFrame]) -> list[pd.DataFrame]:
+    """``parts`` with each categorical column on the sorted union of its categories:
+    ``pd.concat`` of categoricals that differ gives a column of Python objects (a label column
+    of a live run gains a category with every new rank or host), and sorted categories keep a
+    sort on the column in the strings' order."""
+    first = parts[0]
+    fix = {}
+    for name in first.columns:
+        if first[name].dtype != "category":
+            continue
+        cats = [p[name].cat.categories for p in parts if name in p and p[name].dtype == "category"]
+        if len(cats) == len(parts) and all(c.equals(cats[0]) for c in cats[1:]):
+            continue
+        fix[name] = pd.Index(np.unique(np.concatenate([np.asarray(c, dtype=object) for c in cats])))
+    if not fix:
+        return parts
+    out = []
+    for p in parts:
+        cols = {
+            name: p[name].cat.set_categories(union)
+            for name, union in fix.items()
+            if name in p and p[name].dtype == "category"
+        }
+        out.append(p.assign(**cols))
+    return out

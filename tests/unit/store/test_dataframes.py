@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -23,7 +24,9 @@ def test_empty_frame_has_every_field_as_a_column(kind: str) -> None:
 
 def test_dtypes_follow_the_schema_types() -> None:
     d = frames.dtypes("gpu")
-    assert d["ts_ns"] == "int64" and d["host"] == "str"
+    assert d["ts_ns"] == "int64" and d["host"] == "category"  # a label column
+    assert frames.dtypes("step")["source"] == "category"
+    assert frames.dtypes("kernel")["name"] == "str"
     assert d["sm_clock_mhz"] == "Int64" and d["util_pct"] == "Float64"
     assert frames.dtypes("host")["cpu_busy_pct"] == "float64"
     assert frames.dtypes("checkpoint")["ok"] == "bool"
@@ -58,3 +61,20 @@ def test_a_part_missing_a_newer_column_is_filled_with_the_default() -> None:
 def test_mixing_kinds_is_a_type_error() -> None:
     with pytest.raises(TypeError):
         frames.events_to_frame("step", [Source().collective(0)])
+
+
+def test_label_columns_are_categories_in_memory_and_strings_on_disk(tmp_path: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    evs = [Source(rank=r, host=f"h{r % 2}").step(s) for r in (3, 1, 2) for s in range(2)]
+    df = frames.events_to_frame("step", evs)
+    assert df["host"].dtype == "category"
+    assert list(df["host"].cat.categories) == ["h0", "h1"]  # sorted: sorts follow the strings
+    pq.write_table(frames.frame_to_table("step", df), tmp_path / "p.parquet")
+    table = pq.read_table(tmp_path / "p.parquet")
+    host = table.schema.field("host").type  # plain strings, as parts always held: any tool
+    assert pa.types.is_large_string(host) or pa.types.is_string(host)
+    back = frames.table_to_frame("step", table)
+    assert back["host"].dtype == "category"
+    pd.testing.assert_frame_equal(back, df)

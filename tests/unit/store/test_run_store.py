@@ -280,3 +280,31 @@ def _expected(sent: list[StepEvent]) -> list[tuple[str, int]]:
     for ev in sent:
         seen.setdefault((ev.source, ev.seq), (ev.ts_ns, ev.source, ev.seq))
     return [(s, q) for _, s, q in sorted(seen.values())]
+
+
+def test_a_flush_of_newer_rows_keeps_the_cached_frame_sorted_without_sorting_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from diag.store import run_store
+
+    store = RunStore.create(tmp_path)
+    srcs = [Source(rank=r, host=f"h{r}") for r in range(3)]
+    store.append([s.step(i) for i in range(4) for s in srcs])
+    store.flush()
+    assert len(store.frame("step")) == 12  # read and sorted once
+    sorted_rows: list[int] = []
+    real = run_store._unique_sorted
+    monkeypatch.setattr(
+        run_store, "_unique_sorted", lambda df: sorted_rows.append(len(df)) or real(df)
+    )
+    late = Source(rank=3, host="h3")  # a new rank (a new category) with the newer rows
+    store.append([s.step(i) for i in range(4, 6) for s in [*srcs, late]])
+    store.flush()
+    store.append([s.step(6) for s in srcs])
+    store.flush()
+    df = store.frame("step")
+    assert max(sorted_rows) <= 8  # the new rows only, never the whole frame again
+    assert len(df) == 12 + 8 + 3 and df["host"].dtype == "category"
+    monkeypatch.setattr(run_store, "_unique_sorted", real)
+    assert keys(df) == keys(RunStore.open(tmp_path).frame("step"))  # as a fresh reader has it
+    assert df["ts_ns"].is_monotonic_increasing
