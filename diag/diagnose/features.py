@@ -308,8 +308,20 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
             )
             out.loc[timed, "wait_ms"] = wait
             out.loc[timed, "compute_ms"] = compute
-    out = out.drop_duplicates(subset=["rank", "step"], keep="last")
-    return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+    return _last_per_step_rank(out)
+
+
+def _last_per_step_rank(out: pd.DataFrame) -> pd.DataFrame:
+    """``out``'s last row of each (step, rank) in frame order, sorted by (step, rank): what
+    ``drop_duplicates(["rank", "step"], keep="last").sort_values(["step", "rank"])`` gives, with
+    one copy of the frame instead of two (at 131,072 ranks the step table is ~600 MB)."""
+    step = out["step"].to_numpy(dtype=np.int64)
+    rank = out["rank"].to_numpy(dtype=np.int64)
+    order = np.lexsort((rank, step))  # stable: equal keys keep frame order
+    s, r = step[order], rank[order]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = (s[1:] != s[:-1]) | (r[1:] != r[:-1])
+    return out.take(order[last]).reset_index(drop=True)
 
 
 def device_split(

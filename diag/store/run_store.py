@@ -19,11 +19,13 @@ serializes access to it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -154,7 +156,19 @@ class RunStore:
         chunks = self._buffer.get(kind)
         if not chunks:
             return None
-        return _concat([_chunk_frame(kind, c) for c in chunks])
+        # consecutive chunks of one form joined first: one frame per run of them, so a label
+        # column is categorized once per flush (per 4,096-row batch it was 9 of 34 s of a
+        # flush at 32,768 ranks, and concatenating 400 frames' categories 7 more)
+        frames = []
+        for is_events, run in itertools.groupby(chunks, key=lambda c: isinstance(c, list)):
+            group = list(run)
+            if is_events:
+                events = [ev for c in group if isinstance(c, list) for ev in c]
+                frames.append(dataframes.events_to_frame(kind, events))
+            else:
+                blocks = [c for c in group if not isinstance(c, list)]
+                frames.append(dataframes.columns_to_frame(kind, _join_columns(blocks)))
+        return _concat(frames)
 
     def flush(self) -> list[Path]:
         """Write one part per kind with buffered rows; returns the new part files.
@@ -383,10 +397,21 @@ def _chunk_len(chunk: Chunk) -> int:
     return len(next(iter(chunk.values()), ()))
 
 
-def _chunk_frame(kind: str, chunk: Chunk) -> pd.DataFrame:
-    if isinstance(chunk, list):
-        return dataframes.events_to_frame(kind, chunk)
-    return dataframes.columns_to_frame(kind, chunk)
+def _join_columns(
+    chunks: list[Mapping[str, Sequence[object]]],
+) -> Mapping[str, Sequence[object]]:
+    """Column chunks (field -> values) as one: arrays concatenated, other sequences chained."""
+    if len(chunks) == 1:
+        return chunks[0]
+    out: dict[str, Sequence[object]] = {}
+    for name in chunks[0]:
+        parts = [c[name] for c in chunks]
+        arrays = [p for p in parts if isinstance(p, np.ndarray)]
+        if len(arrays) == len(parts):
+            out[name] = cast(Sequence[object], np.concatenate(cast(list[np.ndarray], arrays)))
+        else:
+            out[name] = [v for p in parts for v in p]
+    return out
 
 
 def _unique_sorted(df: pd.DataFrame) -> pd.DataFrame:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -189,3 +190,23 @@ def test_peer_median_is_the_median_of_the_other_ranks(values: np.ndarray) -> Non
         for j in range(len(row)):
             want = np.median(np.delete(row, j))
             assert (np.isnan(want) and np.isnan(got[i, j])) or got[i, j] == want, (i, j)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 3), st.floats(0, 100)), min_size=0, max_size=40
+    )
+)
+def test_last_row_per_step_and_rank_is_pandas_dedup_then_sort(rows: list) -> None:
+    from diag.diagnose.features import _last_per_step_rank
+
+    df = pd.DataFrame(rows, columns=["step", "rank", "v"]).astype(
+        {"step": "int64", "rank": "int64"}
+    )
+    want = (
+        df.drop_duplicates(subset=["rank", "step"], keep="last")
+        .sort_values(["step", "rank"], kind="stable")
+        .reset_index(drop=True)
+    )
+    pd.testing.assert_frame_equal(_last_per_step_rank(df), want)
