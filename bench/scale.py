@@ -31,6 +31,14 @@ encoding: the node pays it). Then, on the last wire's store, it times:
 - whether the injected culprits are named: the top-ranked finding is one of them (top-1), and
   each culprit appears in some finding (the slow host as one whole-host finding).
 
+Before the world sizes, what one rank-step costs on the wire to the analyzer as the daemon ships
+it today, for a job whose ranks issue ``--collectives-per-step`` collectives a step (an FSDP-like
+mix: all-gathers and reduce-scatters in an 8-rank shard group, all-reduces across replicas, a few
+p2p sends): one host's 8 ranks for 10 steps, every Flight Recorder entry a ``CollectiveEvent``
+beside the ``StepEvent``, encoded as column blocks in batches of the daemon's
+``batch_max_events``: events and bytes per rank-step, and what that is at 131,072 ranks and one
+step a second (the reason node-side summaries are wanted, issue 17).
+
 Each world size runs in its own child process so each peak RSS is its own. Everything runs in one
 Python thread, so on one core. Measured numbers only, no asserts. The goal this measures against:
 an analysis window over 16,384 ranks in <= 5 s on one core.
@@ -275,6 +283,7 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         for name, detect in DETECTORS.items():
             _, det[name] = timed(detect, features, DEFAULT_CONFIGS[name])
         res["detectors_s"] = det
+        del features  # the analyzer holds none between passes: nor does the bench
         _, res["summarize_s"] = timed(summarize, core.store)
         res["analysis_s"] = res["features_s"] + sum(det.values())
 
@@ -300,6 +309,106 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         res.update(culprits(list(triage.findings), win))
         core.close()
     return res
+
+
+def shipped_per_rank_step(collectives: int, steps: int = 10) -> dict:
+    """Events and bytes per rank-step on the daemon -> analyzer wire (column blocks)."""
+    from diag.config import DaemonConfig
+
+    max_events = DaemonConfig().batch_max_events
+    ranks = RANKS_PER_HOST
+    per_kind = {"step": [0, 0], "collective": [0, 0]}  # kind -> [events, bytes]
+    seq = [0] * ranks
+    coll_seq = 0
+    mix = ("_allgather_base", "_reduce_scatter_base", "allreduce", "send")
+    for step in range(steps):
+        t = T0 + step * 50 * MS
+        for kind in per_kind:
+            events: list = []
+            for r in range(ranks):
+                common = dict(
+                    host=host_of(r),
+                    rank=r,
+                    local_rank=r,
+                    job_id="scale",
+                    source=f"{host_of(r)}/rank{r}/{1000 + r}",
+                )
+                if kind == "step":
+                    events.append(
+                        schema.StepEvent(
+                            ts_ns=t + 50 * MS,
+                            seq=seq[r],
+                            step=step,
+                            start_ns=t,
+                            end_ns=t + 50 * MS,
+                            duration_ns=50 * MS,
+                            data_wait_ns=2 * MS,
+                            forward_ns=15 * MS,
+                            backward_ns=28 * MS,
+                            optimizer_ns=5 * MS,
+                            compute_ns=40 * MS,
+                            collective_wait_ns=8 * MS,
+                            loss=2.5,
+                            num_backward=1,
+                            num_collectives=collectives,
+                            cpu_wait_ns=100_000,
+                            **common,
+                        )
+                    )
+                    seq[r] += 1
+                    continue
+                for i in range(collectives):
+                    op = mix[0 if i % 25 < 12 else 1 if i % 25 < 24 else 2 if i % 50 == 24 else 3]
+                    shard = op != "allreduce"
+                    start = t + i * 200_000
+                    events.append(
+                        schema.CollectiveEvent(
+                            ts_ns=start + 150_000,
+                            seq=seq[r],
+                            step=step,
+                            op=op,
+                            pg_name="1" if shard else "2",
+                            pg_desc="fsdp_shard" if shard else "replicate",
+                            pg_size=8 if shard else 16384,
+                            seq_id=coll_seq + i,
+                            p2p_seq_id=i if op == "send" else -1,
+                            is_p2p=op == "send",
+                            num_bytes=33_554_432,
+                            dtype="BFloat16",
+                            enqueue_ns=start - 20_000,
+                            start_ns=start,
+                            end_ns=start + 150_000,
+                            duration_ns=150_000,
+                            state="completed",
+                            origin="fr",
+                            **common,
+                        )
+                    )
+                    seq[r] += 1
+            for i in range(0, len(events), max_events):
+                batch = codec.batch_to_proto(events[i : i + max_events], sender="d", sent_ns=t)
+                per_kind[kind][0] += len(events[i : i + max_events])
+                per_kind[kind][1] += codec.with_columns(batch).ByteSize()
+        coll_seq += collectives
+    rank_steps = ranks * steps
+    out = {
+        k: {"events": v[0] / rank_steps, "bytes": v[1] / rank_steps} for k, v in per_kind.items()
+    }
+    out["collectives_per_step"] = collectives
+    return out
+
+
+def report_shipped(s: dict) -> None:
+    events = s["step"]["events"] + s["collective"]["events"]
+    size = s["step"]["bytes"] + s["collective"]["bytes"]
+    fleet = 131_072
+    print(
+        f"shipped to the analyzer per rank-step, {s['collectives_per_step']} collectives a step: "
+        f"{events:,.0f} events, {size:,.0f} B (the step event {s['step']['bytes']:,.0f} B, the "
+        f"collectives {s['collective']['bytes']:,.0f} B); at {fleet:,} ranks and one step a "
+        f"second: {events * fleet / 1e6:,.1f} M events/s, {size * fleet / 1e6:,.0f} MB/s (steps "
+        f"alone: {fleet / 1e6:,.2f} M events/s, {s['step']['bytes'] * fleet / 1e6:,.1f} MB/s)"
+    )
 
 
 def report(r: dict) -> None:
@@ -370,6 +479,12 @@ def main() -> None:
         help="how batches travel, each ingested in turn (one event per row, or column blocks as "
         "a daemon sends them to an analyzer of schema >= 1.13); triage runs on the last",
     )
+    ap.add_argument(
+        "--collectives-per-step",
+        type=int,
+        default=200,
+        help="the wire figure: collectives per rank-step (0: skip it)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object per world size")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -380,6 +495,9 @@ def main() -> None:
         "one Python process per world size, single-threaded (one core); "
         f"python {sys.version.split()[0]}"
     )
+    if args.collectives_per_step > 0:
+        shipped = shipped_per_rank_step(args.collectives_per_step)
+        print(json.dumps({"shipped": shipped})) if args.json else report_shipped(shipped)
     for ranks in args.ranks:
         cmd = [sys.executable, __file__, "--child", "--ranks", str(ranks)]
         for opt in ("steps", "batch", "flush_every", "seed", "host_extra", "rank_extra"):
