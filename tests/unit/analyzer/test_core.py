@@ -295,3 +295,22 @@ def test_the_wal_keeps_the_received_bytes_when_every_event_is_new(tmp_path: Path
     raw = sent.SerializeToString()
     assert core.ingest(sent, raw) == IngestResult(2, 0)
     assert [p for path in wal_paths(core.store.wal_dir) for p in read_wal(path).payloads] == [raw]
+
+
+def test_a_triage_pass_flushes_first_and_holds_no_second_copy_of_a_frame(
+    tmp_path: Path,
+) -> None:
+    # A snapshot with rows buffered merges them into a whole new copy of each kind's frame,
+    # held through the pass beside the store's: the pass flushes first, and reads one copy.
+    core = _core(tmp_path)
+    srcs = [Source(rank=r, host=f"h{r}") for r in range(4)]
+    core.ingest(batch([s.step(i) for i in range(6) for s in srcs]))
+    core.flush()
+    stored = core.store.frame("step")  # cached and sorted
+    core.ingest(batch([s.step(6) for s in srcs]))  # one more step, buffered
+    assert core.store.num_buffered == 4
+    core.triage()
+    assert core.store.num_buffered == 0 and wal_paths(core.store.wal_dir) == []
+    assert _on_disk(tmp_path) == Counter({(s.name, i): 1 for s in srcs for i in range(7)})
+    assert len(core.store.frame("step")) == len(stored) + 4
+    core.close()
