@@ -511,6 +511,7 @@ class AnalyzerCore:
                 self._flush_locked()
             except OSError as exc:  # the rows stay buffered; the pass reads them merged
                 log.warning("flush before a triage pass failed: %s", exc)
+            self.store.fold()  # the flushed rows into the cache: one copy held through the pass
             snap = self.store.snapshot()
             taken = self.screen.take()
         self.screen.mark(taken)  # what the screen knew of the rows this pass reads

@@ -311,6 +311,7 @@ def test_a_triage_pass_flushes_first_and_holds_no_second_copy_of_a_frame(
     assert core.store.num_buffered == 4
     core.triage()
     assert core.store.num_buffered == 0 and wal_paths(core.store.wal_dir) == []
+    assert not core.store._tails  # folded under the lock, before the snapshot
     assert _on_disk(tmp_path) == Counter({(s.name, i): 1 for s in srcs for i in range(7)})
     assert len(core.store.frame("step")) == len(stored) + 4
     core.close()

@@ -298,13 +298,57 @@ def test_a_flush_of_newer_rows_keeps_the_cached_frame_sorted_without_sorting_it_
         run_store, "_unique_sorted", lambda df: sorted_rows.append(len(df)) or real(df)
     )
     late = Source(rank=3, host="h3")  # a new rank (a new category) with the newer rows
+    cached = store._cached["step"]
     store.append([s.step(i) for i in range(4, 6) for s in [*srcs, late]])
     store.flush()
     store.append([s.step(6) for s in srcs])
     store.flush()
-    df = store.frame("step")
-    assert max(sorted_rows) <= 8  # the new rows only, never the whole frame again
+    assert store._cached["step"] is cached  # a flush copies nothing of what is cached
+    df = store.frame("step")  # folds both flushes' rows in, once
+    assert max(sorted_rows) <= 8  # each flush's rows alone, never the whole frame again
     assert len(df) == 12 + 8 + 3 and df["host"].dtype == "category"
     monkeypatch.setattr(run_store, "_unique_sorted", real)
     assert keys(df) == keys(RunStore.open(tmp_path).frame("step"))  # as a fresh reader has it
     assert df["ts_ns"].is_monotonic_increasing
+
+
+def test_a_snapshot_folds_the_flushed_rows_and_the_store_adopts_them_unless_it_flushed_since(
+    tmp_path: Path,
+) -> None:
+    store = RunStore.create(tmp_path)
+    a, b = Source(rank=0), Source(rank=1)
+    store.append([s.step(i) for i in range(3) for s in (a, b)])
+    store.flush()
+    store.frame("step")  # cached
+    store.append([s.step(3) for s in (a, b)])
+    store.flush()  # kept aside, not folded yet
+    snap = store.snapshot()
+    want = [(s.name, i) for i in range(4) for s in (a, b)]
+    assert sorted(keys(snap.frame("step"))) == sorted(want)
+    store.adopt(snap)  # nothing flushed since: the store takes the folded frame
+    assert not store._tails and store._cached["step"] is snap._cached["step"]
+    snap2 = store.snapshot()
+    snap2.frame("step")
+    store.append([a.step(4)])
+    store.flush()  # flushed after snap2 was taken: snap2 lacks these rows, so no adopting
+    store.adopt(snap2)
+    assert sorted(keys(store.frame("step"))) == sorted([*want, (a.name, 4)])
+    assert keys(store.frame("step")) == keys(RunStore.open(tmp_path).frame("step"))
+
+
+def test_a_batch_flushed_twice_is_stored_once_when_the_flushes_are_folded_together(
+    tmp_path: Path,
+) -> None:
+    store = RunStore.create(tmp_path)
+    a, b = Source(rank=0), Source(rank=1)
+    store.append([s.step(i) for i in range(3) for s in (a, b)])
+    store.flush()
+    store.frame("step")
+    resent = [s.step(i) for i in range(3, 5) for s in (a, b)]
+    store.append(resent)
+    store.flush()
+    store.append(resent[2:] + [a.step(5)])  # a daemon's retry of a batch, then a new row
+    store.flush()
+    got = keys(store.frame("step"))
+    assert sorted(got) == sorted({(s.name, i) for i in range(5) for s in (a, b)} | {(a.name, 5)})
+    assert got == keys(RunStore.open(tmp_path).frame("step"))
