@@ -347,7 +347,7 @@ def test_a_batch_flushed_twice_is_stored_once_when_the_flushes_are_folded_togeth
     resent = [s.step(i) for i in range(3, 5) for s in (a, b)]
     store.append(resent)
     store.flush()
-    store.append(resent[2:] + [a.step(5)])  # a daemon's retry of a batch, then a new row
+    store.append([*resent[2:], a.step(5)])  # a daemon's retry of a batch, then a new row
     store.flush()
     got = keys(store.frame("step"))
     assert sorted(got) == sorted({(s.name, i) for i in range(5) for s in (a, b)} | {(a.name, 5)})
