@@ -214,3 +214,26 @@ def test_preempted_leaves_the_wait_its_own_demand_explains() -> None:
     # a rank's compute unknown (0): its class falls back on the median wait
     compute[3] = [0.0, 0.0]
     assert preempted(wait, windows, compute=compute).loc["a"].tolist() == [0.0, 15e6, 0.0, 0.0]
+
+
+def test_preemption_cannot_explain_away_an_operator_slow_in_its_median_call() -> None:
+    # Busy CI (a neighbour on rank 2's CPU): rank 2's injected operator took 15 ms a call
+    # against 0.1 ms on its peers, seven calls in the window, beside 60 ms of preemption
+    # beyond its demand there. A burst inflates a few calls, not the median one: at most the
+    # time above median x calls can be preemption, and the slow operator stands.
+    from diag.diagnose.detectors.kernel import _net_of_preemption
+
+    ms = 1e6
+    t = pd.DataFrame([[0.8 * ms, 0.6 * ms, 119.4 * ms, 0.6 * ms]], index=["w"], columns=range(4))
+    off = pd.DataFrame([[0.0, 0.0, 60 * ms, 0.0]], index=["w"], columns=range(4))
+    typical = pd.DataFrame(
+        [[0.7 * ms, 0.7 * ms, 104.7 * ms, 0.7 * ms]], index=["w"], columns=range(4)
+    )
+    assert _net_of_preemption(t, off, typical).loc["w", 2] == 104.7 * ms
+    assert pd.isna(_net_of_preemption(t, off.mul(2.5)).loc["w", 2])  # without the floor: unknown
+    # one preempted call of seven (its median call like its peers'): still the burst's, unknown
+    burst = t.copy()
+    burst.loc["w", 2] = 60 * ms
+    normal = typical.copy()
+    normal.loc["w", 2] = 0.7 * ms
+    assert pd.isna(_net_of_preemption(burst, off, normal).loc["w", 2])

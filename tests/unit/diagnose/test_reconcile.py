@@ -184,10 +184,13 @@ def _with_windows(
     slow: dict[str, float],
     at: int | tuple[int, ...],
     calls: dict[str, int] | None = None,
+    burst: tuple[str, ...] = (),
 ) -> Features:
     """``sc``'s run plus one-step profiler windows at steps 10, 30 and ``at`` on every rank:
     operator times ``times`` (ms, 10 calls each), on ``sc.slow_ranks`` multiplied by ``slow``
-    in the window at ``at`` (or each of several; their calls multiplied by ``calls``)."""
+    in the window at ``at`` (or each of several; their calls multiplied by ``calls``): in every
+    call alike, or for the operators in ``burst`` in one call (its median call unchanged: a
+    thread descheduled inside one call)."""
     from diag import schema
     from diag.store.run_store import RunStore
     from tests.fakes.events import MS, T0, Source
@@ -208,13 +211,15 @@ def _with_windows(
             )  # fmt: skip
             for name, ms in times.items():
                 n = 10
+                median = ms * MS / n
                 if step in slow_at and r in sc.slow_ranks:
                     ms *= slow.get(name, 1.0)
                     n *= (calls or {}).get(name, 1)
+                    median = median if name in burst else ms * MS / n
                 events.append(
                     schema.KernelSummary(
                         **src.env(end, step), window_id=wid, name=name, category="cpu_op",
-                        num_calls=n, total_ns=int(ms * MS), median_ns=int(ms * MS / n),
+                        num_calls=n, total_ns=int(ms * MS), median_ns=int(median),
                         max_ns=int(ms * MS / 5),
                     )
                 )  # fmt: skip
@@ -328,14 +333,16 @@ def test_a_rank_contended_by_an_outside_process_is_not_searched_for_a_kernel() -
 def test_an_operator_slow_where_the_rank_waited_for_a_cpu_is_preemption(tmp_path: Path) -> None:
     # busy CI (a neighbour process on the VM): rank 2 computed 1.32x its peers' time from step 17
     # and the one window after showed aten::addcdiv_ 27x their time, which "explained" it: its
-    # thread was descheduled inside the operator. Its run-queue delay in the window's step was as
-    # long: descheduled time is not the operator's, and the node finding stays.
+    # thread was descheduled inside the operator (in one of its calls: its median call as its
+    # peers'). Its run-queue delay in the window's step was as long: descheduled time is not
+    # the operator's, and the node finding stays.
     from diag.diagnose.detectors.registry import run_all
 
     ops = {**OPS, "aten::addcdiv_": 1.0}
     slow = {"aten::addcdiv_": 31.0}
     sc = Scenario(slow_ranks=(2,), onset_step=50, severity=0.2, run_queue=((2, 60, 30.0),))
-    findings = run_all(_with_windows(sc, tmp_path / "queued", ops, slow, at=60))
+    burst = ("aten::addcdiv_",)
+    findings = run_all(_with_windows(sc, tmp_path / "queued", ops, slow, at=60, burst=burst))
     top = findings[0]
     assert (top.cause, top.ranks) == ("node", (2,)), findings
     assert not [f for f in findings if f.cause == "kernel" and f.severity != "info"], findings
@@ -345,7 +352,7 @@ def test_an_operator_slow_where_the_rank_waited_for_a_cpu_is_preemption(tmp_path
     assert (top.cause, top.ranks, top.kernel) == ("kernel", (2,), "aten::addcdiv_")
     # a wait that covers part of it leaves the rest, and says what it took off
     sc = replace(sc, run_queue=((2, 60, 5.0),))
-    top = run_all(_with_windows(sc, tmp_path / "part", ops, slow, at=60))[0]
+    top = run_all(_with_windows(sc, tmp_path / "part", ops, slow, at=60, burst=burst))[0]
     assert (top.cause, top.kernel) == ("kernel", "aten::addcdiv_")
     (off,) = [e for e in top.evidence if e.metric == "preempted_ns"]
     assert off.value == pytest.approx(5e6, rel=0.01)
