@@ -195,8 +195,10 @@ class RunStore:
             written.append(path)
             if kind in self._cached:
                 self._loaded[kind].add(path.name)
-                done = merged.get(kind)  # the cache and exactly these rows, merged and sorted
-                if done is not None and not self._tails.get(kind):
+                # a current merge is the cache and exactly these rows, merged and sorted (no
+                # tails then: a read folds them before merging, and a flush bumps the version)
+                done = merged.get(kind)
+                if done is not None:
                     self._cached[kind] = done
                     self._clean.add(kind)
                     self._max_seq.pop(kind, None)
