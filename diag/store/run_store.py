@@ -302,8 +302,8 @@ class RunStore:
             raise InputError(f"unknown event kind {kind!r}")
         stored = self._stored_frame(kind)
         if kind not in self._clean:  # once per new part, not once per read
-            stored = _unique_sorted(stored)
-            self._cached[kind] = stored
+            del stored  # the cache's frame, handed on: freed column by column as it is sorted
+            stored = self._cached[kind] = _unique_sorted(self._cached.pop(kind))
             self._clean.add(kind)
             self._max_seq.pop(kind, None)
         if not self._buffer.get(kind):
@@ -312,35 +312,47 @@ class RunStore:
         if done is None or done[0] != self._version:
             buffered = self._buffered_frame(kind)
             assert buffered is not None
-            done = (self._version, self._merge(kind, stored, [buffered]))
+            done = (self._version, self._merge(kind, [stored, buffered]))
             self._merged[kind] = done
         return done[1].copy(deep=False)
 
-    def _merge(self, kind: str, stored: pd.DataFrame, chunks: list[pd.DataFrame]) -> pd.DataFrame:
-        """``stored`` (unique and sorted) and the rows of ``chunks`` as :meth:`frame` returns
-        them. Live, each chunk's rows are newer than the ones before it and new: then each is
-        sorted alone and they are put after one another in one concatenation (at 16k ranks a
-        pass re-sorted 800k step rows for 16k new ones; at 131k a fold of five flushes copied
-        the run four times); otherwise (a row as old as the ones before it, or a seq its source
-        already had: a resent batch) the whole is deduplicated and sorted."""
-        segs = [seg for seg in (_unique_sorted(c) for c in chunks) if len(seg)]
-        whole = [stored, *segs] if len(stored) else segs
+    def _merge(self, kind: str, parts: list[pd.DataFrame]) -> pd.DataFrame:
+        """The stored rows (``parts[0]``, unique and sorted) and the rows of the chunks after it
+        as :meth:`frame` returns them; consumes ``parts`` (emptied: a part the caller holds no
+        other reference to is freed as it is copied). Live, each chunk's rows are newer than
+        the ones before it and new: then each is sorted alone and they are put after one
+        another in one concatenation (at 16k ranks a pass re-sorted 800k step rows for 16k new
+        ones; at 131k a fold of five flushes copied the run four times); otherwise (a row as
+        old as the ones before it, or a seq its source already had: a resent batch) the whole
+        is deduplicated and sorted."""
+        stored = parts.pop(0)
+        segs = []
+        while parts:  # each chunk sorted (a copy) and let go of before the next
+            seg = _unique_sorted(parts.pop(0))
+            if len(seg):
+                segs.append(seg)
+        had_stored = len(stored) > 0
+        whole = [stored, *segs] if had_stored else segs
+        del segs
         if len(whole) <= 1:
             return whole[0] if whole else stored
-        seen = self._max_seq.get(kind) if len(stored) else None
+        del stored
+        seen = self._max_seq.get(kind) if had_stored else None
         if seen is None:
             seen = whole[0].groupby("source", sort=False)["seq"].max()
-            if len(stored):
+            if had_stored:
                 self._max_seq[kind] = seen
         for prev, seg in itertools.pairwise(whole):
             last = tuple(prev.iloc[-1][c] for c in _SORT)
             first = tuple(seg.iloc[0][c] for c in _SORT)
             before = seg["source"].map(seen).astype("float64")  # NaN: a source not seen yet
             if first <= last or bool((before.notna() & (seg["seq"] <= before)).any()):
+                del prev, seg
                 return _unique_sorted(_concat(whole))
             if seg is not whole[-1]:
                 newest = seg.groupby("source", sort=False)["seq"].max()
                 seen = pd.concat([seen, newest]).groupby(level=0).max()
+        del prev, seg
         return _concat(whole)
 
     def fold(self) -> None:
@@ -356,13 +368,14 @@ class RunStore:
         if not tails:
             return
         self._version += 1
-        head = self._cached[kind]
-        if kind in self._clean or not len(head):
-            self._cached[kind] = self._merge(kind, head, tails)  # unique and sorted
+        # the cached frame and the tails are handed on: freed column by column as they are copied
+        parts = [self._cached.pop(kind), *tails]
+        del tails
+        if kind in self._clean or not len(parts[0]):
+            self._cached[kind] = self._merge(kind, parts)  # unique and sorted
             self._clean.add(kind)
         else:
-            self._cached[kind] = _concat([head, *tails])
-        del tails, head  # the tails' rows are in the cache now: free them before returning
+            self._cached[kind] = _concat(parts)
         self._max_seq.pop(kind, None)
 
     def _stored_frame(self, kind: str) -> pd.DataFrame:
@@ -373,7 +386,10 @@ class RunStore:
             return self._cached[kind]
         self._version += 1
         self._clean.discard(kind)
-        parts = [self._cached.get(kind, dataframes.empty_frame(kind))]
+        # the cached frame is handed on to the concatenation (freed column by column)
+        parts = [self._cached.pop(kind, None)]
+        if parts[0] is None:
+            parts[0] = dataframes.empty_frame(kind)
         try:
             for path in new:
                 parts.append(read_part(kind, path))
@@ -449,42 +465,26 @@ def _join_columns(
 
 
 def _unique_sorted(df: pd.DataFrame) -> pd.DataFrame:
-    """``df``'s rows unique on (source, seq) (the first kept), sorted by (ts_ns, source, seq)."""
-    df = df.drop_duplicates(subset=_KEY, keep="first")
-    return df.sort_values(_SORT, kind="stable").reset_index(drop=True)
+    """``df``'s rows unique on (source, seq) (the first kept), sorted by (ts_ns, source, seq),
+    with a fresh index. The caller hands ``df`` on: when rows must move, each column is freed
+    as it is taken (no second copy of the whole frame); when none must, no copy is made."""
+    df = df.reset_index(drop=True)
+    keep = ~df.duplicated(subset=_KEY, keep="first").to_numpy(dtype=bool)
+    keys = df.loc[keep, _SORT] if not keep.all() else df[_SORT]
+    order = keys.sort_values(_SORT, kind="stable").index.to_numpy(dtype=np.int64)
+    del keys
+    if np.array_equal(order, np.arange(len(df))):
+        return df
+    return dataframes.take_rows(df, order)
 
 
 def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The parts' rows as one frame; consumes ``parts`` (:func:`dataframes.concat_frames`)."""
     nonempty = [p for p in parts if len(p)]
+    first = parts[0] if parts and not nonempty else None
+    parts.clear()
+    if first is not None:
+        return first
     if not nonempty:
-        return parts[0] if parts else pd.DataFrame()
-    if len(nonempty) == 1:
-        return nonempty[0]
-    return pd.concat(_common_categories(nonempty), ignore_index=True)
-
-
-def _common_categories(parts: list[pd.DataFrame]) -> list[pd.DataFrame]:
-    """``parts`` with each categorical column on the sorted union of its categories:
-    ``pd.concat`` of categoricals that differ gives a column of Python objects (a label column
-    of a live run gains a category with every new rank or host), and sorted categories keep a
-    sort on the column in the strings' order."""
-    first = parts[0]
-    fix = {}
-    for name in first.columns:
-        if first[name].dtype != "category":
-            continue
-        cats = [p[name].cat.categories for p in parts if name in p and p[name].dtype == "category"]
-        if len(cats) == len(parts) and all(c.equals(cats[0]) for c in cats[1:]):
-            continue
-        fix[name] = pd.Index(np.unique(np.concatenate([np.asarray(c, dtype=object) for c in cats])))
-    if not fix:
-        return parts
-    out = []
-    for p in parts:
-        cols = {
-            name: p[name].cat.set_categories(union)
-            for name, union in fix.items()
-            if name in p and p[name].dtype == "category"
-        }
-        out.append(p.assign(**cols))
-    return out
+        return pd.DataFrame()
+    return dataframes.concat_frames(nonempty)

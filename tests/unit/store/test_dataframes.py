@@ -78,3 +78,45 @@ def test_label_columns_are_categories_in_memory_and_strings_on_disk(tmp_path: An
     back = frames.table_to_frame("step", table)
     assert back["host"].dtype == "category"
     pd.testing.assert_frame_equal(back, df)
+
+
+def _parts(n_parts: int) -> list[pd.DataFrame]:
+    """Step frames of different hosts, sources and optional values (each its own categories)."""
+    out = []
+    for p in range(n_parts):
+        src = Source(rank=p, host=f"h{(p * 7) % 5}")
+        evs = [src.step(s, loss=None if s % 3 == 0 else s * 0.5) for s in range(p + 1)]
+        out.append(frames.events_to_frame("step", evs))
+    return out
+
+
+@pytest.mark.parametrize("n_parts", [1, 2, 5])
+def test_concat_frames_is_pd_concat_on_the_union_of_categories(n_parts: int) -> None:
+    parts = _parts(n_parts)
+    labels = ("host", "source", "job_id")
+    union = {c: sorted({v for p in parts for v in p[c].astype(str)}) for c in labels}
+    want = pd.concat(
+        [p.assign(**{c: p[c].cat.set_categories(union[c]) for c in labels}) for p in parts],
+        ignore_index=True,
+    )
+    work = list(parts)
+    got = frames.concat_frames(work)
+    assert work == []  # consumed: the caller's list holds no part any more
+    pd.testing.assert_frame_equal(got, want)
+    assert list(got["host"].cat.categories) == union["host"]
+
+
+def test_concat_frames_frees_each_part_column_by_column() -> None:
+    import weakref
+
+    parts = _parts(3)
+    seen = [weakref.ref(p) for p in parts]
+    frames.concat_frames(parts)
+    assert all(ref() is None for ref in seen)  # no part outlives the call
+
+
+def test_take_rows_is_take_with_a_fresh_index() -> None:
+    df = pd.concat(_parts(3), ignore_index=True)
+    order = pd.Series(range(len(df))).sample(frac=1.0, random_state=0).to_numpy()
+    want = df.take(order).reset_index(drop=True)
+    pd.testing.assert_frame_equal(frames.take_rows(df, order), want)
