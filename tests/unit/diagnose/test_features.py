@@ -192,21 +192,75 @@ def test_peer_median_is_the_median_of_the_other_ranks(values: np.ndarray) -> Non
             assert (np.isnan(want) and np.isnan(got[i, j])) or got[i, j] == want, (i, j)
 
 
-@settings(max_examples=60, deadline=None)
+def _steps_by_pandas(df: pd.DataFrame) -> pd.DataFrame:
+    """The steps table as pandas says it: every row converted, then the last per (rank, step)
+    kept and sorted (what ``_steps`` builds without a second copy of the frame)."""
+    from diag.diagnose.features import device_split
+
+    df = df[df["rank"] >= 0]
+    cpu_wait = df["cpu_wait_ns"].fillna(0).astype(float).clip(lower=0)
+    out = pd.DataFrame(
+        {
+            "rank": df["rank"].astype("int64"),
+            "step": df["step"].astype("int64"),
+            "host": df["host"],
+            "duration_ms": df["duration_ns"].astype(float) / 1e6,
+            "compute_ms": (df["compute_ns"].astype(float) - cpu_wait) / 1e6,
+            "cpu_wait_ms": cpu_wait / 1e6,
+            "wait_ms": df["collective_wait_ns"].astype(float) / 1e6,
+            "data_ms": df["data_wait_ns"].astype(float) / 1e6,
+            "ckpt_ms": df["checkpoint_ns"].astype(float) / 1e6,
+            "start_ns": df["start_ns"].astype("int64"),
+            "end_ns": df["end_ns"].astype("int64"),
+        },
+        columns=list(STEP_COLUMNS),
+    )
+    device = df["device_wait_ns"].astype("Float64")
+    timed = device.notna().to_numpy(dtype=bool)
+    if timed.any():
+        compute, wait = device_split(
+            out["duration_ms"].to_numpy(dtype=float)[timed],
+            out["data_ms"].to_numpy(dtype=float)[timed],
+            out["ckpt_ms"].to_numpy(dtype=float)[timed],
+            device.to_numpy(dtype=float, na_value=np.nan)[timed] / 1e6,
+        )
+        out.loc[timed, "wait_ms"] = wait
+        out.loc[timed, "compute_ms"] = compute
+    out = out.drop_duplicates(subset=["rank", "step"], keep="last")
+    return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+@settings(max_examples=80, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.integers(0, 4), st.integers(0, 3), st.floats(0, 100)), min_size=0, max_size=40
+        st.tuples(
+            st.integers(0, 4),  # step
+            st.integers(-1, 3),  # rank (-1: not a training rank's step)
+            st.integers(0, 10**9),  # compute_ns
+            st.integers(-5, 10**8),  # cpu_wait_ns (a negative one is clipped)
+            st.one_of(st.none(), st.integers(0, 10**8)),  # device_wait_ns
+            st.sampled_from(["h0", "h1", "h2"]),
+        ),
+        min_size=0,
+        max_size=40,
     )
 )
-def test_last_row_per_step_and_rank_is_pandas_dedup_then_sort(rows: list) -> None:
-    from diag.diagnose.features import _last_per_step_rank
+def test_steps_table_is_pandas_convert_dedup_then_sort(rows: list) -> None:
+    from diag.diagnose.features import _steps
+    from diag.store import dataframes
 
-    df = pd.DataFrame(rows, columns=["step", "rank", "v"]).astype(
-        {"step": "int64", "rank": "int64"}
-    )
-    want = (
-        df.drop_duplicates(subset=["rank", "step"], keep="last")
-        .sort_values(["step", "rank"], kind="stable")
-        .reset_index(drop=True)
-    )
-    pd.testing.assert_frame_equal(_last_per_step_rank(df), want)
+    n = len(rows)
+    cols: dict[str, list] = {name: [0] * n for name in dataframes.dtypes("step")}
+    for i, (step, rank, compute, cpu_wait, device, host) in enumerate(rows):
+        cols["step"][i], cols["rank"][i], cols["host"][i] = step, rank, host
+        cols["compute_ns"][i], cols["cpu_wait_ns"][i] = compute, cpu_wait
+        cols["duration_ns"][i] = compute + 3 * i
+        cols["collective_wait_ns"][i] = 2 * i
+        cols["start_ns"][i], cols["end_ns"][i] = 10 * i, 10 * i + 7
+        cols["device_wait_ns"][i] = device
+        cols["device_duration_ns"][i] = cols["device_compute_ns"][i] = None
+        cols["loss"][i] = None
+    for name in ("job_id", "source"):
+        cols[name] = ["j"] * n
+    df = dataframes.columns_to_frame("step", cols)
+    pd.testing.assert_frame_equal(_steps(df), _steps_by_pandas(df))
