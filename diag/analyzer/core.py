@@ -44,7 +44,7 @@ from diag.diagnose.triage import TriageResult, write_findings
 from diag.errors import Cancelled, InputError, SchemaError, TransportError
 from diag.findings import Finding
 from diag.proto import diag_pb2 as pb
-from diag.store.memory import release_free_memory, return_large_blocks
+from diag.store.memory import release_free_memory
 from diag.store.run_store import ANALYZER_LOCK, RunStore
 from diag.store.summary import RunSummary, summarize
 from diag.transport import codec
@@ -127,7 +127,6 @@ class AnalyzerCore:
         auto_capture: AutoCaptureConfig | None = None,
         screen: ScreenConfig | None = None,
     ) -> None:
-        return_large_blocks()  # a pass's transient frames go back to the system when freed
         self.store = store
         self.detectors = dict(detectors or {})
         self.clock = clock

@@ -8,15 +8,6 @@ big arrays land there once glibc's adaptive mmap threshold has grown). Measured 
 Arrow's pool released its unused pages, 455 MiB after ``malloc_trim``; the next pass's peak then
 starts from there. :func:`release_free_memory` does both; each is skipped where it is missing
 (another libc, an old pyarrow): only the resident size depends on it, never a result.
-
-Second, :func:`return_large_blocks` keeps glibc from holding large freed blocks at all: by
-default glibc serves a block over 128 KiB with its own mapping, given back on ``free``, but
-raises that threshold to the size of each such block freed (up to 32 MiB), so after the first
-frames come and go every column array of a big run lands in the heap, and a pass's transient
-copies stay resident after it. Fixed at 1 MiB, each array over it is mapped and unmapped on
-its own: measured with the same window at 32,768 ranks, a fold of the flushed rows into the
-cached step frame left 799 MiB resident (+144) with the dynamic threshold and 672 MiB (+14)
-with the fixed one.
 """
 
 from __future__ import annotations
@@ -49,26 +40,3 @@ def release_free_memory() -> None:
     if trim is not None:
         with contextlib.suppress(Exception):
             trim(0)
-
-
-#: glibc's ``mallopt`` parameter number of the mmap threshold (``M_MMAP_THRESHOLD``).
-_M_MMAP_THRESHOLD = -3
-LARGE_BLOCK_BYTES = 1 << 20
-
-
-@cache
-def return_large_blocks() -> bool:
-    """Serve every block over :data:`LARGE_BLOCK_BYTES` by its own mapping (returned to the
-    system when freed), once per process; False where the libc has no ``mallopt`` (not glibc)
-    or refuses. Only the resident size depends on it, never a result; never raises."""
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    try:
-        return bool(mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK_BYTES))
-    except Exception:
-        return False
