@@ -303,7 +303,11 @@ class RunStore:
         stored = self._stored_frame(kind)
         if kind not in self._clean:  # once per new part, not once per read
             del stored  # the cache's frame, handed on: freed column by column as it is sorted
-            stored = self._cached[kind] = _unique_sorted(self._cached.pop(kind))
+            try:
+                stored = self._cached[kind] = _unique_sorted(self._cached.pop(kind))
+            except BaseException:
+                self._forget(kind)
+                raise
             self._clean.add(kind)
             self._max_seq.pop(kind, None)
         if not self._buffer.get(kind):
@@ -371,12 +375,27 @@ class RunStore:
         # the cached frame and the tails are handed on: freed column by column as they are copied
         parts = [self._cached.pop(kind), *tails]
         del tails
-        if kind in self._clean or not len(parts[0]):
-            self._cached[kind] = self._merge(kind, parts)  # unique and sorted
-            self._clean.add(kind)
-        else:
-            self._cached[kind] = _concat(parts)
+        try:
+            if kind in self._clean or not len(parts[0]):
+                self._cached[kind] = self._merge(kind, parts)  # unique and sorted
+                self._clean.add(kind)
+            else:
+                self._cached[kind] = _concat(parts)
+        except BaseException:
+            self._forget(kind)
+            raise
         self._max_seq.pop(kind, None)
+
+    def _forget(self, kind: str) -> None:
+        """Drop what is cached of ``kind`` (a fold or sort that handed the cached frame on
+        failed, e.g. out of memory): every row of it is in a part on disk, and the next read
+        loads them all again."""
+        self._cached.pop(kind, None)
+        self._tails.pop(kind, None)
+        self._loaded.pop(kind, None)
+        self._clean.discard(kind)
+        self._max_seq.pop(kind, None)
+        self._version += 1
 
     def _stored_frame(self, kind: str) -> pd.DataFrame:
         self._fold(kind)  # the rows flushed since the last read, once

@@ -312,6 +312,31 @@ def test_a_flush_of_newer_rows_keeps_the_cached_frame_sorted_without_sorting_it_
     assert df["ts_ns"].is_monotonic_increasing
 
 
+def test_a_fold_that_fails_loses_no_row_the_next_read_loads_the_parts_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from diag.store import dataframes
+
+    store = RunStore.create(tmp_path)
+    srcs = [Source(rank=r) for r in range(2)]
+    store.append([s.step(i) for i in range(3) for s in srcs])
+    store.flush()
+    assert len(store.frame("step")) == 6
+    store.append([s.step(i) for i in range(3, 5) for s in srcs])
+    store.flush()  # kept aside, folded at the next read: the cached frame is handed on then
+    real = dataframes.concat_frames
+
+    def out_of_memory(parts: list) -> object:
+        raise MemoryError
+
+    monkeypatch.setattr(dataframes, "concat_frames", out_of_memory)
+    with pytest.raises(MemoryError):
+        store.frame("step")
+    monkeypatch.setattr(dataframes, "concat_frames", real)
+    df = store.frame("step")
+    assert len(df) == 10 and keys(df) == keys(RunStore.open(tmp_path).frame("step"))
+
+
 def test_a_snapshot_folds_the_flushed_rows_and_the_store_adopts_them_unless_it_flushed_since(
     tmp_path: Path,
 ) -> None:
