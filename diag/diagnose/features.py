@@ -307,18 +307,24 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
         copy=False,
     )
     if "device_wait_ns" in df:  # schema 1.11: the device's split wins where the hook has it
-        device = pd.Series(df["device_wait_ns"].array.take(idx)).astype("Float64")
-        timed = device.notna().to_numpy(dtype=bool)
-        if timed.any():
-            compute, wait = device_split(
-                out["duration_ms"].to_numpy(dtype=float)[timed],
-                out["data_ms"].to_numpy(dtype=float)[timed],
-                out["ckpt_ms"].to_numpy(dtype=float)[timed],
-                device.to_numpy(dtype=float, na_value=np.nan)[timed] / _NS_PER_MS,
-            )
-            out.loc[timed, "wait_ms"] = wait
-            out.loc[timed, "compute_ms"] = compute
+        with_device_split(out, pd.Series(df["device_wait_ns"].array.take(idx)))
     return out
+
+
+def with_device_split(steps: pd.DataFrame, device_wait_ns: pd.Series) -> None:
+    """Set ``compute_ms`` and ``wait_ms`` of ``steps`` (in place) from the device's timing
+    where the hook has it (``device_wait_ns``, one value or NA per row, in the rows' order)."""
+    device = device_wait_ns.astype("Float64")
+    timed = device.notna().to_numpy(dtype=bool)
+    if timed.any():
+        compute, wait = device_split(
+            steps["duration_ms"].to_numpy(dtype=float)[timed],
+            steps["data_ms"].to_numpy(dtype=float)[timed],
+            steps["ckpt_ms"].to_numpy(dtype=float)[timed],
+            device.to_numpy(dtype=float, na_value=np.nan)[timed] / _NS_PER_MS,
+        )
+        steps.loc[timed, "wait_ms"] = wait
+        steps.loc[timed, "compute_ms"] = compute
 
 
 def _last_positions(step: np.ndarray, rank: np.ndarray) -> np.ndarray:

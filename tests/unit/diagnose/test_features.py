@@ -195,7 +195,7 @@ def test_peer_median_is_the_median_of_the_other_ranks(values: np.ndarray) -> Non
 def _steps_by_pandas(df: pd.DataFrame) -> pd.DataFrame:
     """The steps table as pandas says it: every row converted, then the last per (rank, step)
     kept and sorted (what ``_steps`` builds without a second copy of the frame)."""
-    from diag.diagnose.features import device_split
+    from diag.diagnose.features import with_device_split
 
     df = df[df["rank"] >= 0]
     cpu_wait = df["cpu_wait_ns"].fillna(0).astype(float).clip(lower=0)
@@ -215,17 +215,7 @@ def _steps_by_pandas(df: pd.DataFrame) -> pd.DataFrame:
         },
         columns=list(STEP_COLUMNS),
     )
-    device = df["device_wait_ns"].astype("Float64")
-    timed = device.notna().to_numpy(dtype=bool)
-    if timed.any():
-        compute, wait = device_split(
-            out["duration_ms"].to_numpy(dtype=float)[timed],
-            out["data_ms"].to_numpy(dtype=float)[timed],
-            out["ckpt_ms"].to_numpy(dtype=float)[timed],
-            device.to_numpy(dtype=float, na_value=np.nan)[timed] / 1e6,
-        )
-        out.loc[timed, "wait_ms"] = wait
-        out.loc[timed, "compute_ms"] = compute
+    with_device_split(out, df["device_wait_ns"])  # row by row: the same before or after dedup
     out = out.drop_duplicates(subset=["rank", "step"], keep="last")
     return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
