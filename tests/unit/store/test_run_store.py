@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from diag.errors import InputError
@@ -377,3 +378,20 @@ def test_a_batch_flushed_twice_is_stored_once_when_the_flushes_are_folded_togeth
     got = keys(store.frame("step"))
     assert sorted(got) == sorted({(s.name, i) for i in range(5) for s in (a, b)} | {(a.name, 5)})
     assert got == keys(RunStore.open(tmp_path).frame("step"))
+
+
+def test_a_part_is_written_in_row_groups_and_reads_back_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    from diag.store import run_store
+
+    monkeypatch.setattr(run_store, "ROW_GROUP_ROWS", 4)
+    store = RunStore.create(tmp_path)
+    srcs = [Source(rank=r, host=f"h{r}") for r in range(3)]
+    store.append([s.step(i, loss=None if i == 2 else float(i)) for i in range(3) for s in srcs])
+    want = store.frame("step")
+    (part,) = store.flush()
+    assert pq.ParquetFile(part).metadata.num_row_groups == 3  # 9 rows, 4 per group
+    pd.testing.assert_frame_equal(RunStore.open(tmp_path).frame("step"), want)
