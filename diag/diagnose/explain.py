@@ -144,9 +144,12 @@ def fold(findings: list[Finding], cfg: ExplainConfig | None = None) -> list[Find
     return [absorb(f, into[f.id]) if f.id in into else f for f in findings if f.id not in folded]
 
 
-def absorb(a: Finding, echoes: list[Finding]) -> Finding:
-    """``a`` with ``echoes`` as evidence, at the most severe of their severities."""
+def absorb(a: Finding, echoes: list[Finding], *, keep_severity: bool = False) -> Finding:
+    """``a`` with ``echoes`` as evidence, at the most severe of their severities (at its own
+    with ``keep_severity``)."""
     level = max((a, *echoes), key=lambda f: SEVERITIES.index(f.severity)).severity
+    if keep_severity:
+        level = a.severity
     return replace(
         a,
         severity=level,

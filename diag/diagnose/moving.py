@@ -10,7 +10,9 @@ detector's finding (id ``node-...``, with an onset) whose ranks compute above th
 median (``>= min_ratio`` x it and ``>= min_excess_ms`` more; peers: the ranks of the same work
 class) in fewer than ``min_share`` of the steps from its onset to the end of the run is folded
 into the ``data-moving`` finding as evidence (:func:`diag.diagnose.explain.absorb`): one fault,
-one finding, with the cause the steps support.
+one finding, with the cause the steps support, at the most severe of their severities, except
+when the moving imbalance is only ``info`` because the hosts' CPUs are saturated (evidence
+``host_cpu_busy_pct``): then it keeps its own.
 
 A rank that *stalls* (the node detector's ``...-stalls`` finding,
 :mod:`~diag.diagnose.detectors.node_stall`, or ``...-stopped``, a rank the daemon found stopped)
@@ -37,6 +39,10 @@ from diag.diagnose.features import Features, peer_median
 from diag.findings import Finding
 
 MOVING_ID = "data-moving"
+#: Evidence of a moving imbalance found on hosts whose CPUs are saturated: it cannot tell uneven
+#: batches from ranks taking turns for CPU time, so it is only ``info``, and the echoes it takes
+#: in (by that same reading of the steps) do not raise it.
+SATURATED_CPU = "host_cpu_busy_pct"
 STALL_SUFFIX = "-stalls"
 #: node findings found by what is not a step share: stalls (above) and a rank found stopped
 NOT_ECHOES = (STALL_SUFFIX, "-stopped")
@@ -107,6 +113,14 @@ def fold(
     if not echoes:
         return findings
     gone = {f.id for f in echoes}
+    # On saturated hosts the moving imbalance says "uneven batches, or ranks taking turns for
+    # CPU time: check for contention first"; the ranks it takes in are read the same way, and
+    # a warning of theirs is no more data's than its own (a CI run beside a busy neighbour: a
+    # node echo from the neighbour's load raised the moving imbalance of three healthy ranks
+    # to a data warning next to the real slow loader).
+    keep = any(e.metric == SATURATED_CPU for e in moving.evidence)
     return [
-        explain.absorb(f, echoes) if f.id == MOVING_ID else f for f in findings if f.id not in gone
+        explain.absorb(f, echoes, keep_severity=keep) if f.id == MOVING_ID else f
+        for f in findings
+        if f.id not in gone
     ]

@@ -55,6 +55,7 @@ from diag.diagnose.features import (
     persistent_columns,
     quick_runs,
 )
+from diag.diagnose.moving import SATURATED_CPU
 from diag.findings import Evidence, Finding, job_cost_text
 
 
@@ -365,6 +366,21 @@ def _moving(
                     value=top_share,
                     reference=cfg.max_top_share,
                     note="share of imbalanced steps in which the most frequent rank is slowest",
+                ),
+                *(
+                    (
+                        Evidence(
+                            metric=SATURATED_CPU,
+                            subject="hosts",
+                            value=cpu_busy,
+                            reference=cfg.saturated_cpu_pct,
+                            unit="%",
+                            note="median CPU use of the job's hosts: ranks descheduled in turn "
+                            "look like uneven batches",
+                        ),
+                    )
+                    if saturated and cpu_busy is not None
+                    else ()
                 ),
             ),
         )

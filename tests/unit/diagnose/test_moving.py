@@ -3,6 +3,7 @@ in every step stays a node finding beside it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from diag.diagnose import moving
@@ -38,3 +39,35 @@ def test_a_rank_slow_in_every_step_stays_node(tmp_path: Path) -> None:
     assert moving.fold(findings, features) == findings
     # without a moving imbalance found, nothing is folded
     assert moving.fold(findings[:1], features) == findings[:1]
+
+
+def test_on_saturated_hosts_the_moving_imbalance_takes_in_echoes_at_its_own_info(
+    tmp_path: Path,
+) -> None:
+    # A CI run beside a busy neighbour: the node detector flagged a healthy rank the neighbour
+    # slowed in some steps, the moving imbalance (info: "the host CPUs are 99% busy, check for
+    # contention first") took it in and came out a data *warning* beside the real slow loader.
+    import numpy as np
+    import pandas as pd
+
+    from diag.diagnose.detectors.data import DataConfig, _moving
+
+    rng = np.random.default_rng(1)
+    base = 10.0 * (1 + 0.02 * rng.standard_normal((60, 4)))
+    drawn = np.eye(4)[rng.integers(0, 4, 60)] * 6.0  # one rank a step, drawn anew: +60%
+    compute = pd.DataFrame(base + drawn, columns=[0, 1, 2, 3])
+    job_step = pd.Series(40.0, index=compute.index)
+    (busy,) = _moving(compute, job_step, DataConfig(), cpu_busy=99.0)
+    (quiet,) = _moving(compute, job_step, DataConfig(), cpu_busy=40.0)
+    assert busy.severity == "info" and quiet.severity != "info"
+    assert [e.value for e in busy.evidence if e.metric == moving.SATURATED_CPU] == [99.0]
+    assert not [e for e in quiet.evidence if e.metric == moving.SATURATED_CPU]
+
+    run = Scenario(ranks=4, steps=100, moving_imbalance=0.5, seed=3)
+    features = Features.from_store(run.write(tmp_path))
+    node = _finding("node-rank2", "node", (2,), 40)  # an echo: slow in a quarter of its steps
+    (out,) = moving.fold([node, replace(busy, ranks=(0, 1, 3))], features)
+    assert out.id == "data-moving" and out.severity == "info"
+    assert [e.subject for e in out.evidence if e.metric == "explains"] == ["node-rank2"]
+    (loud,) = moving.fold([node, replace(quiet, ranks=(0, 1, 3))], features)
+    assert loud.severity == "warning"  # off saturated hosts an echo's warning is data's
