@@ -19,7 +19,11 @@ rows, the top finding's cause columns; a clean run's column is its top warning-o
 finding's cause, else ``none``), top-1 culprit and cause accuracy (overall, per cause, per
 severity), the median and p95 detection latency in steps after the onset per severity (right
 diagnoses with an onset only), warning-or-above findings on clean runs, and one line per failed
-case with its top finding. ``--json`` prints :meth:`diag.selftest.score.Summary.to_json` instead.
+case with its top finding. Each fault case's cost to the job is read back from its own step
+events (:mod:`diag.selftest.realized`: mean step from the onset on against the steps before):
+a fault that did not take (under a third of its share, or under 5%) is listed apart, right when
+diag stayed quiet or named it, and the accuracies are printed again over the faults that took.
+``--json`` prints :meth:`diag.selftest.score.Summary.to_json` instead.
 Measured numbers only, no asserts. The goals: top-1 culprit >= 95%, top-1 cause >= 90%, no
 warning-or-above finding on a clean run, median detection within 10 steps of the onset at
 severities >= 20% and within 50 steps at 10%.
@@ -46,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from diag.errors import DiagError
 from diag.findings import Finding
 from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case, suite
+from diag.selftest.realized import MIN_COST, achieved_cost
 from diag.selftest.score import NONE, Outcome, Summary, judge
 
 Runner = Callable[[Case, Path], tuple[Case, list[Finding]]]
@@ -89,15 +94,19 @@ def run_suite(
                     skipped.append(f"{case.name}: {exc}")
                 print(f"[{i}/{len(cases)}] skip {case.name}: {exc}", file=sys.stderr)
                 continue
-            outcome = judge(prepared, findings)
+            cost = None
+            if prepared.cause != CLEAN:  # what the fault cost the job, from its own steps
+                cost = achieved_cost(Path(tmp) / "run", prepared.onset_step)
+            outcome = judge(prepared, findings, cost)
             if keep is not None and (keep_all or not outcome.ok):
                 shutil.copytree(tmp, keep / case.name.replace("/", "_"), dirs_exist_ok=True)
         outcomes.append(outcome)
         if verbose:
             mark = "ok  " if outcome.ok else "FAIL"
+            paid = "" if outcome.cost is None else f", cost {100 * outcome.cost:.0f}%"
             print(
-                f"[{i}/{len(cases)}] {mark} {case.name} ({time.perf_counter() - start:.1f} s): "
-                f"{outcome.top}",
+                f"[{i}/{len(cases)}] {mark} {case.name} ({time.perf_counter() - start:.1f} s"
+                f"{paid}): {outcome.top}",
                 file=sys.stderr,
             )
     return Summary(tuple(outcomes))
@@ -173,8 +182,30 @@ def render(summary: Summary, causes: tuple[str, ...], severities: tuple[float, .
     failed = [o for o in summary.outcomes if not o.ok]
     lines.append("")
     lines.append(f"failed cases: {len(failed)}")
-    lines.extend(f"  {o.case.name}: {o.top}" for o in failed)
+    lines.extend(f"  {o.case.name}{_cost(o)}: {o.top}" for o in failed)
+    untaken = summary.untaken()
+    if untaken:
+        lines.append("")
+        lines.append(
+            f"faults that did not take (cost the job under a third of their share, or under "
+            f"{100 * MIN_COST:.0f}%): {len(untaken)}; right when diag stays quiet or names the "
+            f"fault: {sum(o.quiet_or_right for o in untaken)} of {len(untaken)}"
+        )
+        lines.extend(
+            f"  {o.case.name}{_cost(o)}: {'ok ' if o.quiet_or_right else 'WRONG '}{o.top}"
+            for o in untaken
+        )
+        taken = summary.taken()
+        culprit, exact, cause = _acc(taken.faults)
+        lines.append(
+            f"faults that took: {len(taken.faults)}: top-1 culprit {_pct(culprit)}, exact set "
+            f"{_pct(exact)}, cause {_pct(cause)}"
+        )
     return "\n".join(lines)
+
+
+def _cost(o: Outcome) -> str:
+    return "" if o.cost is None else f" (cost {100 * o.cost:.0f}%)"
 
 
 def _mechanisms(args: argparse.Namespace) -> dict[str, str] | None:
@@ -211,6 +242,14 @@ def render_split(summary: Summary) -> str:
         f"{_pct(summary.cause_accuracy()):>9}{len(summary.faults):>5}   median detection "
         f"{_num(med)} steps after onset"
     )
+    taken = summary.taken()
+    if len(taken.faults) < len(summary.faults):
+        lines.append(
+            f"{'faults that took':<24}{_pct(taken.culprit_accuracy()):>9}"
+            f"{_pct(taken.exact_set_accuracy()):>9}{_pct(taken.cause_accuracy()):>9}"
+            f"{len(taken.faults):>5}   (the others: right when quiet or right, "
+            f"{sum(o.quiet_or_right for o in summary.untaken())} of {len(summary.untaken())})"
+        )
     return "\n".join(lines)
 
 

@@ -15,6 +15,13 @@ The judged finding is the top-ranked one (``diag triage`` order). For a fault ca
 Each outcome carries its mechanism's split (:mod:`diag.selftest.mechanisms`: ``tune`` or
 ``heldout``), so a summary reports the held-out numbers apart.
 
+Each fault outcome also carries what the fault cost the job (:mod:`diag.selftest.realized`, when
+the caller read it back) and whether it *took*. A fault that did not take (a CPU hog the job's
+idle cores absorbed, a lossy link whose messages fit its queue) has nothing for a fail-slow
+detector to find: :meth:`Summary.taken` sums up the rest, and such a case is right when diag
+stays quiet or names the injected fault anyway (a warning-or-above finding that names anything
+else is wrong, as on a clean run).
+
 A clean case is right when no finding has severity warning or above; its "predicted cause" in the
 confusion matrix is the top warning-or-above finding's cause, else ``none``. A fault case with no
 finding at all predicts ``none``.
@@ -30,6 +37,7 @@ from typing import Any
 
 from diag.diagnose.coverage import FOREIGN_PROCESSES
 from diag.findings import Finding
+from diag.selftest import realized
 from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case
 from diag.selftest.mechanisms import split_of
 
@@ -49,6 +57,9 @@ class Outcome:
     latency: int | None  # steps from onset to detection, when known
     warnings: int  # findings of severity warning or above
     top: str  # one line: the top finding, for the report
+    cost: float | None = None  # what the fault cost the job's step (None: not read)
+    took: bool = True  # the fault cost enough to be found (diag.selftest.realized.took)
+    quiet_or_right: bool = True  # no warning-or-above finding other than a right one
 
     @property
     def ok(self) -> bool:
@@ -109,9 +120,10 @@ def the_machines(case: Case, f: Finding) -> bool:
     return any(e.metric == "host_process_cpu_pct" for e in f.evidence)
 
 
-def judge(case: Case, findings: Sequence[Finding]) -> Outcome:
+def judge(case: Case, findings: Sequence[Finding], cost: float | None = None) -> Outcome:
     """Score ``findings`` (ranked, as ``diag triage`` lists them) against ``case``; findings
-    about the machine's own load are left out (:func:`the_machines`)."""
+    about the machine's own load are left out (:func:`the_machines`). ``cost``: what the fault
+    cost the job's step, read back from the run (:func:`diag.selftest.realized.achieved_cost`)."""
     findings = [f for f in findings if not the_machines(case, f)]
     loud = [f for f in findings if f.severity != "info"]
     if case.cause == CLEAN:
@@ -128,10 +140,11 @@ def judge(case: Case, findings: Sequence[Finding]) -> Outcome:
         )
     split = split_of(case)
     top = findings[0] if findings else None
+    taken = realized.took(cost, case.severity)
     if top is None:
         return Outcome(
             case=case, predicted=NONE, culprit_ok=False, cause_ok=False, latency=None,
-            warnings=0, top=_line(None), split=split,
+            warnings=0, top=_line(None), split=split, cost=cost, took=taken,
         )  # fmt: skip
     culprit_ok = _culprit_ok(case, top)
     cause_ok = top.cause == case.cause
@@ -148,6 +161,9 @@ def judge(case: Case, findings: Sequence[Finding]) -> Outcome:
         top=_line(top),
         split=split,
         culprit_named=_culprit_named(case, top),
+        cost=cost,
+        took=taken,
+        quiet_or_right=all(f.cause == case.cause and _culprit_ok(case, f) for f in loud),
     )
 
 
@@ -174,6 +190,19 @@ class Summary:
         """The top finding names exactly the culprit set."""
         f = self.faults
         return sum(o.culprit_ok for o in f) / len(f) if f else None
+
+    def taken(self) -> Summary:
+        """The clean runs and the faults that took (each cost the job enough to be found)."""
+        return Summary(tuple(o for o in self.outcomes if o.case.cause == CLEAN or o.took))
+
+    def untaken(self) -> list[Outcome]:
+        """The faults that did not take: each is right when ``quiet_or_right``."""
+        return [o for o in self.faults if not o.took]
+
+    @staticmethod
+    def _untaken_json(o: Outcome) -> dict[str, Any]:
+        return {"case": o.case.name, "cost": o.cost, "quiet_or_right": o.quiet_or_right,
+                "top": o.top}  # fmt: skip
 
     def split(self, name: str) -> Summary:
         """The outcomes of one split (``tune`` or ``heldout``), clean runs included in ``tune``."""
@@ -238,6 +267,12 @@ class Summary:
             "clean_runs_with_warnings": sum(1 for o in self.cleans if o.warnings),
             "confusion": {k: dict(v) for k, v in self.confusion().items()},
             "failures": [{"case": o.case.name, "top": o.top} for o in self.outcomes if not o.ok],
+            "taken": {
+                name: _acc([o for o in self.faults if o.split == name and o.took])
+                for name in ("tune", "heldout")
+                if any(o.split == name and o.took for o in self.faults)
+            },
+            "untaken": [self._untaken_json(o) for o in self.untaken()],
         }
 
 

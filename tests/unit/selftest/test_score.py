@@ -54,3 +54,37 @@ def test_contention_with_no_process_outside_the_job_is_judged() -> None:
     named = Finding(**{**{f: getattr(quota, f) for f in quota.__dataclass_fields__},
                        "evidence": (quota.evidence[0], busy)})  # fmt: skip
     assert not judge(case, [named, moving]).ok
+
+
+def test_a_fault_that_did_not_take_is_right_when_diag_is_quiet_or_names_it() -> None:
+    """A fault that cost the job 2 % of its 30 % share has nothing to find: judged apart (not
+    a miss when diag says nothing), but a warning naming another rank is still wrong, and the
+    accuracies over the faults that took leave it out."""
+    from diag.findings import Finding
+    from diag.selftest.cases import Case
+    from diag.selftest.score import Summary, judge
+
+    case = Case(cause="node", severity=0.3, ranks=(1,), onset_step=30, mechanism="node.cpu_hog")
+    quiet = judge(case, [], cost=0.02)
+    assert not quiet.took and quiet.quiet_or_right and not quiet.ok
+    wrong = Finding(
+        id="node-rank2", symptom="slowdown", cause="node", severity="warning", ranks=(2,),
+        onset_step=31, detected_step=35, confidence=0.8, summary="rank 2 computes longer",
+    )  # fmt: skip
+    loud = judge(case, [wrong], cost=0.02)
+    assert not loud.took and not loud.quiet_or_right
+    right = Finding(
+        id="node-rank1", symptom="slowdown", cause="node", severity="warning", ranks=(1,),
+        onset_step=31, detected_step=35, confidence=0.8, summary="rank 1 computes longer",
+    )  # fmt: skip
+    taken = judge(case, [right], cost=0.25)
+    assert taken.took and taken.ok
+    unread = judge(case, [wrong])  # no cost read: counted as taken, judged as ever
+    assert unread.took and not unread.ok
+    summary = Summary((quiet, loud, taken, unread))
+    assert summary.culprit_accuracy() == 0.25
+    assert summary.taken().culprit_accuracy() == 0.5  # taken and unread
+    assert [o.quiet_or_right for o in summary.untaken()] == [True, False]
+    got = summary.to_json()
+    assert [u["quiet_or_right"] for u in got["untaken"]] == [True, False]
+    assert got["taken"]["heldout"]["n"] == 2
