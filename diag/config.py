@@ -175,6 +175,8 @@ def read_toml(path: str | Path, *, what: str) -> dict[str, Any]:
         raise InputError(f"{path} is not valid TOML: {exc}") from None
     except RecursionError:  # tomllib recurses per nested array or table
         raise InputError(f"{path} is not valid TOML: nested too deeply") from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise InputError(f"{path} is not valid TOML: {exc}") from None
 
 
 def field_types(hint: Any) -> tuple[type, ...]:

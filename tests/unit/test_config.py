@@ -52,6 +52,9 @@ def test_unreadable_or_invalid_files_are_input_errors(tmp_path: Path) -> None:
         load_config("hook", file=tmp_path / "missing.toml", env={})
     with pytest.raises(InputError, match=r"diag\.toml is not valid TOML"):
         load_config("hook", file=_toml(tmp_path, "[hook\n"), env={})
+    # an integer past Python's 4,300-digit limit: tomllib's own ValueError (found by fuzzing)
+    with pytest.raises(InputError, match=r"diag\.toml is not valid TOML: Exceeds the limit"):
+        load_config("hook", file=_toml(tmp_path, "[hook]\nhang_min_s = " + "9" * 5000), env={})
 
 
 def test_environment_strings_are_coerced_and_checked() -> None:
