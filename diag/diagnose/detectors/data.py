@@ -331,12 +331,24 @@ def _moving(
     # batches: say so, and do not raise it above info.
     saturated = cpu_busy is not None and cpu_busy >= cfg.saturated_cpu_pct
     level = "info" if saturated else severity(slowdown, cfg.warning, cfg.critical)
-    caveat = (
-        f"; but the host CPUs are {cpu_busy:.0f}% busy, so ranks taking turns for CPU time look "
-        "the same: check for contention first"
-        if saturated and cpu_busy is not None
-        else ""
-    )
+    caveat = ""
+    busy_evidence: tuple[Evidence, ...] = ()
+    if saturated and cpu_busy is not None:
+        caveat = (
+            f"; but the host CPUs are {cpu_busy:.0f}% busy, so ranks taking turns for CPU time "
+            "look the same: check for contention first"
+        )
+        busy_evidence = (
+            Evidence(
+                metric=SATURATED_CPU,
+                subject="hosts",
+                value=cpu_busy,
+                reference=cfg.saturated_cpu_pct,
+                unit="%",
+                note="median CPU use of the job's hosts: ranks descheduled in turn look like "
+                "uneven batches",
+            ),
+        )
     return [
         Finding(
             id="data-moving",
@@ -367,21 +379,7 @@ def _moving(
                     reference=cfg.max_top_share,
                     note="share of imbalanced steps in which the most frequent rank is slowest",
                 ),
-                *(
-                    (
-                        Evidence(
-                            metric=SATURATED_CPU,
-                            subject="hosts",
-                            value=cpu_busy,
-                            reference=cfg.saturated_cpu_pct,
-                            unit="%",
-                            note="median CPU use of the job's hosts: ranks descheduled in turn "
-                            "look like uneven batches",
-                        ),
-                    )
-                    if saturated and cpu_busy is not None
-                    else ()
-                ),
+                *busy_evidence,
             ),
         )
     ]
