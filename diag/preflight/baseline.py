@@ -9,6 +9,7 @@ and metrics not measured this time, stay. Only ``ok`` results are saved.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,35 @@ def load(path: Path | None) -> Baseline:
         return {}
     try:
         data = json.loads(path.read_text())
-        hosts = data["hosts"]
-        if data.get("version") != VERSION or not isinstance(hosts, dict):
+        if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
+            raise ValueError("no hosts table")
+        if data.get("version") != VERSION:
             raise ValueError(f"version {data.get('version')!r}")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path}: not a diag baseline file ({exc})") from exc
+        hosts = data["hosts"]
+        _check(hosts)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: not a diag baseline file ({exc})") from None
     return hosts
+
+
+def _check(hosts: dict[Any, Any]) -> None:
+    """Every entry as :func:`save` writes it, or ``ValueError`` naming the first that is not:
+    a judge reading a list where a device's table was, or a string where a value was, would
+    otherwise stop ``diag preflight`` with a traceback."""
+    for host, devices in hosts.items():
+        if not isinstance(devices, dict):
+            raise ValueError(f"host {host!r} is not a table of devices")
+        for device, entries in devices.items():
+            if not isinstance(entries, dict):
+                raise ValueError(f"{host!r} device {device!r} is not a table of metrics")
+            for name, entry in entries.items():
+                value = entry.get("value") if isinstance(entry, dict) else None
+                if (
+                    not isinstance(value, (int, float))
+                    or isinstance(value, bool)
+                    or not math.isfinite(value)
+                ):
+                    raise ValueError(f"{host!r} {device!r} {name!r} has no numeric value")
 
 
 def lookup(base: Baseline, host: str, result: ProbeResult) -> dict[str, Any] | None:

@@ -138,6 +138,29 @@ def _detector_config(data: bytes, scratch: Path) -> object:
     return load_detector_config(_write(scratch, "detectors.toml", data))
 
 
+def _preflight_baseline(data: bytes, scratch: Path) -> object:
+    """A baseline file (``diag preflight --baseline``), loaded and judged against results of
+    the devices and metrics it may hold, as ``diag preflight`` does."""
+    from diag.preflight import baseline
+    from diag.preflight.rules import judge
+    from probes.base import ProbeResult
+
+    base = baseline.load(_write(scratch, "baseline.json", data))
+    rows = [
+        ("h0", ProbeResult(probe=probe, device="cpu x", status="ok", metric=metric, value=1.0))
+        for probe, metric in (("gemm", "float32 8x8x8"), ("numerics", "digest"))
+    ]
+    return judge(rows, base)
+
+
+def _preflight_baseline_seed() -> bytes:
+    entries = {
+        "gemm/float32 8x8x8": {"value": 1.5, "unit": "TFLOP/s", "detail": ""},
+        "numerics/digest": {"value": 1.0, "unit": "", "detail": "ab12"},
+    }
+    return json.dumps({"version": 1, "hosts": {"h0": {"cpu x": entries}}}).encode()
+
+
 def _wal(data: bytes, scratch: Path) -> object:
     from diag.analyzer.wal import read_wal
 
@@ -310,6 +333,9 @@ TARGETS: dict[str, Callable[[], Target]] = {
     "analyzer_config": lambda: Target("analyzer_config", _config, (DiagError,), (_CONFIG_SEED,)),
     "detector_config": lambda: Target(
         "detector_config", _detector_config, (DiagError,), (b"[node]\nmin_ratio = 1.1\n",)
+    ),
+    "preflight_baseline": lambda: Target(
+        "preflight_baseline", _preflight_baseline, (DiagError,), (_preflight_baseline_seed(),)
     ),
     "wal": lambda: Target("wal", _wal, (DiagError,), (_wal_seed(),)),
     "spool_segment": lambda: Target("spool_segment", _spool, (DiagError,), (_spool_seed(),)),

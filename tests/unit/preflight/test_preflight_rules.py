@@ -82,3 +82,30 @@ def test_save_merges_and_bad_files_are_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         bl.load(path)
     assert bl.load(tmp_path / "absent.json") == {}
+
+
+@pytest.mark.parametrize(
+    ("hosts", "words"),
+    [
+        ({"h": []}, "host 'h' is not a table of devices"),
+        ({"h": {"cpu x": 3}}, "device 'cpu x' is not a table of metrics"),
+        ({"h": {"cpu x": {"gemm/float32 8x8x8": {"value": "fast"}}}}, "has no numeric value"),
+        ({"h": {"cpu x": {"gemm/float32 8x8x8": {"unit": "u"}}}}, "has no numeric value"),
+        ({"h": {"cpu x": {"gemm/float32 8x8x8": 5.0}}}, "has no numeric value"),
+        ({"h": {"cpu x": {"gemm/float32 8x8x8": {"value": True}}}}, "has no numeric value"),
+    ],
+)
+def test_a_malformed_baseline_entry_is_one_line_not_a_traceback(
+    tmp_path: Path, hosts: object, words: str
+) -> None:
+    """A hand-edited or foreign baseline whose entries are not what ``save`` writes: one line
+    naming the entry at load, not a ``TypeError`` from the judge halfway through preflight."""
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"version": bl.VERSION, "hosts": hosts}))
+    with pytest.raises(InputError, match=words) as err:
+        judge([("h", res(1.0))], bl.load(path))
+    assert "\n" not in str(err.value)
+    for text in ("[1, 2]", '"hosts"', "nul"):  # not an object at all
+        path.write_text(text)
+        with pytest.raises(InputError, match="not a diag baseline file"):
+            bl.load(path)
