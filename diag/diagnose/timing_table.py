@@ -8,6 +8,16 @@ A timing table has one row per timed span (a forward pass, an all-reduce, a data
   ``microbatch`` (read, not needed);
 - ``phase`` is one of :data:`PHASES`; ``start_ns`` is wall-clock (or any common clock) nanoseconds.
 
+Other tools name the same things differently; what is unambiguous is read as the above
+(:func:`normalize`): column names in any case; times in another unit by their suffix
+(``start_us``, ``duration_ms``, ``start_s``...; ``ts``/``dur`` in microseconds, as in Chrome
+traces) where the ``_ns`` column is absent; ``iteration``/``iter`` for ``step``,
+``global_rank`` for ``rank``, ``name`` for ``op``; common phase names (``fwd``, ``bwd``,
+``optim``, ``comm``/``allreduce``/``p2p``, ``dataloader``, ``ckpt``...; :data:`PHASE_ALIASES`)
+in any case. A column named as here wins over the others (a table with ``step`` and
+``iteration`` reads ``step``); two others that would both become one (``start_us`` and
+``start_ms`` without ``start_ns``) are an error.
+
 Per (rank, step) the ``steps`` frame gets ``duration_ms`` = last span end - first span start,
 ``data_ms`` / ``ckpt_ms`` = summed ``data`` / ``checkpoint`` spans, ``compute_ms`` = summed
 compute spans (``forward``, ``backward``, ``optimizer``, ``other``; at most the step less data and
@@ -56,6 +66,21 @@ COMPUTE_PHASES = ("forward", "backward", "optimizer", "other")
 #: File suffixes read as timing tables (case-insensitive).
 SUFFIXES = (".parquet", ".csv")
 
+#: Other tools' phase names -> :data:`PHASES` (matched after lower-casing and stripping).
+PHASE_ALIASES = {
+    **{a: "forward" for a in ("fwd", "fprop", "forward_pass")},
+    **{a: "backward" for a in ("bwd", "bprop", "backward_pass")},
+    **{a: "optimizer" for a in ("optim", "opt", "optimizer_step")},
+    **{a: "collective" for a in ("comm", "communication", "allreduce", "all_reduce", "p2p",
+                                 "nccl", "send", "recv")},
+    **{a: "data" for a in ("dataloader", "data_loader", "data_load", "input")},
+    **{a: "checkpoint" for a in ("ckpt", "save", "checkpointing")},
+}  # fmt: skip
+#: Column name -> the name it stands for (after lower-casing), besides the unit suffixes.
+_COLUMN_ALIASES = {"iteration": "step", "iter": "step", "global_rank": "rank", "name": "op"}
+#: A time column's unit suffix -> nanoseconds per unit.
+_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_CHROME = {"ts": "start_us", "dur": "duration_us"}  # Chrome-trace names, in microseconds
 _NUMERIC = ("rank", "step", "start_ns", "duration_ns")
 _MAX_NAMED = 5  # unknown phase values / bad rows named in an error
 
@@ -69,10 +94,11 @@ def read_timing_table(path: Path) -> pd.DataFrame:
     """The table at ``path``, checked and typed (ints for ranks, steps and times, str for
     ``phase``/``op``/``host``); :class:`~diag.errors.InputError` (one line) when it is not one."""
     path = Path(path)
-    raw = _read_raw(path)
+    raw = normalize(path, _read_raw(path))
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
     if missing:
-        raise InputError(f"{path}: timing table lacks column(s) {', '.join(missing)}")
+        also = [f"{c} (or {c[:-3]}_us, _ms, _s)" if c.endswith("_ns") else c for c in missing]
+        raise InputError(f"{path}: timing table lacks column(s) {', '.join(also)}")
     if raw.empty:
         raise InputError(f"{path}: timing table has no rows")
     out = pd.DataFrame(index=raw.index)
@@ -81,6 +107,9 @@ def read_timing_table(path: Path) -> pd.DataFrame:
     if (out["duration_ns"] < 0).any():
         raise InputError(f"{path}: timing table has negative duration_ns values")
     phase = raw["phase"].astype(str).str.strip()
+    lowered = phase.str.lower()
+    known = lowered.isin([*PHASES, *PHASE_ALIASES])  # the others are named as written below
+    phase = phase.where(~known, lowered.replace(PHASE_ALIASES))
     unknown = sorted(set(phase) - set(PHASES))
     if unknown:
         named = ", ".join(repr(p) for p in unknown[:_MAX_NAMED])
@@ -96,6 +125,32 @@ def read_timing_table(path: Path) -> pd.DataFrame:
         if col in raw.columns:
             out[col] = raw[col]
     return out.reset_index(drop=True)
+
+
+def normalize(path: Path, raw: pd.DataFrame) -> pd.DataFrame:
+    """``raw`` with other tools' column names and time units read as this format's (see the
+    module docstring); an ambiguous table (two columns that would both become one) is an
+    :class:`~diag.errors.InputError`."""
+    # this format's name -> the columns that stand for it, each with its ns per unit (0: as is)
+    sources: dict[str, list[tuple[str, int]]] = {}
+    for col in raw.columns:
+        name = str(col).strip().lower()
+        name = _CHROME.get(name, _COLUMN_ALIASES.get(name, name))
+        base, _, unit = name.rpartition("_")
+        if base in ("start", "duration") and unit in _UNITS:
+            name, factor = f"{base}_ns", (0 if unit == "ns" else _UNITS[unit])
+        else:
+            factor = 0
+        sources.setdefault(name, []).append((str(col), factor))
+    out = {}
+    for name, cols in sources.items():
+        exact = [(c, f) for c, f in cols if c.strip().lower() == name]
+        if len(cols) > 1 and len(exact) != 1:  # the column named as here wins, if it is one
+            named = ", ".join(repr(c) for c, _ in cols)
+            raise InputError(f"{path}: timing table columns {named} would all be {name}")
+        col, factor = exact[0] if exact else cols[0]
+        out[name] = pd.to_numeric(raw[col], errors="coerce") * factor if factor else raw[col]
+    return pd.DataFrame(out, index=raw.index)
 
 
 def features_from_table(table: pd.DataFrame) -> Features:

@@ -89,6 +89,38 @@ def test_triage_finds_slow_rank(tmp_path: Path, table: pd.DataFrame, suffix: str
     assert 38 <= (node[0].onset_step or 0) <= 42
 
 
+def test_another_tools_names_and_units_read_the_same(tmp_path: Path, table: pd.DataFrame) -> None:
+    """The same spans as another tool writes them (Chrome-trace ``ts``/``dur`` in microseconds,
+    ``Iteration``, ``global_rank``, ``name``, phases ``FWD``/``bwd``/``comm``/``dataloader``):
+    the same steps table and findings as the table in this format."""
+    phases = {"forward": "FWD", "backward": "bwd", "optimizer": "optim", "collective": "comm",
+              "data": "dataloader", "checkpoint": "ckpt"}  # fmt: skip
+    other = pd.DataFrame({
+        "global_rank": table["rank"], "Iteration": table["step"],
+        "phase": table["phase"].map(phases),
+        "name": table["op"], "ts": table["start_ns"] / 1_000, "dur": table["duration_ns"] / 1_000,
+        "dp_rank": table["dp_rank"],
+    })  # fmt: skip
+    canonical, theirs = tmp_path / "job42.csv", tmp_path / "theirs.csv"
+    table.to_csv(canonical, index=False)
+    other.to_csv(theirs, index=False)
+    ours, got = read_timing_table(canonical), read_timing_table(theirs)
+    times = ["start_ns", "duration_ns"]  # epoch microseconds as floats keep ~0.25 us
+    assert (got[times] - ours[times]).abs().max().max() <= 1_000
+    others = [c for c in ours.columns if c not in times]
+    pd.testing.assert_frame_equal(got[others], ours[others])
+    a, b = triage_table(canonical), triage_table(theirs)
+    assert [(f.id, f.ranks, f.onset_step) for f in a.findings] == [
+        (f.id, f.ranks, f.onset_step) for f in b.findings
+    ]
+    # a column named as here wins (as before aliases were read); two others are refused
+    table.assign(iteration=-1, name="x", start_us=0).to_csv(canonical, index=False)
+    pd.testing.assert_frame_equal(read_timing_table(canonical), ours)
+    other.assign(start_ms=other["ts"] / 1_000).to_csv(theirs, index=False)
+    with pytest.raises(InputError, match=r"'ts', 'start_ms' would all be start_ns"):
+        read_timing_table(theirs)
+
+
 def test_cli_json_on_table_writes_nothing(tmp_path: Path, table: pd.DataFrame) -> None:
     path = tmp_path / "job42.parquet"
     table.to_parquet(path, index=False)
@@ -107,7 +139,7 @@ def _bad(tmp_path: Path, make: str) -> Path:
         df.drop(columns=["op", "start_ns"]).to_csv(path, index=False)
     elif make == "phase":
         path = tmp_path / "t.csv"
-        df.loc[2, "phase"] = "fwd"
+        df.loc[2, "phase"] = "warp"
         df.to_csv(path, index=False)
     elif make == "numeric":
         path = tmp_path / "t.csv"
@@ -131,7 +163,7 @@ def _bad(tmp_path: Path, make: str) -> Path:
     ("make", "expect"),
     [
         ("missing", "op, start_ns"),
-        ("phase", "'fwd'"),
+        ("phase", "'warp'"),
         ("numeric", "start_ns"),
         ("csv", "CSV"),
         ("truncated", "Parquet"),
