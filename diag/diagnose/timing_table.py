@@ -132,7 +132,7 @@ def normalize(path: Path, raw: pd.DataFrame) -> pd.DataFrame:
     module docstring); an ambiguous table (two columns that would both become one) is an
     :class:`~diag.errors.InputError`."""
     # this format's name -> the columns that stand for it, each with its ns per unit (0: as is)
-    sources: dict[str, list[tuple[str, int]]] = {}
+    sources: dict[str, list[tuple[Any, int]]] = {}
     for col in raw.columns:
         name = str(col).strip().lower()
         name = _CHROME.get(name, _COLUMN_ALIASES.get(name, name))
@@ -141,10 +141,10 @@ def normalize(path: Path, raw: pd.DataFrame) -> pd.DataFrame:
             name, factor = f"{base}_ns", (0 if unit == "ns" else _UNITS[unit])
         else:
             factor = 0
-        sources.setdefault(name, []).append((str(col), factor))
+        sources.setdefault(name, []).append((col, factor))
     out = {}
     for name, cols in sources.items():
-        exact = [(c, f) for c, f in cols if c.strip().lower() == name]
+        exact = [(c, f) for c, f in cols if str(c).strip().lower() == name]
         if len(cols) > 1 and len(exact) != 1:  # the column named as here wins, if it is one
             named = ", ".join(repr(c) for c, _ in cols)
             raise InputError(f"{path}: timing table columns {named} would all be {name}")
