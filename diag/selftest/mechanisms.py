@@ -270,6 +270,10 @@ MECHANISMS: dict[str, Mechanism] = {
                   job_args=lambda c: _pipeline_args(c, "--slow-rank", _rank(c), "--slow-ms",
                                                     _pipeline_ms(c), "--slow-from-step", _onset(c)),
                   replaces_base=True, workload="pipeline"),
+        Mechanism(name="node.fsdp_rank", cause="node", split=HELDOUT,
+                  nature="one rank of a fully sharded (FSDP2) job does extra compute from the "
+                  "onset: all-gathers and reduce-scatters instead of DDP's all-reduce",
+                  job_args=_args("--fsdp")),
         # structural
         Mechanism(name="structural.pipeline_stage", cause="structural", split=HELDOUT,
                   nature="every replica of one pipeline stage does more work from the start",
@@ -288,6 +292,9 @@ MECHANISMS: dict[str, Mechanism] = {
         Mechanism(name="data.sleep_loader", cause="data", split=HELDOUT,
                   nature="the culprit's dataset sleeps per batch (I/O-like, frees its CPU)",
                   job_args=_args("--data-sleep")),
+        Mechanism(name="data.fsdp_sleep_loader", cause="data", split=HELDOUT,
+                  nature="the culprit's loader sleeps per batch in a fully sharded (FSDP2) job",
+                  job_args=_args("--fsdp", "--data-sleep")),
         Mechanism(name="data.skewed_lengths", cause="data", split=HELDOUT,
                   nature="each step one rank, drawn anew, gets a longer batch (moving imbalance)",
                   job_args=lambda c: ["--skew-from-step", _onset(c)],

@@ -34,8 +34,12 @@ def _show(findings: list[Finding]) -> str:
     )
 
 
-def _check(tmp_path: Path, cause: str, ranks: tuple[int, ...]) -> list[Finding]:
-    case = Case(cause=cause, severity=0.3, ranks=ranks, onset_step=ONSET, steps=80)
+def _check(
+    tmp_path: Path, cause: str, ranks: tuple[int, ...], mechanism: str = ""
+) -> list[Finding]:
+    case = Case(
+        cause=cause, severity=0.3, ranks=ranks, onset_step=ONSET, steps=80, mechanism=mechanism
+    )
     case, findings = run_case(case, tmp_path)
     outcome = judge(case, findings)
     assert outcome.ok, f"top finding: {outcome.top}\n{_show(findings)}"
@@ -60,6 +64,18 @@ def _check(tmp_path: Path, cause: str, ranks: tuple[int, ...]) -> list[Finding]:
 
 def test_slow_node_is_named_with_its_onset(tmp_path: Path) -> None:
     _check(tmp_path, "node", (1,))
+
+
+def test_slow_rank_of_a_fully_sharded_job_is_named(tmp_path: Path) -> None:
+    """Another layout: the model fully sharded with FSDP2 (parameters all-gathered before each
+    forward, gradients reduced after each backward, Python-level async collectives and waits
+    instead of DDP's C++ all-reduce). The hook records those collectives and the slow rank is
+    named as in a DDP job."""
+    from diag.store.run_store import RunStore
+
+    _check(tmp_path, "node", (1,), mechanism="node.fsdp_rank")
+    ops = set(RunStore.open(tmp_path / "run").frame("collective")["op"])
+    assert "all_gather" in ops, ops
 
 
 def test_slow_data_loader_is_named(tmp_path: Path) -> None:

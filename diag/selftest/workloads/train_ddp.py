@@ -36,6 +36,9 @@ More mechanisms of other natures, for the held-out part of the suite
   behind a stream: ``torch.save`` sees no path);
 - ``--dcp``: every rank saves its share with ``torch.distributed.checkpoint`` (a collective
   save); slow saves stall in each rank's storage writer (a slow shared file system);
+- ``--fsdp``: the model fully sharded (``torch.distributed.fsdp.fully_shard``, one unit:
+  parameters all-gathered before the forward, gradients reduce-scattered after the backward)
+  instead of DDP's replicas and gradient all-reduce: the same faults under another layout;
 - ``--gc-pause-rank R --gc-pause-from-step S --gc-pause-share P``: from step S rank R keeps a
   runs a full garbage collection before its forward in a share P of its steps (a seeded draw):
   stop-the-world pauses on the training thread, on the CPU, in some steps and not others. Sized
@@ -345,6 +348,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--linear-mode", choices=("double", "naive"), default="double")
     p.add_argument("--linear-mode-from-step", type=int, default=0)
     p.add_argument("--dcp", action="store_true", help="every rank saves with DCP (collective)")
+    p.add_argument(
+        "--fsdp", action="store_true", help="fully sharded (FSDP2 fully_shard) instead of DDP"
+    )
     p.add_argument("--gc-pause-rank", type=int, default=-1)
     p.add_argument("--gc-pause-from-step", type=int, default=0)
     p.add_argument("--gc-pause-share", type=float, default=0.3, help="share of steps with a pause")
@@ -475,10 +481,16 @@ def main(argv: list[str] | None = None) -> int:
     burners = [b for b in (burner, warmup, skew) if b is not None]
     kernel_burner = NumpyBurner() if rank == args.slow_kernel_rank else None
     gc_pauses = GcPauses(args.gc_pause_share, args.seed) if rank == args.gc_pause_rank else None
-    model = DistributedDataParallel(Net(args.dim, args.hidden, burners))
+    net = Net(args.dim, args.hidden, burners)
+    if args.fsdp:  # fully sharded: one unit, all-gathered before forward, reduce-scattered after
+        from torch.distributed.fsdp import fully_shard
+
+        model: nn.Module = fully_shard(net)
+    else:
+        model = DistributedDataParallel(net)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
-    faults = NumericsFaults(args, rank, model.module)
+    faults = NumericsFaults(args, rank, net)
     saves = bool(args.save_every) and (rank == 0 or args.dcp)  # rank 0 saves, or DCP on all
     tmp = tempfile.TemporaryDirectory(prefix="diag-demo-") if saves and not args.ckpt_dir else None
     ckpt_dir = args.ckpt_dir or (tmp.name if tmp else "")
@@ -486,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     storage = SlowStorage(0.0) if slow_ckpt else None
 
     prev_ckpt = ""  # the last save: its size spreads a file-object stall over the writes
-    step = resume(args.resume_from, model.module, optimizer, args.forget_optimizer)
+    step = resume(args.resume_from, net, optimizer, args.forget_optimizer)
     epoch, skip = divmod(step, len(loader))
     while step < args.steps:
         sampler.set_epoch(epoch)
@@ -504,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
                 # the same draw on every rank: one rank's batch is longer this step
                 skew.active = random.Random(args.seed * 100_003 + step).randrange(world) == rank
             if rank == args.linear_mode_rank and step == args.linear_mode_from_step:
-                model.module.linear_mode = args.linear_mode
+                net.linear_mode = args.linear_mode
             if gc_pauses is not None:
                 if step == args.gc_pause_from_step:
                     gc_pauses.set_ms(calib.extra_ms(args.gc_pause_ms))
@@ -536,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
                             args.slow_ckpt_ms / args.save_every
                         )
                     stall = storage.ms
-                dcp_save({"model": model.module.state_dict()},
+                dcp_save({"model": net.state_dict()},
                          os.path.join(ckpt_dir, f"dcp-step{step}"), stall)  # fmt: skip
                 if tmp is not None and rank == 0 and prev_ckpt:
                     shutil.rmtree(prev_ckpt, ignore_errors=True)  # the newest only, as below
@@ -550,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     pickle_module = storage.module
                 state = {
-                    "model": model.module.state_dict(),
+                    "model": net.state_dict(),
                     "optimizer": optimizer.state_dict(),
                     "step": step,
                 }
