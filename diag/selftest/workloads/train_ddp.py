@@ -485,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.fsdp:  # fully sharded: one unit, all-gathered before forward, reduce-scattered after
         from torch.distributed.fsdp import fully_shard
 
-        model: nn.Module = fully_shard(net)
+        fully_shard(net)  # in place: net is now the sharded module
+        model: nn.Module = net
     else:
         model = DistributedDataParallel(net)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
