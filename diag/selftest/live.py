@@ -23,7 +23,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -107,11 +107,13 @@ def run_local_case(
     timeout_s: float = 600.0,
     profile: tuple[int, int] = (PROFILE_EVERY, PROFILE_EVERY),
     diag_args: Sequence[str] = (),
+    stop_when: Callable[[Path], bool] | None = None,
 ) -> tuple[Case, list[Finding]]:
     """Run ``case`` under ``diag run`` on this node in ``workdir`` (its run directory is
     ``workdir/run``) and return the prepared case and ``diag triage``'s findings, ranked.
     ``profile``: the periodic profiler windows' first step and period; ``diag_args``: more
-    ``diag run`` options (``--auto-capture off``)."""
+    ``diag run`` options (``--auto-capture off``); ``stop_when(run_dir)``: once true, the job
+    ends early (at the same step on every rank; ``case.steps`` is then the cap)."""
     from diag.diagnose.triage import triage
     from diag.store.run_store import RunStore
 
@@ -124,6 +126,9 @@ def run_local_case(
         "--nproc_per_node", str(case.world_size), str(_script(case)),
         *job_args(case, workdir / "ckpt"),
     ]  # fmt: skip
+    stop = workdir / "stop"
+    if stop_when is not None:  # train_ddp ends once the file exists
+        job += ["--stop-file", str(stop)]
     env = dict(os.environ)
     env["DIAG_HOOK_PROFILE_FIRST_STEP"] = str(profile[0])
     env["DIAG_HOOK_PROFILE_EVERY_STEPS"] = str(profile[1])
@@ -139,7 +144,10 @@ def run_local_case(
     with log.open("wb") as fh:
         proc = subprocess.Popen([*cmd, "--", *job], env=env, stdout=fh, stderr=subprocess.STDOUT)
     try:
-        code = _follow(proc, case, actor, out / "logs" / "job.log", time.monotonic() + timeout_s)
+        code = _follow(
+            proc, case, actor, out / "logs" / "job.log", time.monotonic() + timeout_s,
+            stop=None if stop_when is None else (lambda: stop_when(out), stop),
+        )  # fmt: skip
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -158,16 +166,24 @@ def _script(case: Case) -> Path:
 
 
 def _follow(
-    proc: subprocess.Popen[bytes], case: Case, actor: Actor | None, job_log: Path, deadline: float
+    proc: subprocess.Popen[bytes],
+    case: Case,
+    actor: Actor | None,
+    job_log: Path,
+    deadline: float,
+    stop: tuple[Callable[[], bool], Path] | None = None,
 ) -> int:
     """Wait for ``diag run`` to end; with an actor, start it once every rank finished a step
-    and apply its fault once step ``onset - 1`` is done. The job's exit code."""
+    and apply its fault once step ``onset - 1`` is done; with ``stop`` (a condition, the job's
+    stop file), create the file once the condition holds. The job's exit code."""
     steps = StepLines(job_log)
     started = applied = actor is None
     while proc.poll() is None:
         if time.monotonic() > deadline:
             raise DiagError(f"{case.name}: the job did not finish in time")
         time.sleep(POLL_S)
+        if stop is not None and not stop[1].exists() and stop[0]():
+            stop[1].touch()
         if started and applied:
             continue
         assert actor is not None

@@ -54,6 +54,10 @@ A clean run's ordinary irregularities: ``--warmup-steps`` first steps with ``--w
 compute on every rank; an evaluation pass every ``--eval-every`` steps (``--eval-batches`` forward
 passes without gradients and an all-reduce of the eval loss, on every rank); periodic saves.
 
+``--stop-file PATH`` ends the job early, at the same step on every rank, once ``PATH`` exists
+(checked every ``--stop-every`` steps): a test that waits for something the job must show (an
+automatic profiler window) runs it until then, with ``--steps`` as the cap.
+
 Resuming (for ``diag diff``): a save after step ``i`` holds the model, the optimizer and the next
 step ``K = i + 1`` (file ``step<K>.pt``). ``--resume-from FILE`` loads it on every rank and trains
 from step ``K`` on the same data as an uninterrupted run (the sampler's epoch ``K // batches`` and
@@ -351,6 +355,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--fsdp", action="store_true", help="fully sharded (FSDP2 fully_shard) instead of DDP"
     )
+    p.add_argument(
+        "--stop-file",
+        default="",
+        help="end early once this file exists (every rank checks every --stop-every steps and "
+        "all agree, by an all-reduce, on the same step)",
+    )
+    p.add_argument("--stop-every", type=int, default=25)
     p.add_argument("--gc-pause-rank", type=int, default=-1)
     p.add_argument("--gc-pause-from-step", type=int, default=0)
     p.add_argument("--gc-pause-share", type=float, default=0.3, help="share of steps with a pause")
@@ -421,6 +432,14 @@ class Calibrator:
             recent = recent[1:]
         base = statistics.median(recent) if recent else 0.0
         return base * self.severity / (1.0 - self.severity)
+
+
+def _stop_asked(path: str) -> bool:
+    """Whether any rank sees ``path``: an all-reduce, so that every rank ends at the same step
+    (a rank leaving alone would leave the others in their next collective)."""
+    flag = torch.tensor([1.0 if os.path.exists(path) else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def evaluate(model: nn.Module, loader: DataLoader, batches: int) -> None:
@@ -583,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
                         os.remove(prev_ckpt)
                 prev_ckpt = path
             calib.step_done()
+            if args.stop_file and step % args.stop_every == 0 and _stop_asked(args.stop_file):
+                args.steps = step  # every rank stops here: the flag was all-reduced
             if step >= args.steps:
                 break
         epoch, skip = epoch + 1, 0
