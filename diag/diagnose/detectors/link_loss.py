@@ -71,15 +71,15 @@ class _Pair:
     onset_ns: int | None  # when the interval of its first sustained-loss sample began
     onset_end_ns: int | None  # ... and ended (the sample's time)
     ts_ns: np.ndarray  # its samples: time, bytes acked and retransmitted in the interval
-    acked_ns: np.ndarray
-    retrans_ns: np.ndarray
+    sample_acked: np.ndarray
+    sample_retrans: np.ndarray
 
     def since(self, t_ns: int) -> tuple[int, int]:
         """Bytes acked and retransmitted in the samples taken at ``t_ns`` or later (a sample's
         own time: its interval's start is the previous read's, a few us off the previous
         sample's time)."""
         keep = self.ts_ns >= t_ns
-        return int(self.acked_ns[keep].sum()), int(self.retrans_ns[keep].sum())
+        return int(self.sample_acked[keep].sum()), int(self.sample_retrans[keep].sum())
 
     def loss_since(self, t_ns: int) -> float:
         acked, retrans = self.since(t_ns)
@@ -140,7 +140,7 @@ def detect(
     busiest = max(p.acked for p in pairs)
     heavy = [p for p in pairs if busiest and p.acked >= cfg.heavy_share * busiest]
     lossy: list[_Pair] = []
-    floors: dict[int, float] = {}  # per lossy pair: the other heavy pairs' median loss then
+    floors: dict[tuple[str, str], float] = {}  # per lossy pair: the other heavy pairs' loss then
     for p in heavy:
         if p.onset_end_ns is None:
             continue
@@ -148,7 +148,7 @@ def detect(
         floor = statistics.median(others) if others else 0.0
         if p.loss >= cfg.min_loss and p.loss >= cfg.min_ratio * floor:
             lossy.append(p)
-            floors[id(p)] = floor
+            floors[p.src, p.dst] = floor
     if not lossy:
         return []
     first = min(lossy, key=lambda p: (p.onset_ns, p.src, p.dst))
@@ -172,7 +172,7 @@ def detect(
     for p in sorted(lossy, key=lambda p: -p.loss):
         assert p.onset_end_ns is not None
         acked, retrans = p.since(p.onset_end_ns)
-        floor = floors[id(p)]
+        floor = floors[p.src, p.dst]
         evidence.append(
             Evidence(
                 metric="tcp_loss", subject=f"{p.src} -> {p.dst}", value=p.loss, reference=floor,
@@ -188,7 +188,7 @@ def detect(
         )
     )  # fmt: skip
     worst = max(lossy, key=lambda p: p.loss)
-    rest = floors[id(worst)]
+    rest = floors[worst.src, worst.dst]
     return [
         Finding(
             id=f"link-loss:{'-'.join(hosts)}",
