@@ -65,6 +65,9 @@ class HookConfig:
     trace_dir: str = ""  # raw traces of the windows go here ("" = not kept)
     max_traces_per_rank: int = 20  # the oldest are deleted beyond this
     max_trace_bytes: int = 32 * 1024 * 1024  # a compressed trace larger than this is not kept
+    # every thread's Python stack on a fatal signal (SIGSEGV, SIGABRT, ...) goes to a file here,
+    # one per process (diag.hook.crash); "" = not enabled; a job that enabled faulthandler keeps it
+    crash_dir: str = ""
     # Hang watchdog (diag.hook.watchdog): no step end and no collective completed for
     # max(hang_factor x p99 of recent step times, hang_min_s) -> one HangReport + every thread's
     # stack, once per stall (hang_min_s <= 0 turns it off).

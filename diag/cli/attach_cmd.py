@@ -118,6 +118,7 @@ def attach(
             "daemon_sock": sock_path,
             "job_id": run_id,
             "trace_dir": str((out / "traces").resolve()),
+            "crash_dir": str((out / "crash").resolve()),
             "hang_min_s": args.hang_min_s,
         },
     )

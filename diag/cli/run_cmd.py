@@ -222,7 +222,11 @@ def _run_and_watch(
 ) -> tuple[int, int]:
     """Start the job with the hook injected, show it until it ends: (exit code, wall time ns)."""
     env = runtime.worker_env(
-        os.environ, daemon_sock=sock_path, job_id=run_id, trace_dir=out / "traces"
+        os.environ,
+        daemon_sock=sock_path,
+        job_id=run_id,
+        trace_dir=out / "traces",
+        crash_dir=out / "crash",
     )
     live = args.live == "on" or (args.live == "auto" and sys.stdout.isatty())
     start = time.monotonic()

@@ -117,7 +117,12 @@ KINETO_QUIET = "6"
 
 
 def worker_env(
-    base: Mapping[str, str], *, daemon_sock: str, job_id: str, trace_dir: Path | None = None
+    base: Mapping[str, str],
+    *,
+    daemon_sock: str,
+    job_id: str,
+    trace_dir: Path | None = None,
+    crash_dir: Path | None = None,
 ) -> dict[str, str]:
     """The job's environment: the hook's ``sitecustomize`` first on ``PYTHONPATH``, its config."""
     env = dict(base)
@@ -138,6 +143,8 @@ def worker_env(
     env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     if trace_dir is not None:
         env.setdefault("DIAG_HOOK_TRACE_DIR", str(trace_dir.resolve()))
+    if crash_dir is not None:
+        env.setdefault("DIAG_HOOK_CRASH_DIR", str(crash_dir.resolve()))
     return env
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,16 +136,41 @@ def triage_run_dir(
             and (not f.ranks or any(set(f.ranks) & set(g.ranks) for g in live))
         )
     ]
+    # ... but what the remains know of a live crash's rank (its abort message, the stacks of
+    # its fatal report) is folded into the live finding as evidence
+    base_findings = [_fold_remains(g, report.findings) for g in base.findings]
     missing = report.missing
     if live:  # the hook's hang reports carried the Flight Recorder's in-flight entries
         missing = tuple(m for m in missing if m != NO_DUMPS)
     result = TriageResult(
         run={**base.run, "remains": report.run},
-        findings=tuple(ranked([*base.findings, *extra])),
+        findings=tuple(ranked([*base_findings, *extra])),
         problems=report.problems,
         missing=missing,
     )
     return result, report
+
+
+def _fold_remains(live: Finding, remains: Sequence[Finding]) -> Finding:
+    """A live crash finding with the remains' crash finding about the same rank folded in: its
+    evidence (the rank's own error, its stacks) and, where the live finding knew only that a
+    signal ended the process, the remains' cause when they know one."""
+    if live.symptom != "crash":
+        return live
+    twin = next(
+        (f for f in remains if f.symptom == "crash" and set(f.ranks) & set(live.ranks)), None
+    )
+    if twin is None:
+        return live
+    evidence = [e for e in twin.evidence if e.metric != "missing_evidence"]
+    bare_signal = bool(live.evidence) and live.evidence[0].metric == "signal"
+    cause = twin.cause if bare_signal and twin.cause != "unknown" else live.cause
+    return dataclasses.replace(
+        live,
+        cause=cause,
+        summary=f"{live.summary}; its remains: {twin.summary}",
+        evidence=(*live.evidence, *evidence),
+    )
 
 
 def _steps_stopped(store: RunStore) -> Evidence | None:

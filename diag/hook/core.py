@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from diag.config import HookConfig, default_host, load_config
 from diag.hook import patches as hook_patches
+from diag.hook.crash import CrashStacks
 from diag.hook.device_timer import GRADS as DEVICE_GRADS
 from diag.hook.device_timer import OPT as DEVICE_OPT
 from diag.hook.device_timer import CudaEvents, DeviceTimer
@@ -130,6 +131,7 @@ class Hook:
             else None
         )
         self.excepthooks = ExceptHooks(self.on_exception)
+        self.crash = CrashStacks(cfg.crash_dir, rank)
         self.thread = self._build_thread(groups)
 
     def _build_thread(self, groups: ProcessGroups) -> HookThread:
@@ -166,6 +168,10 @@ class Hook:
         self.active = True
         hook_patches.apply(self, self._patcher)
         self.excepthooks.install()
+        try:
+            self.crash.enable()
+        except Exception as exc:
+            self.error(exc)
         self.thread.start()
         atexit.register(self.close)
 
@@ -207,6 +213,10 @@ class Hook:
         if elsewhere and self.profiler.active is not None:
             self._close_window_later()
         self.thread.stop(timeout_s, exiting=exiting)
+        try:
+            self.crash.disable(exiting=exiting)
+        except Exception as exc:
+            self.error(exc)
         atexit.unregister(self.close)
 
     def _close_window_later(self) -> None:

@@ -48,7 +48,7 @@ from typing import Any
 
 from diag.findings import Evidence, Finding, ranked
 from diag.postmortem import messages as msg
-from diag.postmortem.causes import Verdict, classify
+from diag.postmortem.causes import WAITING, Verdict, classify, lone_abort
 from diag.postmortem.culprits import Culprits, find_culprits
 from diag.postmortem.fr_groups import mismatches, p2p_waits, stuck_entries, views_from_dumps
 from diag.postmortem.groups import REASONS, GroupView, fmt_ranks
@@ -59,7 +59,7 @@ from diag.postmortem.log_views import (
     views_from_clues,
 )
 from diag.postmortem.progress import in_flight_line, stop_evidence
-from diag.postmortem.records import Clue, Remains, StackFrame
+from diag.postmortem.records import Clue, Remains, StackFrame, fatal_exitcode
 
 #: Evidence metric of each flag: what ``value`` is (``reference``: the peers' side).
 _METRIC = {
@@ -104,18 +104,45 @@ def first_failures(clues: tuple[Clue, ...]) -> dict[int, tuple[Clue, Verdict]]:
         v = classify(c, xid_hosts=xid_hosts)
         if c.rank is not None and v is not None:
             per_rank.setdefault(c.rank, []).append((c, v))
+    waited = any(c.kind in WAITING for c in clues)
     out = {}
     for rank, judged in sorted(per_rank.items()):
         primary = [cv for cv in judged if cv[1].primary and cv[0].kind != "exit"]
-        if not primary and all(c.kind == "exit" for c, _ in judged):
+        if not primary and all(c.kind in _SAID_NOTHING for c, _ in judged):
             primary = [cv for cv in judged if cv[1].primary]
+            if not primary and not waited:  # an abort nothing else explains
+                primary = [(c, lone_abort(c)) for c, _ in judged if _lone_abort(c)]
         if primary:
             first = min(primary, key=lambda cv: (not cv[0].root, cv[0].ts_s or 1e18))
             # the same failure may be told several times (log, error file, torchrun's summary):
             # keep the telling with the fullest stack
             same = [cv for cv in primary if cv[1].label == first[1].label]
-            out[rank] = max(same, key=lambda cv: len(cv[0].stack))
+            clue, verdict = max(same, key=lambda cv: len(cv[0].stack))
+            out[rank] = (_with_fatal_stack(clue, [c for c, _ in judged]), verdict)
     return out
+
+
+def _with_fatal_stack(clue: Clue, own: list[Clue]) -> Clue:
+    """A failure told without a stack (a heap check's message, an exit) takes the stacks of the
+    rank's fatal report: its crashing thread's, and where its other threads were."""
+    if clue.stack or clue.kind == "fatal":
+        return clue
+    report = next((c for c in own if c.kind == "fatal" and c.stack), None)
+    if report is None:
+        return clue
+    return replace(clue, stack=report.stack, detail=(clue.detail + "\n" + report.detail).strip())
+
+
+#: What a rank that logged no error of its own leaves: its exit, faulthandler's report.
+_SAID_NOTHING = ("exit", "fatal")
+
+
+def _lone_abort(clue: Clue) -> bool:
+    """A SIGABRT that is this rank's own failure when nothing else explains it: torchrun's first
+    observed failure, or a fatal report (the process itself said it aborted)."""
+    if clue.kind == "fatal":
+        return fatal_exitcode(clue) == -6
+    return clue.kind == "exit" and clue.exitcode == -6 and clue.root
 
 
 def _order(failures: dict[int, tuple[Clue, Verdict]], ranks: tuple[int, ...]) -> list[int]:

@@ -25,6 +25,16 @@
    scheduler: only a kernel log tells); ``SIGSEGV`` - **program** (native code crashed);
    ``SIGABRT`` - an echo (c10d's watchdog aborts the process after a collective error);
    ``SIGTERM`` - an echo; a non-zero exit code - primary, **unknown** (no traceback was kept).
+9. A native abort's own message (glibc's heap checks, stack smashing, a failed C assertion):
+   primary, **program** (native code in the process broke its memory or an invariant: torch,
+   an extension, a library). faulthandler's fatal report: ``Segmentation fault``, ``Bus
+   error``, ``Illegal instruction``, ``Floating point exception`` - primary, **program**;
+   ``Aborted`` - as ``SIGABRT`` (its reason is another line, when one was logged).
+
+A SIGABRT is an echo only where a collective error could have caused it: a rank that logged
+nothing but its exit (and faulthandler's report), where nothing in the remains timed out, and
+that torchrun names as the first failure (or that left a fatal report), aborted on its own:
+:func:`lone_abort` - primary, **unknown** (no message says why).
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from diag.postmortem.records import Clue
+from diag.postmortem.records import Clue, fatal_exitcode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,7 +56,7 @@ class Verdict:
     why: str
 
 
-_WAITING = ("timeout", "pg_status", "barrier")
+WAITING = _WAITING = ("timeout", "pg_status", "barrier")
 _NODE_CUDA = re.compile(
     r"ECC|fallen off the bus|GPU is lost|unspecified launch failure|CUDA error: unknown error|"
     r"ncclUnhandledCudaError|uncorrectable|GPU Fault|NVLink|device not ready|"
@@ -140,6 +150,16 @@ def classify(clue: Clue, *, xid_hosts: frozenset[str] = frozenset()) -> Verdict 
         )
     if clue.kind == "exit":
         return _exit_verdict(clue)
+    if clue.kind == "abort":
+        return Verdict(
+            cause="program",
+            primary=True,
+            label=_abort_label(clue.text),
+            why="native code in the process aborted on broken memory or a failed assertion "
+            "(torch, an extension or a library it loaded)",
+        )
+    if clue.kind == "fatal":
+        return _fatal_verdict(clue)
     if clue.kind == "oom" or "out of memory" in first.lower() or "OutOfMemoryError" in first:
         return oom_verdict(clue)
     if _CUDA.search(text) or "ncclUnhandledCudaError" in text:
@@ -206,6 +226,45 @@ def classify(clue: Clue, *, xid_hosts: frozenset[str] = frozenset()) -> Verdict 
 def _cuda_label(text: str) -> str:
     m = re.search(r"(CUDA error: [^.\n]+|Cuda failure '[^']+'|ncclUnhandledCudaError)", text)
     return m.group(1)[:80] if m else "CUDA error"
+
+
+def _abort_label(text: str) -> str:
+    if "Assertion" in text:
+        return "assertion failed"
+    if "stack smashing" in text or "buffer overflow" in text:
+        return "stack smashing"
+    return "heap corruption"
+
+
+def _fatal_verdict(clue: Clue) -> Verdict | None:
+    code = fatal_exitcode(clue)
+    if code is None:
+        return None
+    name = clue.text.removeprefix("Fatal Python error: ").strip()
+    if code == -6:
+        return Verdict(
+            cause="unknown",
+            primary=False,
+            label="SIGABRT",
+            why="aborted (faulthandler's report); the reason is in the lines before it, if any",
+        )
+    return Verdict(
+        cause="program",
+        primary=True,
+        label=f"fatal signal: {name}",
+        why=f"native code crashed ({name.lower()}), faulthandler reported the Python stacks",
+    )
+
+
+def lone_abort(clue: Clue) -> Verdict:
+    """The verdict of a SIGABRT that no collective error explains (see the module docstring)."""
+    return Verdict(
+        cause="unknown",
+        primary=True,
+        label="SIGABRT",
+        why="aborted with no error of its own logged and no collective timed out: a native "
+        "abort (a failed assertion or heap check, std::terminate)",
+    )
 
 
 def _exit_verdict(clue: Clue) -> Verdict | None:

@@ -38,7 +38,7 @@ from diag.postmortem.elastic import is_error_file, local_rank_from_path, read_er
 from diag.postmortem.fr_dumps import DUMP_NAME, dump_from_obj, is_fr_json, read_dump_file
 from diag.postmortem.fr_pickle import MAX_DUMP_BYTES
 from diag.postmortem.logs import LogResult, parse_log
-from diag.postmortem.records import MAX_WORLD_SIZE, Clue, RankDump, Remains
+from diag.postmortem.records import MAX_WORLD_SIZE, Clue, RankDump, Remains, fatal_exitcode
 from diag.untrusted import (
     OutOfBounds,
     check_json,
@@ -314,6 +314,22 @@ def _resolve(clues: list[Clue], mapping: dict[int, int]) -> tuple[Clue, ...]:
         out.append(
             dataclasses.replace(c, rank=rank, host=host) if (rank, host) != (c.rank, c.host) else c
         )
+    return _own_aborts(out)
+
+
+def _own_aborts(clues: list[Clue]) -> tuple[Clue, ...]:
+    """A native abort's message or a fatal report on a line no prefix ties to a rank (a job's
+    output without ``--tee``) belongs to the one rank that died of that signal, if only one
+    did (torchrun's exit lines say which)."""
+    died: dict[int, set[int]] = {}
+    for c in clues:
+        if c.kind == "exit" and c.rank is not None and c.exitcode is not None:
+            died.setdefault(c.exitcode, set()).add(c.rank)
+    out = []
+    for c in clues:
+        code = fatal_exitcode(c) if c.rank is None else None
+        ranks = died.get(code, set()) if code is not None else set()
+        out.append(dataclasses.replace(c, rank=next(iter(ranks))) if len(ranks) == 1 else c)
     return tuple(out)
 
 

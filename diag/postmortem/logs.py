@@ -24,7 +24,15 @@ What is kept (message formats as torch 2.x and NCCL print them):
 * torchrun: ``failed (exitcode: C) local_rank: L (pid: P)``, its failure summary and its
   rendezvous result (read by :mod:`diag.postmortem.torchrun`);
 * the c10d "Stack trace of the failed collective" (``#0 all_reduce from file.py:N``) after a
-  timeout, as that timeout's stack.
+  timeout, as that timeout's stack;
+* native aborts: glibc's heap checks (``malloc(): unsorted double linked list corrupted``,
+  ``double free or corruption``, ``free(): invalid pointer``), ``*** stack smashing detected
+  ***``, a failed C ``assert`` (``Assertion `x' failed.``): an ``abort`` clue;
+* :mod:`faulthandler`'s report of a fatal signal (``Fatal Python error: Segmentation fault``,
+  then ``Current thread 0x... (most recent call first):`` and ``Thread 0x...`` blocks of
+  ``  File "f.py", line N in fn`` frames): a ``fatal`` clue whose stack is the current thread's
+  and whose detail names where each other thread was (the hook writes these reports to a file
+  per rank: :mod:`diag.hook.crash`).
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ _NCCL_PREFIX = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d{1,7
 _KEYWORDS = re.compile(
     r"Watchdog|watchdog|Timeout at|Timed out|monitoredBarrier|NCCL WARN|Xid|terminate called|"
     r"what\(\)|CUDA|Cuda|out of memory|OutOfMemory|exitcode|Rendezvous complete|Root Cause|"
-    r"Failures:|Stack trace of|Killed process|^#\d+ "
+    r"Failures:|Stack trace of|Killed process|^#\d+ |\(\): |corrupt|Assertion|detected \*\*\*"
 )
 _WD_TIMEOUT = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
@@ -71,6 +79,18 @@ _CUDA = re.compile(r"CUDA error: .*|Cuda failure .*|CUDA out of memory.*")
 _HOST_OOM = re.compile(r"Out of memory: Killed process (\d+)")
 _ELASTIC = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d{1,7}) \(pid: (\d+)\)")
 _NCCL_STACK = re.compile(r"^#\d+ (\S+) from (.+):(\d+)\s*$")
+_NATIVE_ABORT = re.compile(
+    r"^(?:malloc|free|realloc|calloc|malloc_consolidate|munmap_chunk|_int_free|_int_malloc|"
+    r"_int_realloc|tcache_thread_shutdown)\(\): \S.*|^double free or corruption.*|"
+    r"^corrupted (?:size vs\. prev_size|double-linked list).*|"
+    r"^\*\*\* (?:stack smashing|buffer overflow) detected \*\*\*.*|.*: Assertion `.+' failed\.$"
+)
+_FATAL = re.compile(r"^Fatal Python error: (.+)$")
+_FH_THREAD = re.compile(
+    r"^(Current thread|Thread|Stack)(?: (0x[0-9a-fA-F]+))? \(most recent call first\):"
+)
+_FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d{1,9}) in (?P<func>.+?)\s*$')
+MAX_THREADS_TOLD = 8  # other threads named in a fatal clue's detail
 
 
 @dataclass(slots=True)
@@ -99,6 +119,9 @@ class _Stream:
     cont_left: int = 0
     terminate: str = ""
     in_stack: int = -1  # index of the timeout clue an NCCL "Stack trace" belongs to
+    fatal: int = -1  # index of the fatal clue whose faulthandler report is being read
+    fh_thread: str = ""  # the thread block being read ("current" for the crashing thread)
+    fh_frames: list[StackFrame] = field(default_factory=list)  # its frames, innermost first
 
 
 def _strip(line: str) -> tuple[str, int | None, int | None]:
@@ -142,6 +165,8 @@ def parse_log(
                 _line(msg, raw, no, source, r, lr, st, out)
             except ValueError as exc:  # int() of a number of thousands of digits
                 out.bad_line(no, exc)
+    for st in streams.values():  # a faulthandler report that ends the file
+        _end_thread(st, out)
     try:
         out.clues.extend(summary.close())
     except ValueError as exc:
@@ -165,6 +190,8 @@ def _line(
         out.clues.append(Clue(source=source, line_no=no, **kw))  # type: ignore[arg-type]
         return len(out.clues) - 1
 
+    if st.fatal >= 0 and _faulthandler(msg, st, out):
+        return
     if st.frames is not None:  # inside a traceback
         m = FRAME.match(msg)
         if m:
@@ -203,6 +230,10 @@ def _line(
         st.cont_left -= 1
     else:
         st.cont_left = 0
+    if m := _FATAL.match(msg.strip()):
+        st.fatal = add(kind="fatal", text=msg.strip()[:500])
+        st.fh_thread, st.fh_frames = "", []
+        return
     if st.in_stack >= 0:
         m = _NCCL_STACK.match(msg.strip())
         if m:
@@ -271,6 +302,8 @@ def _match(
         )
     elif m := _CUDA.search(msg):
         put(kind="oom" if "out of memory" in m.group(0) else "error", text=m.group(0)[:500])
+    elif m := _NATIVE_ABORT.match(text):
+        put(kind="abort", text=text)
     elif m := _HOST_OOM.search(msg):
         put(kind="oom", text=text, pid=int(m.group(1)), op="host")
     elif m := _ELASTIC.search(msg):
@@ -283,3 +316,49 @@ def _match(
         )
     elif "Rendezvous complete" in msg:
         out.rendezvous.feed(msg)
+
+
+def _faulthandler(msg: str, st: _Stream, out: LogResult) -> bool:
+    """One line of a faulthandler report (True: taken); the report ends at a line that is none
+    of its parts (the frames of each thread go to the fatal clue as they end)."""
+    text = msg.strip()
+    if m := _FH_THREAD.match(text):
+        _end_thread(st, out)
+        st.fh_thread = "current" if m.group(1) != "Thread" else (m.group(2) or "?")
+        return True
+    if st.fh_thread and (m := _FH_FRAME.match(msg)):
+        frame = StackFrame(file=m.group("file"), line=int(m.group("line")), func=m.group("func"))
+        st.fh_frames.append(frame)
+        return True
+    if not text or text == "<no Python frame>" or text.startswith("File "):
+        _end_thread(st, out)  # a blank line between blocks (or a frame cut short)
+        return True
+    _end_thread(st, out)
+    st.fatal = -1
+    return text.startswith("Extension modules:")
+
+
+def _stdlib(path: str) -> bool:
+    """A frame of Python's own library (``.../lib/python3.11/threading.py``)."""
+    return bool(re.search(r"/lib/python3[.\d]*/", path)) and "-packages/" not in path
+
+
+def _end_thread(st: _Stream, out: LogResult) -> None:
+    """The thread block read so far into the fatal clue: its stack (the current thread, in
+    traceback order: innermost last) or a line of its detail (another thread, where it was)."""
+    thread, frames = st.fh_thread, st.fh_frames
+    st.fh_thread, st.fh_frames = "", []
+    if not thread or st.fatal < 0:
+        return
+    c = out.clues[st.fatal]
+    if thread == "current":
+        out.clues[st.fatal] = dataclasses.replace(c, stack=tuple(reversed(frames)))
+        return
+    if c.detail.count("\n") + 1 >= MAX_THREADS_TOLD:
+        return
+    where = frames[0].text() if frames else "no Python frame"
+    own = next((f for f in frames if not _stdlib(f.file)), None)
+    if own is not None and own is not frames[0]:
+        where += f", from {own.text()}"  # the code that thread runs: a waiting lock says little
+    line = f"thread {thread}: {where}"
+    out.clues[st.fatal] = dataclasses.replace(c, detail=(c.detail + "\n" + line).strip())

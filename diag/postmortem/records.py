@@ -119,7 +119,28 @@ CLUE_KINDS = (
     "pg_status",  # the watchdog's "last enqueued work: E, last completed work: C"
     "barrier",  # monitoredBarrier named ranks that did not arrive
     "exit",  # torchrun saw the worker exit (exit code, signal)
+    "abort",  # a native abort's message: a failed heap check or C assertion, stack smashing
+    "fatal",  # faulthandler's report of a fatal signal, with the crashing thread's stack
 )
+
+#: The exit code (minus the signal) each fatal signal faulthandler names ends the process with.
+FATAL_SIGNALS = {
+    "Segmentation fault": -11,
+    "Aborted": -6,
+    "Bus error": -7,
+    "Floating point exception": -8,
+    "Illegal instruction": -4,
+}
+
+
+def fatal_exitcode(clue: Clue) -> int | None:
+    """The exit code an ``abort`` or ``fatal`` clue's process died with (``None``: unknown)."""
+    if clue.kind == "abort":
+        return -6
+    if clue.kind == "fatal":
+        name = clue.text.removeprefix("Fatal Python error: ").strip()
+        return FATAL_SIGNALS.get(name)
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

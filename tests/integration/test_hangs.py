@@ -121,6 +121,7 @@ CASES = {
     "skipped_collective": (("--skip-collective-rank", "1"), "hang"),
     "raises": (("--raise-rank", "1"), "crash"),
     "sigkill": (("--kill-self-rank", "0"), "crash"),
+    "aborts": (("--abort-rank", "1"), "crash"),
 }
 
 
@@ -181,3 +182,21 @@ def test_rank_killed_with_sigkill(hangs: dict[str, Outcome]) -> None:
     assert o.exit_code == 1
     print(f"crash: {crash['summary']} (job ended {o.job_ended_at - o.fault_at:.1f} s after)")
     assert o.job_ended_at - o.fault_at < TIMEOUT_S / 2
+
+
+def test_rank_that_aborts_natively(hangs: dict[str, Outcome]) -> None:
+    o = hangs["aborts"]
+    crash = o.finding("crash")
+    # SIGABRT is the process's own native code giving up (a failed heap check here), not the node
+    assert (crash["symptom"], crash["cause"], crash["ranks"]) == ("crash", "program", [1]), crash
+    assert "SIGABRT" in crash["summary"]
+    # diag triage of the run folds the remains in: glibc's message and the stacks the hook's
+    # crash file (faulthandler) kept of every thread of rank 1
+    res = subprocess.run(diag("triage", str(o.run_dir), "--json"), env=env(),
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    top = json.loads(res.stdout)["findings"][0]
+    assert (top["cause"], top["ranks"]) == ("program", [1]), top
+    assert "heap corruption" in top["summary"] and "abort_natively" in top["summary"], top
+    (stack,) = [e for e in top["evidence"] if e["metric"] == "stack"]
+    assert "hang_job.py" in stack["note"] and "diag/hook/thread.py" in stack["note"], stack

@@ -25,7 +25,9 @@ lower: it never joined), *elsewhere* (it passed ``W``'s seq or waits on another 
 
 Without any collective in flight the culprits are the ranks with the lowest last seq, the cause
 that of their stacks. Crash: the first exception that is not an echo (a peer's connection lost,
-a timeout) is **program**; else a rank killed by a signal other than torchrun's own SIGTERM, or
+a timeout) is **program**; a rank ended by a signal its own native code raises (SIGABRT on a
+failed heap check or assertion, SIGSEGV, SIGILL, SIGFPE) is **program**; else a rank killed by a
+signal other than torchrun's own SIGTERM (SIGKILL: the OOM killer or the scheduler; SIGBUS), or
 that vanished with no exception and no final report in a job that failed, is **node** (process
 gone).
 
@@ -80,6 +82,7 @@ class Failure:
     text: str  # what to say about it
     step: int
     frames: tuple[str, ...] = ()
+    signal: str = ""  # the signal's name, for kind "signal"
 
 
 def detect(features: Features, cfg: HangConfig | None = None) -> list[Finding]:
@@ -147,7 +150,9 @@ def _failures(f: Features) -> list[Failure]:
         if row.signal and row.signal not in TEARDOWN_SIGNALS:
             name = _signal_name(int(row.signal))
             text = f"(pid {row.pid}) was killed by {name} without a Python exception"
-            out.append(Failure(rank, row.host, int(row.ts_ns), "signal", text, _step(f, rank)))
+            out.append(
+                Failure(rank, row.host, int(row.ts_ns), "signal", text, _step(f, rank), (), name)
+            )
         elif (row.exit_code or 0) > 0 and rank not in raised:
             text = f"(pid {row.pid}) exited with code {row.exit_code} without a Python exception"
             out.append(Failure(rank, row.host, int(row.ts_ns), "exit", text, _step(f, rank)))
@@ -162,6 +167,15 @@ def _failures(f: Features) -> list[Failure]:
         text = f"(pid {row.pid}) vanished without an exception or an exit report"
         out.append(Failure(rank, row.host, int(row.ts_ns), "vanished", text, _step(f, rank)))
     return out
+
+
+#: Signals a process sends itself when its own native code fails (abort() on a failed heap
+#: check or assertion, a segmentation fault, an illegal instruction, a division by zero).
+NATIVE_SIGNALS = ("SIGABRT", "SIGSEGV", "SIGILL", "SIGFPE")
+
+
+def _native(failure: Failure) -> bool:
+    return failure.kind == "signal" and failure.signal in NATIVE_SIGNALS
 
 
 def _signal_name(num: int) -> str:
@@ -187,7 +201,7 @@ def _crash(f: Features, failures: list[Failure], cfg: HangConfig) -> Finding:
     first = failures[0]
     same = [x for x in failures if x.kind == first.kind and x.text == first.text]
     culprits = sorted({x.rank for x in (same if first.kind == "exception" else [first])})
-    cause = "program" if first.kind in ("exception", "exit") else "node"
+    cause = "program" if first.kind in ("exception", "exit") or _native(first) else "node"
     others = sorted(
         ({int(r) for r in f.exceptions["rank"]} if not f.exceptions.empty else set())
         | ({int(r) for r in f.exits["rank"]} if not f.exits.empty else set())

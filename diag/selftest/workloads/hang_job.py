@@ -12,7 +12,9 @@ Each step takes a batch from a ``DataLoader`` (in the training process), runs fo
   all-reduce, which the others' barrier cannot match: a hang until the collective timeout;
 - ``--stuck-loader-rank R``: R's dataset blocks in ``__getitem__`` (for good);
 - ``--raise-rank R``: R raises ``RuntimeError("injected failure at step S")``;
-- ``--kill-self-rank R``: R sends itself SIGKILL.
+- ``--kill-self-rank R``: R sends itself SIGKILL;
+- ``--abort-rank R``: R aborts (``os.abort()``: SIGABRT, as a failed heap check or C assertion
+  ends a process) after printing glibc's heap-check message.
 
 Just before, the rank prints ``FAULT rank R <kind> step S at <time.time()>`` (flushed), which the
 tests use to time the detection. ``--timeout-s`` is the process group's collective timeout: the
@@ -45,6 +47,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stuck-loader-rank", type=int, default=-1)
     p.add_argument("--raise-rank", type=int, default=-1)
     p.add_argument("--kill-self-rank", type=int, default=-1)
+    p.add_argument("--abort-rank", type=int, default=-1)
     return p.parse_args(argv)
 
 
@@ -73,6 +76,12 @@ class Samples(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return self.x[i], self.y[i]
 
 
+def abort_natively() -> None:
+    """What native code does on a failed heap check: glibc's message on stderr, then abort()."""
+    os.write(2, b"malloc(): unsorted double linked list corrupted\n")
+    os.abort()
+
+
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                *, step: int, args: argparse.Namespace, rank: int) -> None:  # fmt: skip
     if rank == args.raise_rank and step == args.at_step:
@@ -81,6 +90,9 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
     if rank == args.kill_self_rank and step == args.at_step:
         fault_line(rank, "kill-self", step)
         os.kill(os.getpid(), signal.SIGKILL)
+    if rank == args.abort_rank and step == args.at_step:
+        fault_line(rank, "abort", step)
+        abort_natively()
     opt.zero_grad()
     loss = nn.functional.mse_loss(model(x), y)
     loss.backward()
