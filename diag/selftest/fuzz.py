@@ -262,6 +262,21 @@ _LOG_SEED = (
     b"(pid: 4242) of binary: /usr/bin/python\n"
 )
 
+#: A native abort as a job's output holds it: glibc's message (no rank prefix), faulthandler's
+#: report of every thread, torchrun's root cause.
+_CRASH_LOG_SEED = (
+    b"malloc(): unsorted double linked list corrupted\n"
+    b"Fatal Python error: Aborted\n\n"
+    b"Thread 0x00007f25b63296c0 (most recent call first):\n"
+    b'  File "/usr/lib/python3.11/threading.py", line 331 in wait\n\n'
+    b"Current thread 0x00007f25d5e62b80 (most recent call first):\n"
+    b'  File "/job/train.py", line 549 in main\n\n'
+    b"Extension modules: torch._C (total: 1)\n"
+    b"Root Cause (first observed failure):\n[0]:\n"
+    b"  rank      : 1 (local_rank: 1)\n  exitcode  : -6 (pid: 21215)  (SIGABRT)\n"
+    b"  traceback : Signal 6 (SIGABRT) received by PID 21215\n" + b"=" * 20 + b"\n"
+)
+
 
 def _kineto(data: bytes, scratch: Path) -> object:
     from diag.traces.kineto import load_trace
@@ -351,7 +366,9 @@ TARGETS: dict[str, Callable[[], Target]] = {
     "error_file": lambda: Target(
         "error_file", _remains("error.json"), (DiagError,), (_ERROR_FILE_SEED,)
     ),
-    "worker_log": lambda: Target("worker_log", _remains("worker.log"), (DiagError,), (_LOG_SEED,)),
+    "worker_log": lambda: Target(
+        "worker_log", _remains("worker.log"), (DiagError,), (_LOG_SEED, _CRASH_LOG_SEED)
+    ),
     "kineto_trace": lambda: Target("kineto_trace", _kineto, (DiagError,), (_kineto_seed(),)),
     "timing_table_csv": lambda: Target(
         "timing_table_csv", _timing_table, (DiagError,), (_timing_table_seed(),)
