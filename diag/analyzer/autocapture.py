@@ -21,8 +21,8 @@ operator's 24 ms and named the wrong operator; over three steps the fault's exce
 A link finding that spans several hosts, where the ranks' own connections did not single out one
 host (:mod:`diag.diagnose.detectors.link_hosts` leaves it on a pair or the whole group), gets a
 point-to-point probe round through the node daemons (:mod:`diag.analyzer.linkprobe`: every
-pair of up to five of the job's hosts, both ways, ``tcp_pair`` at nice 19, at most 1 MiB or
-a quarter of a second each way); the link detector reads its matrix
+pair of up to five of the job's hosts, both ways, ``tcp_pair`` at nice 19, three timed 1 MiB
+bursts each way, none started after a quarter of a second); the link detector reads its matrix
 (:mod:`diag.diagnose.detectors.link_probe`). Budget: one round per finding and at most one per
 job every ``probe_interval_s`` (600 s). A job on two hosts gets none: a probe between them
 measures the very link the finding names.

@@ -15,8 +15,8 @@ retries its connection while the sink's daemon finishes the previous one; no cyc
 rounds only go forward). A host's probes (at most four) fit the daemon's queue for up to five
 hosts. Each pair gets its own port (``port_base + i``); the sink listens on the address its
 ranks' connections use, so the probe crosses the same link as the job's traffic. Small and
-low-priority: each direction sends at most ``size_bytes`` or ``duration_s`` of zeros, at nice 19
-(the daemon's probe runner).
+low-priority: each direction sends ``bursts`` bursts of ``size_bytes`` zeros (none started after
+``duration_s``), at nice 19 (the daemon's probe runner).
 
 The detector reads the results (:mod:`diag.diagnose.detectors.link_probe`).
 """
@@ -39,8 +39,9 @@ class LinkProbeConfig:
     """The round's size (module docstring)."""
 
     max_hosts: int = 5  # hosts probed in one round (their probes fit a daemon's queue)
-    size_bytes: int = 1 << 20  # most bytes each way per pair
-    duration_s: float = 0.25  # most time each way per pair
+    size_bytes: int = 1 << 20  # bytes of one burst, each way per pair
+    duration_s: float = 0.25  # no new burst after this long, each way per pair
+    bursts: int = 3  # timed bursts each way; the best counts (probes.tcp_pair)
     timeout_s: float = 30.0  # per probe, waiting for the other end included
     port_low: int = 20000  # each round's ports: port_base + pair index, the base drawn in
     port_high: int = 28000  # [port_low, port_high) (below Linux's ephemeral range)
@@ -112,6 +113,7 @@ def plan(
                     port=port,
                     size_bytes=cfg.size_bytes,
                     duration_s=cfg.duration_s,
+                    bursts=cfg.bursts,
                     timeout_s=cfg.timeout_s,
                 )
                 out.append(ProbeOrder(host, json.dumps(_fields(params))))
@@ -121,5 +123,6 @@ def plan(
 def _fields(p: TcpPairParams) -> dict[str, object]:
     return {
         "role": p.role, "peer": p.peer, "bind": p.bind, "port": p.port,
-        "size_bytes": p.size_bytes, "duration_s": p.duration_s, "timeout_s": p.timeout_s,
+        "size_bytes": p.size_bytes, "duration_s": p.duration_s, "bursts": p.bursts,
+        "timeout_s": p.timeout_s,
     }  # fmt: skip

@@ -71,8 +71,9 @@ class Verdict:
 def rates(
     probes: pd.DataFrame, tcp: pd.DataFrame, since_ns: int | None
 ) -> dict[tuple[str, str], float]:
-    """Directed host pair -> median received rate (MB/s) of the ``tcp_pair`` results that
-    came back ``ok`` at or after ``since_ns``. A peer's host is the one whose daemon reported
+    """Directed host pair -> best rate (MB/s) of the ``tcp_pair`` results that came back
+    ``ok`` at or after ``since_ns`` (a limit caps every measurement of a pair; load on either
+    end only lowers some). A peer's host is the one whose daemon reported
     its address as its own (its ranks' connections, or its end of a probe); others are left
     out."""
     rows = _rows(probes, since_ns)
@@ -88,7 +89,7 @@ def rates(
         if src is None or src == host or value is None or not value > 0:
             continue
         got.setdefault((src, str(host)), []).append(float(value))
-    return {k: float(statistics.median(v)) for k, v in got.items()}
+    return {k: max(v) for k, v in got.items()}
 
 
 def _rows(probes: pd.DataFrame, since_ns: int | None) -> pd.DataFrame:

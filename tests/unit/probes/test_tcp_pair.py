@@ -5,7 +5,9 @@ request may ask for is bounded (IP literals, ports >= 1024, small sizes)."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
+import time
 
 import pytest
 
@@ -41,8 +43,52 @@ def test_a_sink_and_a_source_each_report_the_rate_they_received() -> None:
     for (r,) in (sink, source):
         assert r.status == "ok", r.detail
         assert r.value is not None and r.value > 0 and r.unit == "MB/s"
-        assert r.device == "tcp 127.0.0.1 -> 127.0.0.1" and f"{2 << 20} bytes" in r.detail
+        assert r.device == "tcp 127.0.0.1 -> 127.0.0.1"
+        assert f"{3 * (2 << 20)} bytes in 3 bursts" in r.detail, r.detail
     assert sink[0].params["role"] == "sink" and source[0].params["role"] == "source"
+
+
+def test_the_rate_is_the_best_burst_timed_by_the_sender() -> None:
+    # A receiver that was not running when the first burst came (its acknowledgement 0.3 s
+    # late) stretches that burst only: the rate handed over is the best burst's, not the mean.
+    port, source, size = _free_port(), [], 1 << 20
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", port))
+        srv.listen(1)
+        params = TcpPairParams(role="source", peer="127.0.0.1", bind="127.0.0.1", port=port,
+                               size_bytes=size, duration_s=5.0, timeout_s=20.0)  # fmt: skip
+        t = _run(params, source)
+        conn, _ = srv.accept()
+        with conn:
+            conn.settimeout(20)
+            rates = []
+            while True:
+                (n,) = struct.unpack(">Q", _exactly(conn, 8))
+                if not n:
+                    (best,) = struct.unpack(">d", _exactly(conn, 8))
+                    break
+                _exactly(conn, n)
+                if not rates:
+                    time.sleep(0.3)
+                rates.append(n)
+                conn.sendall(b"\x06")
+            conn.sendall(struct.pack(">Q", size) + bytes(size))  # one burst back
+            assert _exactly(conn, 1) == b"\x06"
+            conn.sendall(struct.pack(">Q", 0) + struct.pack(">d", 1e8))
+    t.join(30)
+    assert len(rates) == 3
+    assert best > 2 * size / 0.3, best  # the first burst alone would be under size / 0.3 s
+    (r,) = source
+    assert r.status == "ok" and r.value == 100.0 and "in 1 burst;" in r.detail, r.detail
+
+
+def _exactly(conn: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        data = conn.recv(n - len(out))
+        assert data, "closed early"
+        out += data
+    return out
 
 
 def test_the_sink_closes_a_connection_from_another_address_unread() -> None:
@@ -91,6 +137,7 @@ def test_a_bind_address_not_on_this_host_fails_with_the_reason() -> None:
         ('{"peer": "10.0.0.1", "port": 2000, "role": "both"}', "role"),
         ('{"peer": "10.0.0.1", "port": 2000, "size_bytes": 1073741824}', "size_bytes"),
         ('{"peer": "10.0.0.1", "port": "2000"}', "is not int"),
+        ('{"peer": "10.0.0.1", "port": 2000, "bursts": 100}', "bursts"),
     ],
 )
 def test_requests_are_bounded_to_ip_literals_unprivileged_ports_and_small_sizes(
