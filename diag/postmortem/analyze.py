@@ -9,6 +9,10 @@ Order of reasoning:
 2. **Errors on ranks** (:mod:`diag.postmortem.causes`): each rank's own failure (the first primary
    clue: torchrun's root cause first, then by time), not the echoes of a peer's. An error on a
    culprit rank gives the culprit finding its cause; errors on other ranks make a crash finding.
+   A rank that logged nothing but its exit (and faulthandler's report) failed on its own when
+   it aborted (SIGABRT) with no collective timed out anywhere and torchrun names it first or it
+   left a fatal report (:func:`~diag.postmortem.causes.lone_abort`); a failure told without a
+   stack (a heap check's message) takes the stacks of the rank's fatal report.
 3. **Mismatched collectives** at one sequence number: a program finding naming the odd ranks.
 4. Without any of these: ranks named by monitoredBarrier; else, among the job's ranks, the ones
    that did *not* time out while others did (they were not in the collective the others wait
