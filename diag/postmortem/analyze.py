@@ -131,7 +131,7 @@ def _with_fatal_stack(clue: Clue, own: list[Clue]) -> Clue:
     rank's fatal report: its crashing thread's, and where its other threads were."""
     if clue.stack or clue.kind == "fatal":
         return clue
-    report = next((c for c in own if c.kind == "fatal" and c.stack), None)
+    report = next((c for c in own if c.kind == "fatal" and (c.stack or c.detail)), None)
     if report is None:
         return clue
     return replace(clue, stack=report.stack, detail=(clue.detail + "\n" + report.detail).strip())

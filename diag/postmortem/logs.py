@@ -121,6 +121,7 @@ class _Stream:
     in_stack: int = -1  # index of the timeout clue an NCCL "Stack trace" belongs to
     fatal: int = -1  # index of the fatal clue whose faulthandler report is being read
     fh_thread: str = ""  # the thread block being read ("current" for the crashing thread)
+    fh_current: bool = False  # the report has a block of the crashing thread
     fh_frames: list[StackFrame] = field(default_factory=list)  # its frames, innermost first
 
 
@@ -166,7 +167,7 @@ def parse_log(
             except ValueError as exc:  # int() of a number of thousands of digits
                 out.bad_line(no, exc)
     for st in streams.values():  # a faulthandler report that ends the file
-        _end_thread(st, out)
+        _end_report(st, out)
     try:
         out.clues.extend(summary.close())
     except ValueError as exc:
@@ -232,7 +233,7 @@ def _line(
         st.cont_left = 0
     if m := _FATAL.match(msg.strip()):
         st.fatal = add(kind="fatal", text=msg.strip()[:500])
-        st.fh_thread, st.fh_frames = "", []
+        st.fh_thread, st.fh_frames, st.fh_current = "", [], False
         return
     if st.in_stack >= 0:
         m = _NCCL_STACK.match(msg.strip())
@@ -333,9 +334,24 @@ def _faulthandler(msg: str, st: _Stream, out: LogResult) -> bool:
     if not text or text == "<no Python frame>" or text.startswith("File "):
         _end_thread(st, out)  # a blank line between blocks (or a frame cut short)
         return True
-    _end_thread(st, out)
-    st.fatal = -1
+    _end_report(st, out)
     return text.startswith("Extension modules:")
+
+
+#: The detail line of a report with no block for the crashing thread.
+NATIVE_THREAD = "the signal came on a thread with no Python frames (native code)"
+
+
+def _end_report(st: _Stream, out: LogResult) -> None:
+    """The report is over: its last thread block in, and, when none was the crashing thread's
+    (faulthandler names it ``Current thread`` only if it runs Python), a line saying so."""
+    _end_thread(st, out)
+    if st.fatal >= 0 and not st.fh_current:
+        c = out.clues[st.fatal]
+        out.clues[st.fatal] = dataclasses.replace(
+            c, detail=(NATIVE_THREAD + "\n" + c.detail).strip()
+        )
+    st.fatal, st.fh_current = -1, False
 
 
 def _stdlib(path: str) -> bool:
@@ -352,6 +368,7 @@ def _end_thread(st: _Stream, out: LogResult) -> None:
         return
     c = out.clues[st.fatal]
     if thread == "current":
+        st.fh_current = True
         out.clues[st.fatal] = dataclasses.replace(c, stack=tuple(reversed(frames)))
         return
     if c.detail.count("\n") + 1 >= MAX_THREADS_TOLD:

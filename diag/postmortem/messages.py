@@ -16,6 +16,7 @@ from diag.postmortem.causes import Verdict
 from diag.postmortem.culprits import Culprits
 from diag.postmortem.fr_groups import Mismatch
 from diag.postmortem.groups import REASONS, fmt_ranks
+from diag.postmortem.logs import NATIVE_THREAD
 from diag.postmortem.records import Clue, Remains, StackFrame
 from diag.untrusted import printable
 
@@ -114,13 +115,13 @@ def clue_evidence(rank: int, clue: Clue, verdict: Verdict) -> Evidence:
 def fatal_stacks_evidence(rank: int, clue: Clue) -> Evidence:
     """Where a rank's threads were when it died (faulthandler's report): the crashing thread's
     innermost frames, then each other thread's innermost frame."""
-    frames = " <- ".join(f.text() for f in reversed(clue.stack[-6:]))
+    frames = " <- ".join(f.text() for f in reversed(clue.stack[-6:])) or NATIVE_THREAD
     others = "; ".join(line for line in clue.detail.splitlines() if line.startswith("thread "))
     return Evidence(
         metric="stack",
         subject=f"rank {rank} crashing thread (faulthandler)",
         value=float(len(clue.stack)),
-        note=f"{frames}" + (f"; other threads: {others}" if others else ""),
+        note=f"{frames}" + (f"; Python threads: {others}" if others else ""),
     )
 
 
@@ -179,7 +180,8 @@ def crash_finding(
     others = f" (also {fmt_ranks([r for r in order if r != first])})" if len(order) > 1 else ""
     summary = f"rank {first} failed first: {verdict.label}{last}{others}"
     evidence = [clue_evidence(r, *failures[r]) for r in order[:8]]
-    if clue.kind in ("abort", "fatal", "exit") and clue.stack:  # a fatal report's stacks
+    threads = "thread " in clue.detail or NATIVE_THREAD in clue.detail
+    if clue.kind in ("abort", "fatal", "exit") and (clue.stack or threads):  # a fatal report's
         evidence.append(fatal_stacks_evidence(first, clue))
     evidence.extend(missing_evidence(s for s in missing if s != NO_DUMPS or clue.kind == "exit"))
     return Finding(

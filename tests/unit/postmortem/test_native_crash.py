@@ -134,3 +134,36 @@ def test_an_unprefixed_abort_line_is_not_given_to_one_of_two_aborted_ranks(tmp_p
     remains = collect(tmp_path)
     (abort,) = [c for c in remains.clues if c.kind == "abort"]
     assert abort.rank is None
+
+
+#: faulthandler's report when the signal came on a native thread (session 9's second heap
+#: corruption, abbreviated): no "Current thread" block, only the Python threads.
+NATIVE_REPORT = """Fatal Python error: Aborted
+
+Thread 0x00007f7318b296c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/venv/diag/hook/thread.py", line 232 in _wait
+
+Thread 0x00007f7338696b80 (most recent call first):
+  File "/venv/torch/nn/modules/linear.py", line 134 in forward
+  File "/job/train_ddp.py", line 548 in main
+
+Extension modules: torch._C (total: 1)
+"""
+
+
+def test_an_abort_on_a_native_thread_says_so_and_where_the_python_threads_were(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "job.log").write_text(HEAP_JOB_LOG.replace("{root}", "1"))
+    (tmp_path / "crash").mkdir()
+    (tmp_path / "crash" / "rank1.pid22222.log").write_text(NATIVE_REPORT)
+    (top,) = analyze(collect(tmp_path)).findings
+    assert (top.cause, top.ranks) == ("program", (1,)) and "heap corruption" in top.summary
+    (stack,) = [e for e in top.evidence if e.metric == "stack"]
+    assert stack.note.startswith("the signal came on a thread with no Python frames"), stack.note
+    assert (
+        "thread 0x00007f7338696b80: /venv/torch/nn/modules/linear.py:134 in forward" in stack.note
+    )
+    assert "diag/hook/thread.py:232 in _wait" in stack.note
