@@ -56,7 +56,7 @@ class Verdict:
     why: str
 
 
-WAITING = _WAITING = ("timeout", "pg_status", "barrier")
+WAITING = ("timeout", "pg_status", "barrier")
 _NODE_CUDA = re.compile(
     r"ECC|fallen off the bus|GPU is lost|unspecified launch failure|CUDA error: unknown error|"
     r"ncclUnhandledCudaError|uncorrectable|GPU Fault|NVLink|device not ready|"
@@ -134,7 +134,7 @@ def classify(clue: Clue, *, xid_hosts: frozenset[str] = frozenset()) -> Verdict 
     nothing about a failure (an NCCL warning of no known kind)."""
     text = " ".join(s for s in (clue.exc_type, clue.text, clue.detail) if s)
     first = f"{clue.exc_type} {clue.text}"
-    if clue.kind in _WAITING:
+    if clue.kind in WAITING:
         return Verdict(
             cause="unknown",
             primary=False,
