@@ -62,6 +62,10 @@ class HookConfig:
     # profile's, always record them: diag replay reruns the heaviest GEMM shapes); off, a window
     # step costs the training thread ~2.5 instead of 3-6 us per recorded operator
     profile_record_shapes: bool = False
+    # a window's stop first waits up to this long for gloo's worker threads to end the records of
+    # the collectives it saw (diag.hook.c10d_workers: torch frees them at the stop, a late end
+    # writes through a freed pointer); 0 = do not wait
+    profile_settle_s: float = 0.1
     trace_dir: str = ""  # raw traces of the windows go here ("" = not kept)
     max_traces_per_rank: int = 20  # the oldest are deleted beyond this
     max_trace_bytes: int = 32 * 1024 * 1024  # a compressed trace larger than this is not kept

@@ -20,6 +20,7 @@ Versioning: adding a defaulted field bumps the minor version; a rename or remova
 daemon sends only to an analyzer that says it reads them (``TimeReply.schema_version``).
 1.14: ``ProcSample.run_delay_ns`` (the whole process's run-queue delay, every thread).
 1.15: ``HookHealth.num_gil_pauses`` and ``gil_paused_ns`` (the hook thread's pacing).
+1.16: ``ProfileWindow.settle_ns`` and ``unsettled`` (the stop's wait for gloo's workers).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.15"
+SCHEMA_VERSION = "1.16"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -409,6 +410,11 @@ class ProfileWindow(Event):
     step had passed, so the window was taken at a later step than on the other ranks.
     ``trace_path`` is the raw trace file (gzipped Chrome trace JSON), relative to the node's trace
     directory, ``RUN_DIR/traces`` under ``diag run`` (e.g. ``rank0/p20.json.gz``; "" if not kept).
+
+    Schema 1.16: ``settle_ns`` is how long the stop waited for gloo's worker threads to end the
+    records of the collectives the window saw (:mod:`diag.hook.c10d_workers`), ``unsettled`` how
+    many were still busy when it stopped anyway (a record ended after the stop writes into memory
+    torch has freed: 0 is the safe case).
     """
 
     kind: ClassVar[str] = "profile_window"
@@ -428,6 +434,8 @@ class ProfileWindow(Event):
     late: bool = False
     ok: bool = True
     error: str = ""
+    settle_ns: int = 0
+    unsettled: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -275,6 +275,8 @@ def window_events(
             late=plan.late,
             ok=not done.error,
             error=done.error or error,
+            settle_ns=done.settle.waited_ns,
+            unsettled=done.settle.unsettled,
         )
     )
     return out

@@ -19,6 +19,13 @@ when CUDA is available and already initialized in this process (the window then 
 ``torch.profiler.profile`` does). If a profiler is already running (the job profiles itself) the
 window is skipped and reported with ``ok=False, error="profiler busy"``.
 
+Before ``_disable_profiler`` the stop waits (bounded, ``cfg.profile_settle_s``) until gloo's
+worker threads are back where they wait for work (:mod:`diag.hook.c10d_workers`): a collective
+the window recorded ends its record on its worker after the training thread has seen it complete,
+and a record ended after the stop writes into freed memory (torch's race; it corrupted the heap
+of this project's test jobs). The window reports the wait (``settle_ns``) and how many workers
+were still away (``unsettled``).
+
 Costs on the training thread (measured on this 2-core VM, torch 2.13 CPU, record_shapes on):
 prepare + enable ~0.2-0.6 ms, about 1-2 us per recorded operator while the window is open, and a
 disable that materializes the trace, ~3-6 us per recorded operator (~2.5 us without shapes).
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diag.config import HookConfig
+from diag.hook.c10d_workers import NO_WAIT, CollectiveWorkers, Settle
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +69,8 @@ class WindowResult:
     ``start_ns``/``end_ns`` are wall-clock ns (the hook's perf clock + wall offset, the same base as
     :class:`~diag.schema.StepEvent` times): just after enable and just before disable.
     ``train_ns`` is what switching the profiler cost the training thread (prepare + enable +
-    disable, perf ns). ``result`` is the Kineto ``_ProfilerResult`` (None when refused/failed).
+    the settle wait + disable, perf ns); ``settle`` what the stop waited for gloo's workers.
+    ``result`` is the Kineto ``_ProfilerResult`` (None when refused/failed).
     """
 
     plan: WindowPlan
@@ -71,6 +80,7 @@ class WindowResult:
     device: str
     error: str = ""
     train_ns: int = 0
+    settle: Settle = NO_WAIT
 
 
 def records_shapes(plan: WindowPlan, cfg: HookConfig) -> bool:
@@ -122,8 +132,12 @@ class ProfilerWindows:
         clock: Callable[[], int],
         wall_offset_ns: int,
         on_error: Callable[[BaseException], None],
+        workers: CollectiveWorkers | None = None,
     ) -> None:
         self.cfg = cfg
+        #: gloo's worker threads: sampled by the hook thread and at each start, waited for at
+        #: each stop
+        self.workers = workers if workers is not None else CollectiveWorkers()
         self.torch = torch
         self.clock = clock
         self.wall_offset_ns = wall_offset_ns
@@ -230,6 +244,7 @@ class ProfilerWindows:
             now = t0 + self.wall_offset_ns
             self.done.append(WindowResult(plan, None, now, now, self._device, "profiler busy"))
             return
+        self.workers.observe()  # between steps the workers wait at home: a sample of where
         activities = {autograd_profiler.ProfilerActivity.CPU}
         if self._cuda:
             activities.add(autograd_profiler.ProfilerActivity.CUDA)
@@ -270,10 +285,13 @@ class ProfilerWindows:
             autograd_profiler = self.torch.autograd.profiler
             t_enter = t0 = self.clock()
             result = None
+            settle = NO_WAIT
             try:
                 if self._cuda:
                     self.torch.cuda.synchronize()
                     t0 = self.clock()
+                if self.cfg.profile_settle_s > 0:
+                    settle = self.workers.settle(self.cfg.profile_settle_s)
                 result = autograd_profiler._disable_profiler()
             except Exception as exc:
                 error = f"profiler failed to stop: {type(exc).__name__}: {exc}"
@@ -291,6 +309,7 @@ class ProfilerWindows:
                     self._device,
                     error,
                     self._train_ns + (t1 - t_enter),
+                    settle,
                 )
             )
         finally:

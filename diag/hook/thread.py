@@ -304,6 +304,9 @@ class HookThread(threading.Thread):
                 self._release_steps(None, final=final)
         if not final:
             self.sender.add(self.watchdog.check())  # sent by this cycle's flush
+            # where gloo's workers wait when idle: learnt here, off the training thread, so a
+            # window's stop knows when they are done (diag.hook.c10d_workers)
+            self.profiler.workers.observe()
         if not self._full_rank_info:
             self._rank_info()
         if self._full_rank_info:

@@ -72,6 +72,9 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
     store = RunStore.open(out)
 
     wins = store.frame("profile_window")
+    # every window stopped with gloo's workers done with its collectives' records (no record
+    # ended after the stop freed it: diag.hook.c10d_workers)
+    assert (wins["unsettled"] == 0).all(), wins[["rank", "window_id", "settle_ns", "unsettled"]]
     demand = wins[wins["trigger"] == "on_demand"]
     # The requested window: every rank, the same step, the one the analyzer chose, in time.
     assert sorted(demand["rank"]) == [0, 1, 2, 3], wins[["rank", "window_id", "step", "late"]]

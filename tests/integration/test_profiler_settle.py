@@ -1,0 +1,81 @@
+"""A profiler window's stop waits for gloo's worker threads (:mod:`diag.hook.c10d_workers`), in a
+real process with a real gloo process group and the real torch profiler.
+
+The collective's future gets a done-callback that holds its worker for 50 ms after the waiting
+thread was released: the worker ends the ``gloo:all_reduce`` record only then. Switched off at
+once (torch's own ``torch.profiler.profile`` does), the window would free its records while the
+worker still holds one; the stop instead waits until the worker is back where it waits for work,
+so the record ends with its true length (>= 50 ms) and the window says it waited (``settle``).
+Both ranks of a two-rank process group live in one process (the peer on a thread that joins
+each collective 20 ms late, so the callbacks are in place before it can complete): no torchrun,
+a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.fakes.diagproc import env
+
+pytestmark = pytest.mark.integration
+
+HOLD_S = 0.05
+
+SCRIPT = """
+import json, os, sys, threading, time
+import torch, torch.distributed as dist
+from diag.config import HookConfig
+from diag.hook.profiler import ProfilerWindows
+hold = float(sys.argv[1])
+store, pgs = dist.HashStore(), [None, None]
+def make(rank):
+    pgs[rank] = dist.ProcessGroupGloo(store, rank, 2)
+peer = threading.Thread(target=make, args=(1,))
+peer.start()
+make(0)
+peer.join()
+def join_late():
+    time.sleep(0.02)
+    pgs[1].allreduce([torch.ones(1000)]).wait()
+cfg = HookConfig(profile_first_step=0, profile_every_steps=1, profile_settle_s=1.0)
+win = ProfilerWindows(cfg, torch, clock=time.perf_counter_ns, wall_offset_ns=0, on_error=print)
+t = torch.ones(1000)
+out = []
+for step in range(3):
+    win.step_begins(step)
+    peer = threading.Thread(target=join_late)
+    peer.start()
+    fut = pgs[0].allreduce([t]).get_future()
+    done = fut.then(lambda f: f.value())
+    fut.add_done_callback(lambda f: time.sleep(hold))  # runs on the worker, after `done`
+    done.wait()
+    win.step_ends(step)
+    peer.join()
+    res = win.done.popleft()
+    rec = [e.duration_ns() for e in res.result.events() if e.name() == "gloo:all_reduce"]
+    out.append({"settle_ns": res.settle.waited_ns, "workers": res.settle.workers,
+                "unsettled": res.settle.unsettled, "records_ns": rec, "error": res.error})
+    del res
+    win.busy = False
+    time.sleep(2 * hold)
+print(json.dumps(out), flush=True)
+os._exit(0)  # skip interpreter teardown with a Python callback registered on gloo's threads
+"""
+
+
+def test_window_stop_waits_for_a_worker_still_ending_its_record() -> None:
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(HOLD_S)], env=env(),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    windows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(windows) == 3
+    for w in windows:
+        assert w["error"] == "" and w["workers"] == 4, w  # two process groups, two workers each
+        assert w["unsettled"] == 0, w
+        assert w["settle_ns"] >= 0.9 * HOLD_S * 1e9, w  # it waited for the held worker
+        # the record ended on the worker, after the hold, before the stop freed it
+        assert len(w["records_ns"]) == 1 and w["records_ns"][0] >= 0.9 * HOLD_S * 1e9, w

@@ -1,0 +1,185 @@
+"""CollectiveWorkers: where gloo's worker threads wait when idle, and the bounded wait at a
+window's stop until they are all there. A task directory of real files stands in for
+/proc/self/task; the threads' places change when the wait sleeps, as a scheduler would move them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from diag.hook.c10d_workers import (
+    RUNNING,
+    CollectiveWorkers,
+    Place,
+    Settle,
+    parse_runs,
+    parse_syscall,
+)
+
+HOME = "202 0x55d0c0de0e48 0x80 0x0 0x0 0x0 0x0 0x7f10aa7fdb50 0x7f10c3e9a2ad"
+ELSEWHERE = "202 0x7f10c40010a0 0x80 0x2 0x0 0x0 0x0 0x7f10aa7fd6e0 0x7f10c3e9a2ad"  # deeper
+NETWORK = "7 0x7f10a0000b70 0x1 0xffffffff 0x0 0x0 0x0 0x7f10aa7fd810 0x7f10c3f1d3cf"  # poll
+
+
+class Tasks:
+    """A fake /proc/self/task: ``set(tid, comm, syscall, runs)`` writes a thread's files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def set(self, tid: int, *, comm: str = "pt_gloo_runloop", syscall: str = HOME,
+            runs: int = 10) -> None:  # fmt: skip
+        d = self.root / str(tid)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "comm").write_text(comm + "\n")
+        (d / "syscall").write_text(syscall + "\n")
+        (d / "schedstat").write_text(f"123456 7890 {runs}\n")
+
+    def remove(self, tid: int) -> None:
+        for f in (self.root / str(tid)).iterdir():
+            f.unlink()
+        (self.root / str(tid)).rmdir()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ns = 0
+        self.on_sleep: list[Callable[[int], None]] = []
+        self.sleeps = 0
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def sleep(self, s: float) -> None:
+        self.ns += int(s * 1e9)
+        self.sleeps += 1
+        for f in self.on_sleep:
+            f(self.sleeps)
+
+
+def workers(tmp_path: Path, clock: Clock) -> CollectiveWorkers:
+    return CollectiveWorkers(task_dir=str(tmp_path), machine="x86_64", clock=clock,
+                             sleep=clock.sleep)  # fmt: skip
+
+
+def test_parse_syscall_forms() -> None:
+    assert parse_syscall("running\n") is RUNNING
+    assert parse_syscall(HOME) == Place(202, 0x7F10AA7FDB50, 0x7F10C3E9A2AD)
+    assert parse_syscall("-1 0x7ffd1c0 0x7f10c3e9a2ad") == Place(-1, 0x7FFD1C0, 0x7F10C3E9A2AD)
+    assert parse_syscall("") is None and parse_syscall("garbage here") is None
+    assert parse_runs("1 2 3\n") == 3 and parse_runs("1 2") is None
+
+
+def test_workers_are_found_by_name_and_a_late_name_is_seen(tmp_path: Path) -> None:
+    tasks, clock = Tasks(tmp_path), Clock()
+    tasks.set(100, comm="python")
+    tasks.set(101)
+    tasks.set(102, comm="gloo_tcp_loop")
+    tasks.set(103, comm="python")  # a worker that has not named itself yet
+    w = workers(tmp_path, clock)
+    assert w.workers() == [101]
+    tasks.set(103)
+    for _ in range(40):  # looked at again within RENAME_SCANS scans
+        found = sorted(w.workers())
+    assert found == [101, 103]
+    tasks.remove(101)
+    assert sorted(w.workers()) == [103]
+
+
+def test_home_is_the_most_frequent_place_once_seen_twice(tmp_path: Path) -> None:
+    tasks, clock = Tasks(tmp_path), Clock()
+    tasks.set(101, syscall=ELSEWHERE)
+    w = workers(tmp_path, clock)
+    w.observe()
+    assert w.home(101) is None  # once is not a home
+    tasks.set(101, syscall=HOME)
+    w.observe()
+    assert w.home(101) is None  # a tie
+    w.observe()
+    assert w.home(101) == parse_syscall(HOME)
+    tasks.set(101, syscall="running")
+    w.observe()  # running is no place
+    assert w.home(101) == parse_syscall(HOME)
+
+
+def test_settle_returns_at_once_when_every_worker_is_home(tmp_path: Path) -> None:
+    tasks, clock = Tasks(tmp_path), Clock()
+    tasks.set(101)
+    tasks.set(102)
+    w = workers(tmp_path, clock)
+    w.observe()
+    w.observe()
+    assert w.settle(0.1) == Settle(0, 2, 0) and clock.sleeps == 0
+
+
+def test_settle_waits_for_a_worker_finishing_a_collective(tmp_path: Path) -> None:
+    tasks, clock = Tasks(tmp_path), Clock()
+    tasks.set(101)
+    tasks.set(102)
+    w = workers(tmp_path, clock)
+    w.observe()
+    w.observe()
+    # 102 still ends its collective: runnable, then blocked on the GIL, then home (poll 5)
+    tasks.set(102, syscall="running", runs=11)
+    steps = {2: dict(syscall=ELSEWHERE, runs=12), 5: dict(syscall=HOME, runs=13)}
+    clock.on_sleep.append(lambda n: tasks.set(102, **steps[n]) if n in steps else None)
+    s = w.settle(0.1)
+    assert s.unsettled == 0 and s.workers == 2
+    assert clock.sleeps == 5 and s.waited_ns == clock.ns
+
+
+def test_settle_gives_up_at_the_timeout_on_a_worker_that_keeps_running(tmp_path: Path) -> None:
+    tasks, clock = Tasks(tmp_path), Clock()
+    tasks.set(101)
+    w = workers(tmp_path, clock)
+    w.observe()
+    w.observe()
+    tasks.set(101, syscall="running")
+    s = w.settle(0.01)
+    assert s.unsettled == 1 and 0.01e9 <= s.waited_ns < 0.012e9
+
+
+def test_settle_waits_out_a_worker_in_a_long_wait_and_says_so(tmp_path: Path) -> None:
+    """Blocked elsewhere the whole time (a collective in flight on the network, or a slow
+    callback): the stop goes ahead at the timeout and counts the worker as unsettled."""
+    tasks, clock = Tasks(tmp_path), Clock()
+    tasks.set(101)
+    w = workers(tmp_path, clock)
+    w.observe()
+    w.observe()
+    tasks.set(101, syscall=NETWORK, runs=50)
+    s = w.settle(0.03)
+    assert s.unsettled == 1 and 0.03e9 <= s.waited_ns < 0.032e9
+
+
+def test_home_unknown_a_futex_wait_without_runs_across_a_pause_counts_as_settled(
+    tmp_path: Path,
+) -> None:
+    tasks, clock = Tasks(tmp_path), Clock()
+    tasks.set(101, syscall=ELSEWHERE, runs=5)
+    w = workers(tmp_path, clock)  # no sample yet: no home
+    assert w.settle(0.1) == Settle(clock.ns, 1, 0) and clock.sleeps == 1
+    # ... but not while the scheduler keeps running it (it is doing something)
+    clock2 = Clock()
+    w2 = workers(tmp_path, clock2)
+    clock2.on_sleep.append(lambda n: tasks.set(101, syscall=ELSEWHERE, runs=5 + n))
+    assert w2.settle(0.005).unsettled == 1
+
+
+def test_no_proc_no_wait(tmp_path: Path) -> None:
+    clock = Clock()
+    w = workers(tmp_path / "absent", clock)
+    w.observe()
+    assert w.settle(0.1) == Settle(0, 0, 0)
+
+
+def test_a_thread_that_ends_during_the_wait_is_not_waited_for(tmp_path: Path) -> None:
+    tasks, clock = Tasks(tmp_path), Clock()
+    tasks.set(101)
+    w = workers(tmp_path, clock)
+    w.observe()
+    w.observe()
+    tasks.set(101, syscall="running")
+    clock.on_sleep.append(lambda n: tasks.remove(101) if n == 2 else None)
+    assert w.settle(0.1).unsettled == 0
