@@ -61,6 +61,10 @@ class RunInfoSummary:
     - ``nccl_untimed_ranks``: the NCCL ranks whose job runs without ``TORCH_NCCL_ENABLE_TIMING``
       (their hooks said so, schema 1.10): the Flight Recorder has each rank's arrival but no
       collective start and end times. ``diag run`` turns it on; it is read at the job's start.
+    - ``unsettled_ranks``: the ranks with a profiler window that stopped while one of gloo's
+      worker threads had not ended a collective's record yet (``ProfileWindow.unsettled``, schema
+      1.16: torch's profiler race, :mod:`diag.hook.c10d_workers`): that record's late end wrote
+      into freed memory, which can corrupt the process's heap.
     """
 
     id: str
@@ -87,6 +91,7 @@ class RunInfoSummary:
     in_progress: bool = False
     writer_pid: int | None = None
     nccl_untimed_ranks: tuple[int, ...] = ()
+    unsettled_ranks: tuple[int, ...] = ()
 
 
 _DROP_REASONS = (
@@ -400,7 +405,16 @@ def _run(frames: dict[str, pd.DataFrame], ranks: tuple[RankSummary, ...]) -> Run
         hook_paused_ns=paced.get("gil_paused_ns", 0),
         silent_ranks=_silent_ranks(health, frames.get("hook_silent")),
         nccl_untimed_ranks=_nccl_untimed(infos),
+        unsettled_ranks=_unsettled(frames.get("profile_window")),
     )
+
+
+def _unsettled(windows: pd.DataFrame | None) -> tuple[int, ...]:
+    """Ranks with a window stopped while a gloo worker still held one of its records."""
+    if windows is None or not len(windows) or "unsettled" not in windows.columns:
+        return ()  # hooks before schema 1.16 did not wait nor say
+    late = windows[windows["unsettled"].fillna(0).astype("int64") > 0]
+    return tuple(sorted({int(r) for r in late["rank"] if int(r) >= 0}))
 
 
 def _nccl_untimed(infos: pd.DataFrame | None) -> tuple[int, ...]:

@@ -233,6 +233,14 @@ def headline(summary: Mapping[str, Any]) -> Text:
             "unset when the job started): collectives have arrivals but no durations; diag run "
             "sets it, a job started without it keeps it off."
         )
+    if unsettled := run.get("unsettled_ranks"):
+        ranks = ", ".join(str(r) for r in unsettled)
+        text.append(
+            f"\na profiler window on rank {ranks} stopped while a gloo worker thread was still "
+            "ending a collective's record (torch's profiler race; DIAG_HOOK_PROFILE_SETTLE_S "
+            "bounds diag's wait for it): that late write may have corrupted the process's memory.",
+            style="bold yellow",
+        )
     slow = slowest_rank(list(summary.get("ranks", [])))
     if slow is not None:
         text.append(

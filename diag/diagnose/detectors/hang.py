@@ -47,6 +47,8 @@ from __future__ import annotations
 import signal as signals
 from dataclasses import dataclass
 
+import pandas as pd
+
 from diag.diagnose.detectors.hang_evidence import (
     TEARDOWN_SIGNALS,
     RankState,
@@ -213,6 +215,8 @@ def _crash(f: Features, failures: list[Failure], cfg: HangConfig) -> Finding:
                          note=first.text)]  # fmt: skip
     if first.frames:
         evidence.append(_stack_evidence(first.rank, list(first.frames), "exception", cfg))
+    if _native(first):
+        evidence += _unsettled_windows(f.windows, first.rank)
     evidence += _exit_evidence(f, echoes)
     return Finding(
         id="crash", symptom="crash", cause=cause, severity="critical", ranks=tuple(culprits),
@@ -221,6 +225,24 @@ def _crash(f: Features, failures: list[Failure], cfg: HangConfig) -> Finding:
         confidence=0.9 if first.kind in ("exception", "signal") else 0.7,
         summary=f"rank {first.rank} {first.text}{where}{tail}", evidence=tuple(evidence),
     )  # fmt: skip
+
+
+def _unsettled_windows(windows: pd.DataFrame, rank: int) -> list[Evidence]:
+    """The rank's profiler windows that stopped while a gloo worker still held a record (schema
+    1.16, :mod:`diag.hook.c10d_workers`): the late end wrote into memory the stop had freed, a
+    known way to corrupt the heap, so a native crash after one says so."""
+    if windows.empty or "unsettled" not in windows.columns:
+        return []
+    mine = windows[(windows["rank"] == rank) & (windows["unsettled"].fillna(0) > 0)]
+    return [
+        Evidence(metric="profile_window_unsettled", subject=f"rank {rank} window {row.window_id}",
+                 value=float(row.unsettled), reference=0.0,
+                 note=f"diag's profiler window {row.window_id} (step {row.step}) stopped while "
+                 f"{int(row.unsettled)} gloo worker thread(s) had not ended a collective's record; "
+                 "its late end wrote into freed memory (torch's profiler race), a known cause "
+                 "of heap corruption")
+        for row in mine.itertuples()
+    ]  # fmt: skip
 
 
 def _hang(

@@ -183,3 +183,30 @@ def test_a_rank_whose_report_is_on_its_way_is_not_named_silent(tmp_path: Path) -
     run.report(1, done=13, in_flight=("all_reduce", "[[1056]]"), at=S // 2)
     (f,) = run.findings(tmp_path / "c")  # both in: decided at once
     assert (f.ranks, f.cause) == ((1,), "program") and "mismatched" in f.summary
+
+
+def _window(run: Run, rank: int, unsettled: int) -> schema.ProfileWindow:
+    t = STALL - 2 * S
+    return schema.ProfileWindow(**run.ranks[rank].env(t, 5), window_id="p5", trigger="periodic",
+                                start_ns=t, end_ns=t + 10 * MS, duration_ns=10 * MS,
+                                settle_ns=100 * MS if unsettled else 0,
+                                unsettled=unsettled)  # fmt: skip
+
+
+def test_a_native_abort_after_an_unsettled_window_names_the_window(tmp_path: Path) -> None:
+    """Torch's profiler race (diag.hook.c10d_workers): a window that stopped while a gloo
+    worker still held a record is a known cause of the heap corruption that aborts a rank."""
+    for unsettled in (1, 0):
+        run = Run()
+        run.events += [_window(run, 0, 0), _window(run, 1, unsettled)]
+        run.exception(0, "RuntimeError", "Connection closed by peer [127.0.0.1]:6061", at=STALL)
+        run.exit(1, observer="launcher", at=STALL + S, code=-6, first=True)
+        run.exit(0, observer="launcher", at=STALL + S, code=1)
+        (f,) = run.findings(tmp_path / str(unsettled))
+        assert (f.symptom, f.cause, f.ranks) == ("crash", "program", (1,))
+        named = [e for e in f.evidence if e.metric == "profile_window_unsettled"]
+        if unsettled:
+            (e,) = named
+            assert e.subject == "rank 1 window p5" and "torch's profiler race" in e.note
+        else:
+            assert named == []
