@@ -59,7 +59,6 @@ MIN_HOME_SAMPLES = 2  # a home is the most frequent place once seen this often .
 MAX_PLACES = 32  # ... among at most this many distinct places remembered per worker
 POLL_S = 0.0005
 DEFAULT_TIMEOUT_S = 0.1
-RENAME_SCANS = 32  # threads not named as workers are looked at again every this many scans
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +133,8 @@ class CollectiveWorkers:
         self.names = names
         self._lock = threading.Lock()
         self._places: dict[int, Counter[Place]] = {}
-        self._names: dict[int, bool] = {}  # tid -> is a worker (by its name when last read)
-        self._scans = 0
+        self._names: dict[int, bool] = {}  # tid -> is a worker, for threads named for good
+        self._own_name = self._process_name()
 
     # ---------------------------------------------------------------- reading /proc
     def _read(self, tid: int, name: str) -> str | None:
@@ -155,9 +154,6 @@ class CollectiveWorkers:
             return self._named(tids)
 
     def _named(self, tids: list[int]) -> list[int]:
-        self._scans += 1
-        if self._scans % RENAME_SCANS == 0:  # a thread names itself just after it starts: look
-            self._names = {t: v for t, v in self._names.items() if v}  # at the others again
         found = []
         for tid in tids:
             known = self._names.get(tid)
@@ -165,13 +161,25 @@ class CollectiveWorkers:
                 comm = self._read(tid, "comm")
                 if comm is None:
                     continue
-                known = self._names[tid] = comm.strip() in self.names
+                name = comm.strip()
+                known = name in self.names
+                # a thread starts with the process's name and may name itself later (a gloo
+                # worker does, first thing): only a worker's or another chosen name is final
+                if known or name != self._own_name:
+                    self._names[tid] = known
             if known:
                 found.append(tid)
         if len(self._names) > len(tids) + 64:  # forget threads that ended
             alive = set(tids)
             self._names = {t: v for t, v in self._names.items() if t in alive}
         return found
+
+    def _process_name(self) -> str:
+        try:
+            with open(f"{self.task_dir}/../comm", encoding="ascii", errors="replace") as f:
+                return f.read().strip()
+        except OSError:
+            return ""
 
     def place(self, tid: int) -> Place | None:
         text = self._read(tid, "syscall")

@@ -31,6 +31,8 @@ import torch, torch.distributed as dist
 from diag.config import HookConfig
 from diag.hook.profiler import ProfilerWindows
 hold = float(sys.argv[1])
+cfg = HookConfig(profile_first_step=0, profile_every_steps=1, profile_settle_s=1.0)
+win = ProfilerWindows(cfg, torch, clock=time.perf_counter_ns, wall_offset_ns=0, on_error=print)
 store, pgs = dist.HashStore(), [None, None]
 def make(rank):
     pgs[rank] = dist.ProcessGroupGloo(store, rank, 2)
@@ -38,11 +40,12 @@ peer = threading.Thread(target=make, args=(1,))
 peer.start()
 make(0)
 peer.join()
+deadline = time.monotonic() + 30  # a busy host may not have run the new workers yet
+while len(win.workers.workers()) < 4 and time.monotonic() < deadline:
+    time.sleep(0.01)
 def join_late():
     time.sleep(0.02)
     pgs[1].allreduce([torch.ones(1000)]).wait()
-cfg = HookConfig(profile_first_step=0, profile_every_steps=1, profile_settle_s=1.0)
-win = ProfilerWindows(cfg, torch, clock=time.perf_counter_ns, wall_offset_ns=0, on_error=print)
 t = torch.ones(1000)
 out = []
 for step in range(3):

@@ -23,10 +23,13 @@ NETWORK = "7 0x7f10a0000b70 0x1 0xffffffff 0x0 0x0 0x0 0x7f10aa7fd810 0x7f10c3f1
 
 
 class Tasks:
-    """A fake /proc/self/task: ``set(tid, comm, syscall, runs)`` writes a thread's files."""
+    """A fake /proc/self (its ``comm``: "python") and its ``task`` directory:
+    ``set(tid, comm, syscall, runs)`` writes a thread's files."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, proc: Path) -> None:
+        self.root = proc / "task"
+        self.root.mkdir(parents=True, exist_ok=True)
+        (proc / "comm").write_text("python\n")
 
     def set(self, tid: int, *, comm: str = "pt_gloo_runloop", syscall: str = HOME,
             runs: int = 10) -> None:  # fmt: skip
@@ -59,7 +62,7 @@ class Clock:
 
 
 def workers(tmp_path: Path, clock: Clock) -> CollectiveWorkers:
-    return CollectiveWorkers(task_dir=str(tmp_path), machine="x86_64", clock=clock,
+    return CollectiveWorkers(task_dir=str(tmp_path / "task"), machine="x86_64", clock=clock,
                              sleep=clock.sleep)  # fmt: skip
 
 
@@ -79,10 +82,9 @@ def test_workers_are_found_by_name_and_a_late_name_is_seen(tmp_path: Path) -> No
     tasks.set(103, comm="python")  # a worker that has not named itself yet
     w = workers(tmp_path, clock)
     assert w.workers() == [101]
-    tasks.set(103)
-    for _ in range(40):  # looked at again within RENAME_SCANS scans
-        found = sorted(w.workers())
-    assert found == [101, 103]
+    tasks.set(102, comm="pt_gloo_runloop")  # a thread named otherwise is not looked at again
+    tasks.set(103)  # one with the process's own name is: it names itself as a worker now
+    assert sorted(w.workers()) == [101, 103]
     tasks.remove(101)
     assert sorted(w.workers()) == [103]
 
