@@ -255,9 +255,7 @@ class ProfilerWindows:
             False,  # with_stack
             False,  # with_flops
             False,  # with_modules
-            # on the CPU nothing needs Kineto's external correlation (CPU ops to GPU kernels): it
-            # pushes and pops an id around every recorded operator
-            autograd_profiler._ExperimentalConfig(disable_external_correlation=not self._cuda),
+            autograd_profiler._ExperimentalConfig(),
             "",  # trace_id
         )
         try:
