@@ -66,6 +66,17 @@ def workers(tmp_path: Path, clock: Clock) -> CollectiveWorkers:
                              sleep=clock.sleep)  # fmt: skip
 
 
+def at_home(tmp_path: Path, *tids: int) -> tuple[Tasks, Clock, CollectiveWorkers]:
+    """Workers ``tids`` idle at HOME and sampled there twice: their home is known."""
+    tasks, clock = Tasks(tmp_path), Clock()
+    for tid in tids:
+        tasks.set(tid)
+    w = workers(tmp_path, clock)
+    w.observe()
+    w.observe()
+    return tasks, clock, w
+
+
 def test_parse_syscall_forms() -> None:
     assert parse_syscall("running\n") is RUNNING
     assert parse_syscall(HOME) == Place(202, 0x7F10AA7FDB50, 0x7F10C3E9A2AD)
@@ -106,22 +117,12 @@ def test_home_is_the_most_frequent_place_once_seen_twice(tmp_path: Path) -> None
 
 
 def test_settle_returns_at_once_when_every_worker_is_home(tmp_path: Path) -> None:
-    tasks, clock = Tasks(tmp_path), Clock()
-    tasks.set(101)
-    tasks.set(102)
-    w = workers(tmp_path, clock)
-    w.observe()
-    w.observe()
+    _, clock, w = at_home(tmp_path, 101, 102)
     assert w.settle(0.1) == Settle(0, 2, 0) and clock.sleeps == 0
 
 
 def test_settle_waits_for_a_worker_finishing_a_collective(tmp_path: Path) -> None:
-    tasks, clock = Tasks(tmp_path), Clock()
-    tasks.set(101)
-    tasks.set(102)
-    w = workers(tmp_path, clock)
-    w.observe()
-    w.observe()
+    tasks, clock, w = at_home(tmp_path, 101, 102)
     # 102 still ends its collective: runnable, then blocked on the GIL, then home (poll 5)
     tasks.set(102, syscall="running", runs=11)
     steps = {2: dict(syscall=ELSEWHERE, runs=12), 5: dict(syscall=HOME, runs=13)}
@@ -132,11 +133,7 @@ def test_settle_waits_for_a_worker_finishing_a_collective(tmp_path: Path) -> Non
 
 
 def test_settle_gives_up_at_the_timeout_on_a_worker_that_keeps_running(tmp_path: Path) -> None:
-    tasks, clock = Tasks(tmp_path), Clock()
-    tasks.set(101)
-    w = workers(tmp_path, clock)
-    w.observe()
-    w.observe()
+    tasks, _, w = at_home(tmp_path, 101)
     tasks.set(101, syscall="running")
     s = w.settle(0.01)
     assert s.unsettled == 1 and 0.01e9 <= s.waited_ns < 0.012e9
@@ -145,11 +142,7 @@ def test_settle_gives_up_at_the_timeout_on_a_worker_that_keeps_running(tmp_path:
 def test_settle_waits_out_a_worker_in_a_long_wait_and_says_so(tmp_path: Path) -> None:
     """Blocked elsewhere the whole time (a collective in flight on the network, or a slow
     callback): the stop goes ahead at the timeout and counts the worker as unsettled."""
-    tasks, clock = Tasks(tmp_path), Clock()
-    tasks.set(101)
-    w = workers(tmp_path, clock)
-    w.observe()
-    w.observe()
+    tasks, _, w = at_home(tmp_path, 101)
     tasks.set(101, syscall=NETWORK, runs=50)
     s = w.settle(0.03)
     assert s.unsettled == 1 and 0.03e9 <= s.waited_ns < 0.032e9
@@ -177,11 +170,7 @@ def test_no_proc_no_wait(tmp_path: Path) -> None:
 
 
 def test_a_thread_that_ends_during_the_wait_is_not_waited_for(tmp_path: Path) -> None:
-    tasks, clock = Tasks(tmp_path), Clock()
-    tasks.set(101)
-    w = workers(tmp_path, clock)
-    w.observe()
-    w.observe()
+    tasks, clock, w = at_home(tmp_path, 101)
     tasks.set(101, syscall="running")
     clock.on_sleep.append(lambda n: tasks.remove(101) if n == 2 else None)
     assert w.settle(0.1).unsettled == 0

@@ -3,32 +3,16 @@ has arrivals but no durations (the hooks report it, schema 1.10)."""
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 
-from rich.console import Console
-
 from diag import schema
-from diag.cli.render import tables as render
-from diag.store.run_store import RunStore
-from diag.store.summary import summarize
 from tests.fakes.events import T0, Source
+from tests.fakes.summary import headline
 
 
 def _info(src: Source, backend: str, timing: bool) -> schema.RankInfo:
     return schema.RankInfo(**src.env(T0), pid=100, backend=backend, device="cuda:0",
                            nccl_timing=timing)  # fmt: skip
-
-
-def _headline(tmp_path: Path, infos: list[schema.RankInfo]) -> tuple[dict, str]:
-    store = RunStore.create(tmp_path)
-    store.append([Source(host="n0", rank=r, pid=10 + r).step(0) for r in range(3)] + infos)
-    store.flush()
-    summary = json.loads(json.dumps(summarize(tmp_path).to_json(), allow_nan=False))
-    buf = io.StringIO()
-    Console(width=200, file=buf, color_system=None).print(render.headline(summary))
-    return summary, buf.getvalue()
 
 
 def test_nccl_ranks_without_timing_are_named(tmp_path: Path) -> None:
@@ -38,7 +22,7 @@ def test_nccl_ranks_without_timing_are_named(tmp_path: Path) -> None:
         _info(r1, "nccl", True),
         _info(r2, "cpu:gloo,cuda:nccl", False),
     ]
-    summary, text = _headline(tmp_path, infos)
+    summary, text = headline(tmp_path, infos)
     assert summary["run"]["nccl_untimed_ranks"] == [0, 2]
     assert "NCCL collective timing is off on 2 rank(s)" in text
 
@@ -46,5 +30,5 @@ def test_nccl_ranks_without_timing_are_named(tmp_path: Path) -> None:
 def test_gloo_and_timed_jobs_say_nothing(tmp_path: Path) -> None:
     r0, r1, r2 = (Source(host="n0", rank=r, pid=10 + r) for r in range(3))
     infos = [_info(r0, "gloo", False), _info(r1, "nccl", True), _info(r2, "gloo", False)]
-    summary, text = _headline(tmp_path, infos)
+    summary, text = headline(tmp_path, infos)
     assert summary["run"]["nccl_untimed_ranks"] == [] and "NCCL" not in text
