@@ -117,6 +117,14 @@ class DaemonConfig:
     # Prometheus /metrics (diag.daemon.metrics): off (-1), a port (0 = any free one), the address
     metrics_port: int = -1
     metrics_addr: str = "127.0.0.1"
+    # collectives (diag.daemon.collsum): ship each one (raw), one summary per rank, step and group
+    # with the raw rows kept here for a fetch (summary), or summary once the job has
+    # collectives_min_world ranks (auto)
+    collectives: str = "auto"
+    collectives_min_world: int = 256
+    collectives_raw_steps: int = 10
+    collectives_retain_s: float = 600.0
+    collectives_retain_max_events: int = 2_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

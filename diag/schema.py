@@ -21,6 +21,8 @@ daemon sends only to an analyzer that says it reads them (``TimeReply.schema_ver
 1.14: ``ProcSample.run_delay_ns`` (the whole process's run-queue delay, every thread).
 1.15: ``HookHealth.num_gil_pauses`` and ``gil_paused_ns`` (the hook thread's pacing).
 1.16: ``ProfileWindow.settle_ns`` and ``unsettled`` (the stop's wait for gloo's workers).
+1.17: ``CollectiveSummary`` (a node daemon's summary of one rank's collectives of one group in one
+step, shipped in place of the raw ``CollectiveEvent`` rows at fleet scale).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.16"
+SCHEMA_VERSION = "1.17"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -141,6 +143,44 @@ class CollectiveEvent(Event):
     duration_ns: int | None = None
     state: str = ""
     origin: str = "fr"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveSummary(Event):
+    """One rank's collectives on one process group in one step, summarized by its node's daemon
+    (schema 1.17; :mod:`diag.daemon.collsum`). At fleet scale the daemon ships this instead of one
+    :class:`CollectiveEvent` per operation (a sharded job issues hundreds per rank and step), keeps
+    the raw rows on the node for a bounded time and ships them again when the analyzer asks for a
+    window of steps (``CollectiveFetch``). The envelope (host, rank, step, source) is the rank's
+    hook's; ``seq`` is the daemon's own.
+
+    Collectives (``num_collectives``, ``num_bytes``, the enqueue times and sequence numbers) and
+    point-to-point operations (``num_p2p``, ``p2p_bytes``) are counted apart, as the analysis reads
+    them apart. ``num_timed`` of the collectives carried a duration (NCCL with timing; none on
+    gloo), summed in ``duration_sum_ns``, the longest ``duration_max_ns``. ``mean_enqueue_ns`` is
+    the mean time the rank issued them: across the ranks of a group, its spread is the arrival
+    skew of a rank that is late to every collective. ``num_not_completed`` were still in flight or
+    failed when harvested (those also ship raw: they are a hang's evidence).
+    """
+
+    kind: ClassVar[str] = "collective_summary"
+
+    pg_name: str = ""
+    pg_desc: str = ""
+    pg_size: int = 0
+    num_collectives: int = 0
+    num_bytes: int = 0
+    num_p2p: int = 0
+    p2p_bytes: int = 0
+    num_timed: int = 0
+    duration_sum_ns: int = 0
+    duration_max_ns: int = 0
+    first_enqueue_ns: int = 0
+    last_enqueue_ns: int = 0
+    mean_enqueue_ns: int = 0
+    first_seq_id: int = -1
+    last_seq_id: int = -1
+    num_not_completed: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -859,6 +899,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TcpPeerSample,
         NicSample,
         HookSilent,
+        CollectiveSummary,
     )
 }
 

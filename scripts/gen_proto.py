@@ -96,12 +96,28 @@ message ProbeRequest {
   int64 expires_ns = 9;
 }
 
+// A request for the raw collectives a node daemon kept while it shipped CollectiveSummary events
+// (schema 1.17): those of `ranks` (empty: every rank of the node) in steps first_step..last_step,
+// shipped again as CollectiveEvent rows under the daemon's own source. `host` the node ("*":
+// every node). The analyzer fills `request_id`, `seq`, `requested_ns` and `expires_ns`.
+message CollectiveFetch {
+  string request_id = 1;
+  int64 seq = 2;
+  string host = 3;
+  repeated int64 ranks = 4;
+  int64 first_step = 5;
+  int64 last_step = 6;
+  int64 requested_ns = 7;
+  int64 expires_ns = 8;
+}
+
 // What flows from the analyzer to the hooks, pulled: daemon <- analyzer (PollControl), then
 // hook <- daemon (framed on the hook's own Unix socket connection, read by the hook thread).
 message ControlMessage {
   oneof body {
     ProfileRequest profile = 1;
     ProbeRequest probe = 2;  // for the node daemon itself, never relayed to hooks
+    CollectiveFetch fetch = 3;  // for the node daemon itself, never relayed to hooks
   }
 }
 

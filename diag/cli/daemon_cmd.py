@@ -34,6 +34,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", metavar="NAME", help="host name to report (default: DIAG_HOST)")
     parser.add_argument("--config", metavar="FILE", help="TOML file with a [daemon] table")
     parser.add_argument(
+        "--collectives",
+        choices=("raw", "summary", "auto"),
+        help="ship every collective (raw), one summary per rank, step and group with the raw rows "
+        "kept here for the analyzer to fetch (summary), or summary from 256 ranks up (auto, the "
+        "default)",
+    )
+    parser.add_argument(
         "--exit-with", type=int, metavar="PID", help="flush and exit when process PID is gone"
     )
     add_metrics_arguments(parser, what="the node's ranks and GPUs (DCGM exporter names)")
@@ -59,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
             "fake_gpus": args.fake_gpus,
             "job_id": args.job_id,
             "host": args.host,
+            "collectives": args.collectives,
             "metrics_port": args.metrics_port,
             "metrics_addr": args.metrics_addr,
         },

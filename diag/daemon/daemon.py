@@ -19,6 +19,8 @@ writes each new one, framed (4-byte big-endian length + serialized ``diag.v1.Con
 every hook connection; unexpired ones are also sent to every connection made later, so a hook
 that starts or reconnects after a request still gets it. Hooks drop duplicates and expired
 requests themselves. An unreachable analyzer only delays the next poll (logged at debug level).
+A ``CollectiveFetch`` is for the daemon too: one addressed here ships the raw collectives it kept
+(:mod:`diag.daemon.collsum`) of the asked ranks and steps, under the daemon's source.
 A ``ProbeRequest`` message is for the daemon itself: one addressed to this host (or ``"*"``) goes
 to the :class:`~diag.daemon.probe_runner.ProbeRunner` (validated, then run in a low-priority child
 process by a worker thread), whose ``ProbeResultEvent`` events ship like any other; hooks never
@@ -31,6 +33,7 @@ the rest in the spool for the next daemon started on the same ``spool_dir``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -43,6 +46,7 @@ from diag import schema
 from diag.config import DaemonConfig, default_host
 from diag.daemon.collectors import COLLECTORS
 from diag.daemon.collectors.base import Collector, HangAware, RankAware, stamp
+from diag.daemon.collsum import CollectiveSummarizer, SummaryConfig
 from diag.daemon.hook_watch import HookWatch
 from diag.daemon.listener import HookListener
 from diag.daemon.metrics import NodeMetrics
@@ -95,10 +99,29 @@ class DaemonStats:
     num_batches_pending: int  # still in the spool
     num_control_messages: int = 0  # new control messages received from the analyzer and relayed
     num_control_skipped: int = 0  # control frames a hook connection missed (not reading, closed)
+    # node-side collective summaries (diag.daemon.collsum)
+    num_collectives_summarized: int = 0  # raw rows shipped as summaries instead
+    num_collective_summaries: int = 0
+    num_collectives_fetched: int = 0  # raw rows shipped again on the analyzer's request
+    num_collectives_evicted: int = 0  # raw rows that left the node's ring unfetched
 
 
 def _seq(msg: pb.ControlMessage) -> int:
-    return msg.probe.seq if msg.WhichOneof("body") == "probe" else msg.profile.seq
+    body = msg.WhichOneof("body")
+    return (
+        msg.probe.seq if body == "probe" else msg.fetch.seq if body == "fetch" else msg.profile.seq
+    )
+
+
+def summary_config(cfg: DaemonConfig) -> SummaryConfig:
+    """The collective summarizer's settings from the daemon's (raises ConfigError)."""
+    return SummaryConfig(
+        mode=cfg.collectives,
+        min_world=cfg.collectives_min_world,
+        raw_steps=cfg.collectives_raw_steps,
+        retain_s=cfg.collectives_retain_s,
+        retain_max_events=cfg.collectives_retain_max_events,
+    )
 
 
 class Daemon:
@@ -147,6 +170,7 @@ class Daemon:
         self._control_thread: threading.Thread | None = None
         self.num_control_messages = 0
         self.probes = ProbeRunner(self.host, self.emit, wall_clock=wall_clock)
+        self.summarizer = CollectiveSummarizer(summary_config(cfg))
         spool_dir = cfg.spool_dir or os.path.join(
             tempfile.gettempdir(), f"diag-spool-{os.getpid()}"
         )
@@ -197,8 +221,16 @@ class Daemon:
                         c.on_hang(hang.rank)
                     except Exception as exc:  # a collector's failure must not lose the batch
                         self._collector_error(c.name, f"{type(exc).__name__}: {exc}")
+        if len(protos) != len(events):  # a batch by columns: one proto per event again
+            protos = [codec.event_to_proto(e) for e in events]
         with self._lock:
+            held, summaries = self.summarizer.take(events)
+            if held:
+                drop = set(held)
+                protos = [p for i, p in enumerate(protos) if i not in drop]
             self._queue.extend(protos)
+            for summary in summaries:
+                self._relay(summary)
             self._new_ranks.extend(ranks)
             full = len(self._queue) >= self.cfg.batch_max_events
         if full or ranks:
@@ -227,6 +259,36 @@ class Daemon:
             self._seq += 1
             self._queue.append(codec.event_to_proto(ev))
         self._observe([ev])
+
+    def _relay(self, event: schema.Event) -> None:
+        """Queue an event made from a hook's (a summary, a fetched raw row) under the daemon's
+        source and next seq, keeping the hook's host and job (call with the lock held)."""
+        ev = dataclasses.replace(event, source=self.source, seq=self._seq)
+        self._seq += 1
+        self._queue.append(codec.event_to_proto(ev))
+
+    def _expire_summaries(self, *, everything: bool = False) -> None:
+        with self._lock:
+            for summary in self.summarizer.expire(everything=everything):
+                self._relay(summary)
+
+    def fetch_collectives(self, req: pb.CollectiveFetch) -> int:
+        """Ship the kept raw collectives ``req`` asks for; how many."""
+        with self._lock:
+            rows = self.summarizer.fetch(req.ranks, req.first_step, req.last_step)
+            for row in rows:
+                self._relay(row)
+        if rows:
+            self._wake.set()
+        log.info(
+            "collective fetch %s: steps %d-%d of ranks %s: %d raw row(s)",
+            req.request_id,
+            req.first_step,
+            req.last_step,
+            list(req.ranks) or "all",
+            len(rows),
+        )
+        return len(rows)
 
     def _on_clock(self, offset_ns: int, rtt_ns: int) -> None:
         if self._closing:
@@ -282,6 +344,11 @@ class Daemon:
                 if self.probes.addressed_here(msg.probe):
                     log.info("probe request %s: %s", msg.probe.request_id, msg.probe.probe)
                     self.probes.submit(msg.probe)
+                continue
+            if msg.WhichOneof("body") == "fetch":  # for this daemon, never for the hooks
+                new += 1
+                if msg.fetch.host in ("*", self.host) and msg.fetch.expires_ns > now:
+                    self.fetch_collectives(msg.fetch)
                 continue
             frame = framing.encode_frame(msg.SerializeToString())
             with self._lock:  # retained first: a hook connecting meanwhile gets it at least once
@@ -355,6 +422,7 @@ class Daemon:
                         if due[id(c)] <= time.monotonic():
                             due[id(c)] = time.monotonic() + c.interval_s
                 if time.monotonic() >= next_flush or self._queue_len() >= self.cfg.batch_max_events:
+                    self._expire_summaries()
                     self.flush()
                     next_flush = time.monotonic() + self.cfg.flush_interval_s
                 wake_at = min([next_flush, *(due[id(c)] for c in self._collectors)])
@@ -443,6 +511,7 @@ class Daemon:
         # The final deliveries sync the clock too; nothing would ship those samples (they would
         # count as emitted and never arrive), and the analyzer has the earlier ones.
         self._closing = True
+        self._expire_summaries(everything=True)
         self.flush()
         delivered = self.shipper.drain(self._final_flush_s)
         self.shipper.stop()
@@ -463,6 +532,8 @@ class Daemon:
         return stats
 
     def stats(self) -> DaemonStats:
+        with self._lock:
+            summed = self.summarizer.stats()
         return DaemonStats(
             num_hook_connections=self.listener.num_connections,
             num_hook_events=self.listener.num_events,
@@ -476,4 +547,8 @@ class Daemon:
             num_batches_pending=self.spool.pending_records,
             num_control_messages=self.num_control_messages,
             num_control_skipped=self.listener.num_control_skipped,
+            num_collectives_summarized=summed.num_summarized,
+            num_collective_summaries=summed.num_summaries,
+            num_collectives_fetched=summed.num_fetched,
+            num_collectives_evicted=summed.num_evicted,
         )

@@ -712,8 +712,44 @@ class HookSilent(_message.Message):
     last_error: str
     def __init__(self, pid: _Optional[int] = ..., hook_source: _Optional[str] = ..., silent_ns: _Optional[int] = ..., health_interval_ns: _Optional[int] = ..., last_health_seq: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
 
+class CollectiveSummary(_message.Message):
+    __slots__ = ("pg_name", "pg_desc", "pg_size", "num_collectives", "num_bytes", "num_p2p", "p2p_bytes", "num_timed", "duration_sum_ns", "duration_max_ns", "first_enqueue_ns", "last_enqueue_ns", "mean_enqueue_ns", "first_seq_id", "last_seq_id", "num_not_completed")
+    PG_NAME_FIELD_NUMBER: _ClassVar[int]
+    PG_DESC_FIELD_NUMBER: _ClassVar[int]
+    PG_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_COLLECTIVES_FIELD_NUMBER: _ClassVar[int]
+    NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_P2P_FIELD_NUMBER: _ClassVar[int]
+    P2P_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_TIMED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SUM_NS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MAX_NS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENQUEUE_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENQUEUE_NS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_ENQUEUE_NS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_NOT_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    pg_name: str
+    pg_desc: str
+    pg_size: int
+    num_collectives: int
+    num_bytes: int
+    num_p2p: int
+    p2p_bytes: int
+    num_timed: int
+    duration_sum_ns: int
+    duration_max_ns: int
+    first_enqueue_ns: int
+    last_enqueue_ns: int
+    mean_enqueue_ns: int
+    first_seq_id: int
+    last_seq_id: int
+    num_not_completed: int
+    def __init__(self, pg_name: _Optional[str] = ..., pg_desc: _Optional[str] = ..., pg_size: _Optional[int] = ..., num_collectives: _Optional[int] = ..., num_bytes: _Optional[int] = ..., num_p2p: _Optional[int] = ..., p2p_bytes: _Optional[int] = ..., num_timed: _Optional[int] = ..., duration_sum_ns: _Optional[int] = ..., duration_max_ns: _Optional[int] = ..., first_enqueue_ns: _Optional[int] = ..., last_enqueue_ns: _Optional[int] = ..., mean_enqueue_ns: _Optional[int] = ..., first_seq_id: _Optional[int] = ..., last_seq_id: _Optional[int] = ..., num_not_completed: _Optional[int] = ...) -> None: ...
+
 class Event(_message.Message):
-    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result", "process_group", "host_process", "tcp_peer", "nic", "hook_silent")
+    __slots__ = ("env", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result", "process_group", "host_process", "tcp_peer", "nic", "hook_silent", "collective_summary")
     ENV_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -743,6 +779,7 @@ class Event(_message.Message):
     TCP_PEER_FIELD_NUMBER: _ClassVar[int]
     NIC_FIELD_NUMBER: _ClassVar[int]
     HOOK_SILENT_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVE_SUMMARY_FIELD_NUMBER: _ClassVar[int]
     env: Envelope
     step: StepEvent
     collective: CollectiveEvent
@@ -772,7 +809,8 @@ class Event(_message.Message):
     tcp_peer: TcpPeerSample
     nic: NicSample
     hook_silent: HookSilent
-    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfo, _Mapping]] = ..., host_process: _Optional[_Union[HostProcess, _Mapping]] = ..., tcp_peer: _Optional[_Union[TcpPeerSample, _Mapping]] = ..., nic: _Optional[_Union[NicSample, _Mapping]] = ..., hook_silent: _Optional[_Union[HookSilent, _Mapping]] = ...) -> None: ...
+    collective_summary: CollectiveSummary
+    def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfo, _Mapping]] = ..., host_process: _Optional[_Union[HostProcess, _Mapping]] = ..., tcp_peer: _Optional[_Union[TcpPeerSample, _Mapping]] = ..., nic: _Optional[_Union[NicSample, _Mapping]] = ..., hook_silent: _Optional[_Union[HookSilent, _Mapping]] = ..., collective_summary: _Optional[_Union[CollectiveSummary, _Mapping]] = ...) -> None: ...
 
 class StepEventColumns(_message.Message):
     __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "start_ns", "end_ns", "duration_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns", "checkpoint_ns", "other_ns", "compute_ns", "collective_wait_ns", "loss", "loss_absent", "num_backward", "num_collectives", "cpu_wait_ns", "device_duration_ns", "device_duration_ns_absent", "device_compute_ns", "device_compute_ns_absent", "device_wait_ns", "device_wait_ns_absent")
@@ -2006,8 +2044,60 @@ class HookSilentColumns(_message.Message):
     last_error: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., pid: _Optional[_Iterable[int]] = ..., hook_source: _Optional[_Iterable[str]] = ..., silent_ns: _Optional[_Iterable[int]] = ..., health_interval_ns: _Optional[_Iterable[int]] = ..., last_health_seq: _Optional[_Iterable[int]] = ..., last_error: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class CollectiveSummaryColumns(_message.Message):
+    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "pg_name", "pg_desc", "pg_size", "num_collectives", "num_bytes", "num_p2p", "p2p_bytes", "num_timed", "duration_sum_ns", "duration_max_ns", "first_enqueue_ns", "last_enqueue_ns", "mean_enqueue_ns", "first_seq_id", "last_seq_id", "num_not_completed")
+    TS_NS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PG_NAME_FIELD_NUMBER: _ClassVar[int]
+    PG_DESC_FIELD_NUMBER: _ClassVar[int]
+    PG_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_COLLECTIVES_FIELD_NUMBER: _ClassVar[int]
+    NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_P2P_FIELD_NUMBER: _ClassVar[int]
+    P2P_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_TIMED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SUM_NS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MAX_NS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENQUEUE_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENQUEUE_NS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_ENQUEUE_NS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_NOT_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    ts_ns: _containers.RepeatedScalarFieldContainer[int]
+    host: _containers.RepeatedScalarFieldContainer[str]
+    rank: _containers.RepeatedScalarFieldContainer[int]
+    local_rank: _containers.RepeatedScalarFieldContainer[int]
+    job_id: _containers.RepeatedScalarFieldContainer[str]
+    source: _containers.RepeatedScalarFieldContainer[str]
+    seq: _containers.RepeatedScalarFieldContainer[int]
+    step: _containers.RepeatedScalarFieldContainer[int]
+    pg_name: _containers.RepeatedScalarFieldContainer[str]
+    pg_desc: _containers.RepeatedScalarFieldContainer[str]
+    pg_size: _containers.RepeatedScalarFieldContainer[int]
+    num_collectives: _containers.RepeatedScalarFieldContainer[int]
+    num_bytes: _containers.RepeatedScalarFieldContainer[int]
+    num_p2p: _containers.RepeatedScalarFieldContainer[int]
+    p2p_bytes: _containers.RepeatedScalarFieldContainer[int]
+    num_timed: _containers.RepeatedScalarFieldContainer[int]
+    duration_sum_ns: _containers.RepeatedScalarFieldContainer[int]
+    duration_max_ns: _containers.RepeatedScalarFieldContainer[int]
+    first_enqueue_ns: _containers.RepeatedScalarFieldContainer[int]
+    last_enqueue_ns: _containers.RepeatedScalarFieldContainer[int]
+    mean_enqueue_ns: _containers.RepeatedScalarFieldContainer[int]
+    first_seq_id: _containers.RepeatedScalarFieldContainer[int]
+    last_seq_id: _containers.RepeatedScalarFieldContainer[int]
+    num_not_completed: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., pg_name: _Optional[_Iterable[str]] = ..., pg_desc: _Optional[_Iterable[str]] = ..., pg_size: _Optional[_Iterable[int]] = ..., num_collectives: _Optional[_Iterable[int]] = ..., num_bytes: _Optional[_Iterable[int]] = ..., num_p2p: _Optional[_Iterable[int]] = ..., p2p_bytes: _Optional[_Iterable[int]] = ..., num_timed: _Optional[_Iterable[int]] = ..., duration_sum_ns: _Optional[_Iterable[int]] = ..., duration_max_ns: _Optional[_Iterable[int]] = ..., first_enqueue_ns: _Optional[_Iterable[int]] = ..., last_enqueue_ns: _Optional[_Iterable[int]] = ..., mean_enqueue_ns: _Optional[_Iterable[int]] = ..., first_seq_id: _Optional[_Iterable[int]] = ..., last_seq_id: _Optional[_Iterable[int]] = ..., num_not_completed: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class EventColumns(_message.Message):
-    __slots__ = ("num_rows", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result", "process_group", "host_process", "tcp_peer", "nic", "hook_silent")
+    __slots__ = ("num_rows", "step", "collective", "checkpoint", "gpu", "xid", "host", "proc", "hook_health", "collector_error", "clock", "rank_info", "run", "profile_window", "kernel", "hang", "stack", "exception", "rank_exit", "numerics", "nonfinite", "fingerprint", "batch_stats", "probe_result", "process_group", "host_process", "tcp_peer", "nic", "hook_silent", "collective_summary")
     NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -2037,6 +2127,7 @@ class EventColumns(_message.Message):
     TCP_PEER_FIELD_NUMBER: _ClassVar[int]
     NIC_FIELD_NUMBER: _ClassVar[int]
     HOOK_SILENT_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVE_SUMMARY_FIELD_NUMBER: _ClassVar[int]
     num_rows: int
     step: StepEventColumns
     collective: CollectiveEventColumns
@@ -2066,7 +2157,8 @@ class EventColumns(_message.Message):
     tcp_peer: TcpPeerSampleColumns
     nic: NicSampleColumns
     hook_silent: HookSilentColumns
-    def __init__(self, num_rows: _Optional[int] = ..., step: _Optional[_Union[StepEventColumns, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEventColumns, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEventColumns, _Mapping]] = ..., gpu: _Optional[_Union[GpuSampleColumns, _Mapping]] = ..., xid: _Optional[_Union[XidEventColumns, _Mapping]] = ..., host: _Optional[_Union[HostSampleColumns, _Mapping]] = ..., proc: _Optional[_Union[ProcSampleColumns, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealthColumns, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorErrorColumns, _Mapping]] = ..., clock: _Optional[_Union[ClockSyncColumns, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfoColumns, _Mapping]] = ..., run: _Optional[_Union[RunEventColumns, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindowColumns, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummaryColumns, _Mapping]] = ..., hang: _Optional[_Union[HangReportColumns, _Mapping]] = ..., stack: _Optional[_Union[StackDumpColumns, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEventColumns, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExitColumns, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSampleColumns, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFiniteColumns, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprintColumns, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStatsColumns, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEventColumns, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfoColumns, _Mapping]] = ..., host_process: _Optional[_Union[HostProcessColumns, _Mapping]] = ..., tcp_peer: _Optional[_Union[TcpPeerSampleColumns, _Mapping]] = ..., nic: _Optional[_Union[NicSampleColumns, _Mapping]] = ..., hook_silent: _Optional[_Union[HookSilentColumns, _Mapping]] = ...) -> None: ...
+    collective_summary: CollectiveSummaryColumns
+    def __init__(self, num_rows: _Optional[int] = ..., step: _Optional[_Union[StepEventColumns, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEventColumns, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEventColumns, _Mapping]] = ..., gpu: _Optional[_Union[GpuSampleColumns, _Mapping]] = ..., xid: _Optional[_Union[XidEventColumns, _Mapping]] = ..., host: _Optional[_Union[HostSampleColumns, _Mapping]] = ..., proc: _Optional[_Union[ProcSampleColumns, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealthColumns, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorErrorColumns, _Mapping]] = ..., clock: _Optional[_Union[ClockSyncColumns, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfoColumns, _Mapping]] = ..., run: _Optional[_Union[RunEventColumns, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindowColumns, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummaryColumns, _Mapping]] = ..., hang: _Optional[_Union[HangReportColumns, _Mapping]] = ..., stack: _Optional[_Union[StackDumpColumns, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEventColumns, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExitColumns, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSampleColumns, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFiniteColumns, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprintColumns, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStatsColumns, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEventColumns, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfoColumns, _Mapping]] = ..., host_process: _Optional[_Union[HostProcessColumns, _Mapping]] = ..., tcp_peer: _Optional[_Union[TcpPeerSampleColumns, _Mapping]] = ..., nic: _Optional[_Union[NicSampleColumns, _Mapping]] = ..., hook_silent: _Optional[_Union[HookSilentColumns, _Mapping]] = ..., collective_summary: _Optional[_Union[CollectiveSummaryColumns, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("schema_version", "sender", "sent_ns", "events", "columns")
@@ -2160,13 +2252,35 @@ class ProbeRequest(_message.Message):
     expires_ns: int
     def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., probe: _Optional[str] = ..., params_json: _Optional[str] = ..., host: _Optional[str] = ..., device: _Optional[str] = ..., rank: _Optional[int] = ..., requested_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ...) -> None: ...
 
+class CollectiveFetch(_message.Message):
+    __slots__ = ("request_id", "seq", "host", "ranks", "first_step", "last_step", "requested_ns", "expires_ns")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_NS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    seq: int
+    host: str
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    first_step: int
+    last_step: int
+    requested_ns: int
+    expires_ns: int
+    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., host: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., requested_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ...) -> None: ...
+
 class ControlMessage(_message.Message):
-    __slots__ = ("profile", "probe")
+    __slots__ = ("profile", "probe", "fetch")
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     PROBE_FIELD_NUMBER: _ClassVar[int]
+    FETCH_FIELD_NUMBER: _ClassVar[int]
     profile: ProfileRequest
     probe: ProbeRequest
-    def __init__(self, profile: _Optional[_Union[ProfileRequest, _Mapping]] = ..., probe: _Optional[_Union[ProbeRequest, _Mapping]] = ...) -> None: ...
+    fetch: CollectiveFetch
+    def __init__(self, profile: _Optional[_Union[ProfileRequest, _Mapping]] = ..., probe: _Optional[_Union[ProbeRequest, _Mapping]] = ..., fetch: _Optional[_Union[CollectiveFetch, _Mapping]] = ...) -> None: ...
 
 class ControlPoll(_message.Message):
     __slots__ = ("host", "daemon", "after_seq")
