@@ -1,4 +1,5 @@
-"""The analyzer's control board: on-demand requests (profiler windows) that the daemons pull.
+"""The analyzer's control board: on-demand requests (profiler windows, probes, the raw collectives
+a daemon kept while it shipped summaries) that the daemons pull.
 
 No gRPC here (``diag.analyzer.service`` adapts it). The flow is pull-only: the analyzer issues a
 :class:`~diag.proto.diag_pb2.ProfileRequest`, every node daemon asks for the requests newer than the
@@ -98,6 +99,32 @@ def probe_request_to_json(req: pb.ProbeRequest) -> dict[str, Any]:
     }
 
 
+def fetch_to_json(req: pb.CollectiveFetch) -> dict[str, Any]:
+    return {
+        "request_id": req.request_id,
+        "seq": req.seq,
+        "host": req.host,
+        "ranks": list(req.ranks),
+        "first_step": req.first_step,
+        "last_step": req.last_step,
+        "requested_ns": req.requested_ns,
+        "expires_ns": req.expires_ns,
+    }
+
+
+def _fetch_from_json(data: dict[str, Any]) -> pb.CollectiveFetch:
+    return pb.CollectiveFetch(
+        request_id=str(data["request_id"]),
+        seq=int(data["seq"]),
+        host=str(data["host"]),
+        ranks=[int(r) for r in data.get("ranks", [])],
+        first_step=int(data["first_step"]),
+        last_step=int(data["last_step"]),
+        requested_ns=int(data["requested_ns"]),
+        expires_ns=int(data["expires_ns"]),
+    )
+
+
 def _request_from_json(data: dict[str, Any]) -> pb.ProfileRequest:
     return pb.ProfileRequest(
         request_id=str(data["request_id"]),
@@ -112,7 +139,10 @@ def _request_from_json(data: dict[str, Any]) -> pb.ProfileRequest:
 
 def control_seq(msg: pb.ControlMessage) -> int:
     """The ``seq`` of a control message, whatever its body."""
-    return msg.probe.seq if msg.WhichOneof("body") == "probe" else msg.profile.seq
+    body = msg.WhichOneof("body")
+    return (
+        msg.probe.seq if body == "probe" else msg.fetch.seq if body == "fetch" else msg.profile.seq
+    )
 
 
 class ControlBoard:
@@ -145,6 +175,7 @@ class ControlBoard:
         self._durations: deque[int] = deque(maxlen=num_durations)
         self._requests: list[pb.ProfileRequest] = []  # in seq order
         self._probes: list[pb.ProbeRequest] = []  # in seq order; numbered with the requests
+        self._fetches: list[pb.CollectiveFetch] = []  # likewise
         self._last_seq = 0
         self._load()
 
@@ -157,6 +188,7 @@ class ControlBoard:
             data = json.loads(self._path.read_text())
             requests = [_request_from_json(r) for r in data.get("requests", [])]
             probes = [pb.ProbeRequest(**p) for p in data.get("probes", [])]
+            fetches = [_fetch_from_json(f) for f in data.get("fetches", [])]
             last_seq = int(data["last_seq"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self._last_seq = self._clock() // 1_000_000
@@ -169,7 +201,15 @@ class ControlBoard:
             return
         self._requests = sorted(requests, key=lambda r: r.seq)
         self._probes = sorted(probes, key=lambda r: r.seq)
-        self._last_seq = max([last_seq, *(r.seq for r in requests), *(p.seq for p in probes)])
+        self._fetches = sorted(fetches, key=lambda r: r.seq)
+        self._last_seq = max(
+            [
+                last_seq,
+                *(r.seq for r in requests),
+                *(p.seq for p in probes),
+                *(f.seq for f in fetches),
+            ]
+        )
 
     def _save(self) -> None:
         if self._path is None:
@@ -178,6 +218,7 @@ class ControlBoard:
             "last_seq": self._last_seq,
             "requests": [request_to_json(r) for r in self._requests[-_KEEP_REQUESTS:]],
             "probes": [probe_request_to_json(p) for p in self._probes[-_KEEP_REQUESTS:]],
+            "fetches": [fetch_to_json(f) for f in self._fetches[-_KEEP_REQUESTS:]],
         }
         self._path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_open(self._path, "w", durable=True) as fh:
@@ -354,12 +395,65 @@ class ControlBoard:
         log.info("probe request %s (seq %d): %s on %s", req.request_id, req.seq, probe, host)
         return req
 
+    def request_fetch(
+        self,
+        first_step: int,
+        last_step: int,
+        ranks: Sequence[int] = (),
+        host: str = "*",
+        ttl_s: float = 120.0,
+    ) -> pb.CollectiveFetch:
+        """Ask the node daemons (``host``; ``"*"``: every one) for the raw collectives they kept
+        of ``ranks`` (empty: all) in steps ``first_step..last_step`` while shipping summaries
+        (:mod:`diag.daemon.collsum`). Raises :class:`ConfigError` (one line) on a bad range,
+        ``OSError`` as :meth:`request_profile`."""
+        if first_step < 0 or last_step < first_step:
+            raise ConfigError(
+                f"a fetch needs 0 <= first_step <= last_step, got {first_step}..{last_step}"
+            )
+        if not host:
+            raise ConfigError("a fetch needs a host ('*': every node)")
+        if not 0 < ttl_s <= MAX_TTL_S:
+            raise ConfigError(f"ttl_s must be in (0, {MAX_TTL_S:g}], got {ttl_s}")
+        with self._lock:
+            now = self._clock()
+            req = pb.CollectiveFetch(
+                request_id=secrets.token_hex(4),
+                seq=self._last_seq + 1,
+                host=host,
+                ranks=sorted({int(r) for r in ranks}),
+                first_step=first_step,
+                last_step=last_step,
+                requested_ns=now,
+                expires_ns=now + int(ttl_s * 1e9),
+            )
+            self._fetches.append(req)
+            self._last_seq = req.seq
+            try:
+                self._save()
+            except OSError:
+                self._fetches.pop()
+                self._last_seq -= 1
+                raise
+            self._fetches = self._fetches[-_KEEP_REQUESTS:]
+        log.info(
+            "collective fetch %s (seq %d): steps %d-%d of ranks %s on %s",
+            req.request_id,
+            req.seq,
+            first_step,
+            last_step,
+            list(req.ranks) or "all",
+            host,
+        )
+        return req
+
     def poll(self, after_seq: int) -> list[pb.ControlMessage]:
         """The unexpired requests with ``seq > after_seq``, in seq order, as control messages."""
         with self._lock:
             now = self._clock()
             live = [r for r in self._requests if r.seq > after_seq and r.expires_ns > now]
             probes = [p for p in self._probes if p.seq > after_seq and p.expires_ns > now]
+            fetches = [f for f in self._fetches if f.seq > after_seq and f.expires_ns > now]
         out = []
         for r in live:
             msg = pb.ControlMessage()
@@ -368,6 +462,10 @@ class ControlBoard:
         for p in probes:
             msg = pb.ControlMessage()
             msg.probe.CopyFrom(p)
+            out.append(msg)
+        for f in fetches:
+            msg = pb.ControlMessage()
+            msg.fetch.CopyFrom(f)
             out.append(msg)
         return sorted(out, key=control_seq)
 

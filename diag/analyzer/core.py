@@ -34,6 +34,7 @@ from diag import schema
 from diag.analyzer import wal as wal_mod
 from diag.analyzer.autocapture import AutoCapture, AutoCaptureConfig
 from diag.analyzer.control import CONTROL_FILE, ControlBoard
+from diag.analyzer.fetch import RawFetch
 from diag.analyzer.marks import HighWater
 from diag.analyzer.screen import ScreenConfig, ScreenVerdict, StepScreen
 from diag.diagnose.capture_evidence import annotate
@@ -160,6 +161,13 @@ class AnalyzerCore:
                 probe=lambda name, params, host: self.request_probe(
                     pb.ProbeRequest(probe=name, params_json=params, host=host)
                 ),
+            )
+        #: raw collectives asked back from the daemons for findings judged from their summaries
+        #: (:mod:`diag.analyzer.fetch`); with the loop on only
+        self.raw_fetch: RawFetch | None = None
+        if self.autocapture is not None and auto_capture is not None and auto_capture.mode == "on":
+            self.raw_fetch = RawFetch(
+                lambda first, last, ranks: self.control.request_fetch(first, last, ranks)
             )
         self._classes: dict[int, int] | None = None  # work classes seen by the last triage
         self._ranks: list[int] = []
@@ -586,6 +594,8 @@ class AnalyzerCore:
         finding lacks, record what came back (:mod:`diag.analyzer.autocapture`)."""
         if self.autocapture is not None and not self._closed:
             self.autocapture.step(result.findings, self._classes, self._ranks, self._addresses)
+        if self.raw_fetch is not None and not self._closed:
+            self.raw_fetch.step(result.findings)
 
     def summary_json(self) -> dict[str, Any]:
         """``summarize().to_json()``: the ``diag report --json`` object (works after close too)."""

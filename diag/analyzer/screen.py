@@ -66,6 +66,7 @@ CONTINUOUS_KINDS = frozenset(
     {
         schema.StepEvent.kind,
         "collective",
+        "collective_summary",
         "gpu",
         "host",
         "proc",

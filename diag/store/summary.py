@@ -243,6 +243,18 @@ _MEDIANS = {
 }
 
 
+def _collective_counts(colls: pd.DataFrame, sums: pd.DataFrame) -> dict[int, int]:
+    """Collectives per rank: the raw rows its hook sent and those its daemon summed (schema 1.17;
+    rows a daemon shipped again on a fetch are in its summaries already)."""
+    if len(colls) and "source" in colls.columns:
+        colls = colls[~colls["source"].astype(str).str.contains("/daemon/", regex=False)]
+    counts = colls.groupby("rank").size()
+    if len(sums):
+        summed = (sums["num_collectives"] + sums["num_p2p"]).groupby(sums["rank"]).sum()
+        counts = counts.add(summed, fill_value=0)
+    return {int(r): int(n) for r, n in counts.items()}
+
+
 def _ranks(frames: dict[str, pd.DataFrame]) -> tuple[RankSummary, ...]:
     """One summary per rank; every aggregate is one groupby over all ranks (16k ranks: ~1 s)."""
     steps = _ranked(frames, "step")
@@ -261,7 +273,7 @@ def _ranks(frames: dict[str, pd.DataFrame]) -> tuple[RankSummary, ...]:
     loss_last = dict(zip(with_loss["rank"].tolist(), with_loss["loss"].tolist(), strict=True))
     ck_ms = (ckpts.groupby("rank")["duration_ns"].sum() / _NS_PER_MS).to_dict()
     ck_count = ckpts.groupby("rank").size().to_dict()
-    coll_count = colls.groupby("rank").size().to_dict()
+    coll_count = _collective_counts(colls, _ranked(frames, "collective_summary"))
     compute = (medians["compute_ns"] / _NS_PER_MS).to_dict() if medians is not None else {}
     peers = _peer_medians(compute)
     # rank -> {name: ms}: one conversion for all ranks (a .loc per rank was 1 s at 16k ranks)
