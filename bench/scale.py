@@ -49,6 +49,7 @@ an analysis window over 16,384 ranks in <= 5 s on one core.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import subprocess
@@ -317,13 +318,19 @@ def shipped_per_rank_step(collectives: int, steps: int = 10) -> dict:
 
     max_events = DaemonConfig().batch_max_events
     ranks = RANKS_PER_HOST
-    per_kind = {"step": [0, 0], "collective": [0, 0]}  # kind -> [events, bytes]
+    from diag.daemon.collsum import CollectiveSummarizer, SummaryConfig
+
+    # kind -> [events, bytes]; "summary": the same collectives through the daemon's summarizer
+    per_kind = {"step": [0, 0], "collective": [0, 0], "summary": [0, 0]}
+    summarizer = CollectiveSummarizer(SummaryConfig(mode="summary", raw_steps=0))
+    sum_cpu = 0.0
     seq = [0] * ranks
     coll_seq = 0
     mix = ("_allgather_base", "_reduce_scatter_base", "allreduce", "send")
     for step in range(steps):
         t = T0 + step * 50 * MS
-        for kind in per_kind:
+        step_events: list = []
+        for kind in ("step", "collective"):
             events: list = []
             for r in range(ranks):
                 common = dict(
@@ -385,17 +392,34 @@ def shipped_per_rank_step(collectives: int, steps: int = 10) -> dict:
                         )
                     )
                     seq[r] += 1
-            for i in range(0, len(events), max_events):
-                batch = codec.batch_to_proto(events[i : i + max_events], sender="d", sent_ns=t)
-                per_kind[kind][0] += len(events[i : i + max_events])
-                per_kind[kind][1] += codec.with_columns(batch).ByteSize()
+            if kind == "step":
+                step_events = events
+            else:  # what the summarizer makes of them, timed (the daemon's CPU per collective)
+                cpu0 = time.thread_time()
+                held, summaries = summarizer.take(events + step_events)
+                sum_cpu += time.thread_time() - cpu0
+                assert len(held) == len(events)
+                stamped = [  # as the daemon relays them: its source, its next seq
+                    dataclasses.replace(e, source="h0/daemon/1.0", seq=step * 1000 + i)
+                    for i, e in enumerate(summaries)
+                ]
+                _ship(per_kind["summary"], stamped, max_events, t)
+            _ship(per_kind[kind], events, max_events, t)
         coll_seq += collectives
     rank_steps = ranks * steps
     out = {
         k: {"events": v[0] / rank_steps, "bytes": v[1] / rank_steps} for k, v in per_kind.items()
     }
     out["collectives_per_step"] = collectives
+    out["summarize_us_per_collective"] = sum_cpu * 1e6 / (rank_steps * collectives)
     return out
+
+
+def _ship(tally: list[int], events: list, max_events: int, t: int) -> None:
+    for i in range(0, len(events), max_events):
+        batch = codec.batch_to_proto(events[i : i + max_events], sender="d", sent_ns=t)
+        tally[0] += len(events[i : i + max_events])
+        tally[1] += codec.with_columns(batch).ByteSize()
 
 
 def report_shipped(s: dict) -> None:
@@ -408,6 +432,15 @@ def report_shipped(s: dict) -> None:
         f"collectives {s['collective']['bytes']:,.0f} B); at {fleet:,} ranks and one step a "
         f"second: {events * fleet / 1e6:,.1f} M events/s, {size * fleet / 1e6:,.0f} MB/s (steps "
         f"alone: {fleet / 1e6:,.2f} M events/s, {s['step']['bytes'] * fleet / 1e6:,.1f} MB/s)"
+    )
+    events = s["step"]["events"] + s["summary"]["events"]
+    size = s["step"]["bytes"] + s["summary"]["bytes"]
+    print(
+        f"  with node-side summaries (daemon collectives=summary, after a rank's first raw steps): "
+        f"{events:,.1f} events, {size:,.0f} B per rank-step (the summaries "
+        f"{s['summary']['events']:,.1f} events, {s['summary']['bytes']:,.0f} B); at {fleet:,} "
+        f"ranks: {events * fleet / 1e6:,.2f} M events/s, {size * fleet / 1e6:,.0f} MB/s; the "
+        f"daemon summed them at {s['summarize_us_per_collective']:.2f} us of CPU per collective"
     )
 
 
