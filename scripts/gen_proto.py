@@ -138,6 +138,7 @@ service Analyzer {
   rpc RequestProfile(ProfileRequest) returns (ProfileRequest);
   rpc PollControl(ControlPoll) returns (ControlReply);
   rpc RequestProbe(ProbeRequest) returns (ProbeRequest);
+  rpc RequestFetch(CollectiveFetch) returns (CollectiveFetch);
 }
 """
 

@@ -116,6 +116,25 @@ class AnalyzerServicer:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"analyzer cannot issue requests: {message}")
         return issued
 
+    def RequestFetch(
+        self, request: pb.CollectiveFetch, context: grpc.ServicerContext
+    ) -> pb.CollectiveFetch:
+        """Only ``host``, ``ranks``, ``first_step`` and ``last_step`` are read (``host`` "":
+        every node)."""
+        try:
+            issued = self.core.control.request_fetch(
+                request.first_step,
+                request.last_step,
+                ranks=list(request.ranks),
+                host=request.host or "*",
+            )
+        except ConfigError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, " ".join(str(exc).split()))
+        except OSError as exc:
+            message = " ".join(str(exc).split())
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"analyzer cannot issue requests: {message}")
+        return issued
+
     def PollControl(
         self, request: pb.ControlPoll, context: grpc.ServicerContext
     ) -> pb.ControlReply:
@@ -154,6 +173,11 @@ def add_to_server(servicer: AnalyzerServicer, server: grpc.Server) -> None:
             servicer.RequestProbe,
             request_deserializer=pb.ProbeRequest.FromString,
             response_serializer=pb.ProbeRequest.SerializeToString,
+        ),
+        "RequestFetch": grpc.unary_unary_rpc_method_handler(
+            servicer.RequestFetch,
+            request_deserializer=pb.CollectiveFetch.FromString,
+            response_serializer=pb.CollectiveFetch.SerializeToString,
         ),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

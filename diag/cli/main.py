@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "daemon": "diag.cli.daemon_cmd",
     "analyzer": "diag.cli.analyzer_cmd",
     "profile": "diag.cli.profile_cmd",
+    "fetch": "diag.cli.fetch_cmd",
     "triage": "diag.cli.triage_cmd",
     "faults": "diag.cli.faults_cmd",
     "diff": "diag.cli.diff_cmd",
@@ -43,6 +44,7 @@ HELP: dict[str, str] = {
     "daemon": "the per-node daemon: collect from local ranks and GPUs, ship to the analyzer",
     "analyzer": "the analyzer service: ingest events over gRPC into a run directory",
     "profile": "ask a running job for a profiler window on every rank",
+    "fetch": "ask a running job's node daemons for the raw collectives they summarized",
     "triage": (
         "diagnose a run: which rank, host, link, kernel, data loader or checkpoint is to blame"
     ),
@@ -88,6 +90,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "profile": (
         "diag profile runs/exp7                     # one step on every rank, a few steps ahead",
         "diag profile runs/exp7 --steps 3 --ranks 0,5 --at-step 1200",
+    ),
+    "fetch": (
+        "diag fetch runs/exp7 --step-range 1200:1220  # every rank's collectives of 20 steps",
+        "diag fetch runs/exp7 --step-range 1200:1210 --ranks 0,5 --host node-3 --json",
     ),
     "faults": (
         "diag faults list",

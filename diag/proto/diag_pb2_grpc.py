@@ -64,6 +64,11 @@ class AnalyzerStub:
                 request_serializer=diag_dot_proto_dot_diag__pb2.ProbeRequest.SerializeToString,
                 response_deserializer=diag_dot_proto_dot_diag__pb2.ProbeRequest.FromString,
                 _registered_method=True)
+        self.RequestFetch = channel.unary_unary(
+                '/diag.v1.Analyzer/RequestFetch',
+                request_serializer=diag_dot_proto_dot_diag__pb2.CollectiveFetch.SerializeToString,
+                response_deserializer=diag_dot_proto_dot_diag__pb2.CollectiveFetch.FromString,
+                _registered_method=True)
 
 
 class AnalyzerServicer:
@@ -105,6 +110,12 @@ class AnalyzerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalyzerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +148,11 @@ def add_AnalyzerServicer_to_server(servicer, server):
                     servicer.RequestProbe,
                     request_deserializer=diag_dot_proto_dot_diag__pb2.ProbeRequest.FromString,
                     response_serializer=diag_dot_proto_dot_diag__pb2.ProbeRequest.SerializeToString,
+            ),
+            'RequestFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestFetch,
+                    request_deserializer=diag_dot_proto_dot_diag__pb2.CollectiveFetch.FromString,
+                    response_serializer=diag_dot_proto_dot_diag__pb2.CollectiveFetch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +317,33 @@ class Analyzer:
             '/diag.v1.Analyzer/RequestProbe',
             diag_dot_proto_dot_diag__pb2.ProbeRequest.SerializeToString,
             diag_dot_proto_dot_diag__pb2.ProbeRequest.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/diag.v1.Analyzer/RequestFetch',
+            diag_dot_proto_dot_diag__pb2.CollectiveFetch.SerializeToString,
+            diag_dot_proto_dot_diag__pb2.CollectiveFetch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -140,6 +140,21 @@ class AnalyzerClient:
             raise self._error("RequestProfile", exc) from None
         return issued
 
+    def request_fetch(
+        self, first_step: int, last_step: int, ranks: Sequence[int] = (), host: str = "*"
+    ) -> pb.CollectiveFetch:
+        """Ask the node daemons (``host``; ``"*"``: all) for the raw collectives of ``ranks``
+        (empty: all) in steps ``first_step..last_step`` they kept while shipping summaries; the
+        request as issued. ``INVALID_ARGUMENT`` on a bad range."""
+        request = pb.CollectiveFetch(
+            first_step=first_step, last_step=last_step, ranks=list(ranks), host=host
+        )
+        try:
+            issued: pb.CollectiveFetch = self._stub.RequestFetch(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("RequestFetch", exc) from None
+        return issued
+
     def request_probe(self, request: pb.ProbeRequest) -> pb.ProbeRequest:
         """Ask the analyzer to have ``request.host``'s daemon run one registered probe; the
         request as issued (``request_id``, ``seq`` filled). ``INVALID_ARGUMENT`` on a bad one."""
