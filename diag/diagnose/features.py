@@ -105,6 +105,9 @@ class Features:
     #: profile windows). Empty frames when the run has none.
     step_events: pd.DataFrame = field(default_factory=pd.DataFrame)
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The node daemons' per (rank, step, group) summaries of the collectives (schema 1.17), as
+    #: stored: at fleet scale they stand in for the raw rows of most steps (the link detector).
+    collective_summaries: pd.DataFrame = field(default_factory=pd.DataFrame)
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: GPU telemetry (GpuSample, keyed by host + ``gpu_index``), XID errors and the ranks'
@@ -168,6 +171,7 @@ class Features:
             proc=_pick(store.frame("proc"), PROC_COLUMNS),
             step_events=step_events,
             collectives=collectives,
+            collective_summaries=store.frame("collective_summary"),
             kernels=store.frame("kernel"),
             windows=store.frame("profile_window"),
             gpu=store.frame("gpu"),

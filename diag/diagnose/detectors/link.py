@@ -52,6 +52,20 @@ Over the slow steps:
   collectives: ranks leave a slow ring all-reduce at different times, so they also arrive at the
   next one at different times.
 
+From node summaries (schema 1.17: at fleet scale a daemon ships one ``CollectiveSummary`` per
+rank, step and group instead of the raw rows, and the raw rows again for a window the analyzer
+fetches): raw rows win. For a (group, step), when every rank with a summary there also has
+completed raw rows, the summaries are dropped; otherwise that step's raw rows are, and its
+summaries make one row (as the proxy's merged rows): its ranks, the largest ``num_bytes`` of a
+rank, the transfer (the least ``duration_sum_ns`` of a rank when every rank timed every
+collective: the last to arrive at every call waits for nobody, so its summed durations are the
+transfers; else the proxy above) and the skew: exact for the step's first and last calls when
+every rank's summary starts (ends) with the same call (the spread of ``first_enqueue_ns``,
+``last_enqueue_ns``), their mean; else ``max - min`` of the ranks' ``mean_enqueue_ns`` (the
+skew of a rank late to every call, inflated when the ranks' call sets differ). A finding whose
+slow steps were judged from summaries says so (``from_summaries`` evidence, with the steps to
+fetch to confirm).
+
 A group inside one host judged by the proxy is left out: on one host the collective wait
 cannot tell a slow interconnect from the host's CPU contention, which slows the same ranks alike.
 
@@ -99,20 +113,28 @@ class LinkConfig:
 
 
 def detect_from_store(store: RunStore, cfg: LinkConfig | None = None) -> list[Finding]:
-    """:func:`detect` on the store's ``collective`` and ``step`` frames."""
+    """:func:`detect` on the store's ``collective``, ``collective_summary`` and ``step`` frames."""
     kinds = store.kinds()
-    if "collective" not in kinds:
+    if "collective" not in kinds and "collective_summary" not in kinds:
         return []
     steps = store.frame("step") if "step" in kinds else pd.DataFrame()
-    return detect(store.frame("collective"), steps, cfg or LinkConfig())
+    coll = store.frame("collective") if "collective" in kinds else pd.DataFrame()
+    summaries = store.frame("collective_summary") if "collective_summary" in kinds else None
+    return detect(coll, steps, cfg or LinkConfig(), summaries)
 
 
-def detect(collectives: pd.DataFrame, steps: pd.DataFrame, cfg: LinkConfig) -> list[Finding]:
-    """Link findings from a ``collective`` frame and a ``step`` frame (may be empty)."""
-    coll = _per_collective(collectives, steps)
+def detect(
+    collectives: pd.DataFrame,
+    steps: pd.DataFrame,
+    cfg: LinkConfig,
+    summaries: pd.DataFrame | None = None,
+) -> list[Finding]:
+    """Link findings from a ``collective`` frame, a ``step`` frame and a ``collective_summary``
+    frame (each may be empty)."""
+    coll = _per_collective(collectives, steps, summaries)
     if coll.empty:
         return []
-    hosts = _hosts_by_rank(collectives, steps)
+    hosts = _hosts_by_rank(collectives, steps, *([] if summaries is None else [summaries]))
     ranks_of = {
         g: tuple(sorted(set().union(*rs))) for g, rs in coll.groupby("pg")["ranks"] if len(rs)
     }
@@ -148,25 +170,19 @@ def detect(collectives: pd.DataFrame, steps: pd.DataFrame, cfg: LinkConfig) -> l
     ]
 
 
-def _per_collective(collectives: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def _per_collective(
+    collectives: pd.DataFrame, steps: pd.DataFrame, summaries: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per matched collective with a duration, and per (group, step) for those without
-    (the proxy covers the step): pg, seq, step, ranks, skew, transfer, bytes, cost, proxy."""
-    c = collectives
-    if c.empty:
+    (the proxy covers the step) or judged from summaries: pg, seq, step, ranks, skew, transfer,
+    bytes, cost, proxy, summary."""
+    out, covered = _raw_calls(collectives, steps)
+    summed, members = _summary_rows(summaries, steps)
+    if len(members):
+        out, summed = _raw_wins(out, covered, summed, members)
+    if out.empty and summed.empty:
         return pd.DataFrame()
-    c = c[(c["rank"] >= 0) & (c["seq_id"] >= 0) & ~c["is_p2p"]].copy()
-    if c.empty:
-        return pd.DataFrame()
-    c["pg"] = c["pg_name"].where(c["pg_name"] != "", "default")
-    c["step"] = _steps_of(c, steps)
-    dur = c["duration_ns"].astype("Float64")
-    dur = dur.fillna((c["end_ns"] - c["start_ns"]).astype("Float64"))
-    c["dur"] = dur.astype(float)
-    out = _calls(c, steps)
-    if out.empty:
-        return pd.DataFrame()
-    out = out[out["step"] >= 0]
-    proxied = out[out["proxy"]]
+    proxied = out[out["proxy"]] if len(out) else out
     if len(proxied):
         merged = proxied.groupby(["pg", "step"], as_index=False).agg(
             seq=("seq", "min"),
@@ -177,10 +193,171 @@ def _per_collective(collectives: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFr
             proxy=("proxy", "first"),
         )
         out = pd.concat([out[~out["proxy"]], merged], ignore_index=True)
+    if len(summed):
+        out = pd.concat([out.assign(summary=False), summed], ignore_index=True)
+    else:
+        out = out.assign(summary=False)
     # cost: per byte; per call where the bytes are unknown (the bytes then count 1 per call)
     out["bytes"] = out["bytes"].where(out["bytes"] > 0, 1.0)
     out["cost"] = out["transfer"] / out["bytes"]
     return out.sort_values(["pg", "step", "seq"], ignore_index=True)
+
+
+def _raw_calls(collectives: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The raw rows' calls (:func:`_calls`, in steps >= 0; empty when none) and the (pg, step,
+    rank) that have completed raw rows (what covers a rank's summary there)."""
+    none = (pd.DataFrame(), pd.DataFrame(columns=["pg", "step", "rank"]))
+    c = collectives
+    if c.empty:
+        return none
+    c = c[(c["rank"] >= 0) & (c["seq_id"] >= 0) & ~c["is_p2p"]].copy()
+    if c.empty:
+        return none
+    c["pg"] = c["pg_name"].where(c["pg_name"] != "", "default")
+    c["step"] = _steps_of(c, steps)
+    dur = c["duration_ns"].astype("Float64")
+    dur = dur.fillna((c["end_ns"] - c["start_ns"]).astype("Float64"))
+    c["dur"] = dur.astype(float)
+    # In flight or failed rows always ship raw (a hang's evidence), beside the summaries of a
+    # rank's completed ones: they do not stand for the rank's step.
+    done = c["state"].isin(("", "completed")) if "state" in c else slice(None)
+    covered = c.loc[done, ["pg", "step", "rank"]].drop_duplicates()
+    out = _calls(c, steps)
+    if out.empty:
+        return pd.DataFrame(), covered
+    return out[out["step"] >= 0], covered
+
+
+def _summary_rows(
+    summaries: pd.DataFrame | None, steps: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per (group, step) of the node summaries (see the module doc) with the columns of
+    :func:`_per_collective` less ``cost`` (``summary`` True), and their (pg, step, rank). A row
+    judged by the proxy is dropped when a rank's collective wait in that step is unknown.
+
+    By sorted arrays and ``reduceat`` (a group-by over millions of summaries spent seconds
+    building one object per group)."""
+    none = (pd.DataFrame(), pd.DataFrame(columns=["pg", "step", "rank"]))
+    if summaries is None or summaries.empty:
+        return none
+    f = summaries
+    keep = (
+        (f["rank"] >= 0) & (f["step"] >= 0) & (f["num_collectives"] > 0) & (f["first_seq_id"] >= 0)
+    ).to_numpy()
+    if not keep.any():
+        return none
+    codes, names = pd.factorize(f["pg_name"].to_numpy()[keep], sort=True)
+    names = pd.Index(names).where(names != "", "default")
+    codes, names = _recode(codes, names)  # "" and "default" are one group
+    col = {
+        k: f[k].to_numpy(dtype=np.int64)[keep]
+        for k in ("step", "rank", "num_collectives", "num_bytes", "num_timed",
+                  "duration_sum_ns", "mean_enqueue_ns", "first_seq_id", "last_seq_id",
+                  "first_enqueue_ns", "last_enqueue_ns")
+    }  # fmt: skip
+    order = np.lexsort((col["rank"], col["step"], codes))
+    codes = codes[order]
+    col = {k: v[order] for k, v in col.items()}
+    # enqueue times relative to the earliest, as floats (ns since the epoch overflow a float's
+    # mantissa), weighted by calls: a rank's step summed in two parts is one mean
+    enq = (col["mean_enqueue_ns"] - col["mean_enqueue_ns"].min()).astype(float)
+    enq *= col["num_collectives"]
+    same = (codes[1:] == codes[:-1]) & (col["step"][1:] == col["step"][:-1])
+    dup = same & (col["rank"][1:] == col["rank"][:-1])
+    if dup.any():
+        at = np.flatnonzero(np.r_[True, ~dup])
+        for k in ("num_collectives", "num_bytes", "num_timed", "duration_sum_ns"):
+            col[k] = np.add.reduceat(col[k], at)
+        for k in ("first_seq_id", "first_enqueue_ns"):
+            col[k] = np.minimum.reduceat(col[k], at)
+        for k in ("last_seq_id", "last_enqueue_ns"):
+            col[k] = np.maximum.reduceat(col[k], at)
+        enq = np.add.reduceat(enq, at)
+        codes, col["step"], col["rank"] = codes[at], col["step"][at], col["rank"][at]
+        same = (codes[1:] == codes[:-1]) & (col["step"][1:] == col["step"][:-1])
+    enq /= col["num_collectives"]
+    timed = col["num_timed"] == col["num_collectives"]
+    at = np.flatnonzero(np.r_[True, ~same])
+    size = np.diff(np.r_[at, len(codes)])
+    members = col["rank"].tolist()
+    out = pd.DataFrame(
+        {
+            "pg": names[codes[at]],
+            "seq": np.minimum.reduceat(col["first_seq_id"], at),
+            "step": col["step"][at],
+            "ranks": pd.Series(
+                [
+                    tuple(members[i : i + n])
+                    for i, n in zip(at.tolist(), size.tolist(), strict=True)
+                ],
+                dtype=object,
+            ).to_numpy(),
+            "skew": _summary_skew(col, enq, at),
+            "transfer": np.minimum.reduceat(col["duration_sum_ns"], at).astype(float),
+            "bytes": np.maximum.reduceat(col["num_bytes"], at).astype(float),
+            "proxy": ~np.logical_and.reduceat(timed, at),
+            "summary": True,
+        }
+    )
+    ranks = pd.DataFrame({"pg": names[codes], "step": col["step"], "rank": col["rank"]})
+    proxied = out["proxy"].to_numpy()
+    if proxied.any():
+        # the least collective wait of the group's ranks in the step; NaN (dropped) when a
+        # rank's is unknown
+        wait = np.full(len(ranks), np.nan)
+        if len(steps):
+            waits = steps.loc[steps["rank"] >= 0, ["rank", "step", "collective_wait_ns"]]
+            waits = waits.drop_duplicates(["rank", "step"], keep="last")
+            found = ranks[["rank", "step"]].merge(waits, on=["rank", "step"], how="left")
+            wait = found["collective_wait_ns"].to_numpy(dtype=float, na_value=np.nan)
+        least = np.minimum.reduceat(wait, at)
+        out.loc[proxied, "transfer"] = least[proxied]
+        out = out[~proxied | ~np.isnan(least)].reset_index(drop=True)
+    return out, ranks
+
+
+def _summary_skew(col: dict[str, np.ndarray], enq: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Each (group, step)'s arrival skew from its ranks' summaries (rows grouped at ``at``).
+
+    Exact where the summaries show it: when every rank's first call is the same call (equal
+    ``first_seq_id``), the spread of their ``first_enqueue_ns`` is that call's skew; likewise the
+    last call. The skew is the mean of those one or two calls' skews. Where neither end lines up
+    (a call counted in another step on some rank), the spread of the ranks' mean enqueue times
+    (``enq``), which a rank late to every call shows but which also grows with a call set that
+    differs between ranks."""
+
+    def spread(x: np.ndarray) -> np.ndarray:
+        return (np.maximum.reduceat(x, at) - np.minimum.reduceat(x, at)).astype(float)
+
+    first_ok = spread(col["first_seq_id"]) == 0
+    last_ok = spread(col["last_seq_id"]) == 0
+    first, last = spread(col["first_enqueue_ns"]), spread(col["last_enqueue_ns"])
+    exact = np.where(first_ok & last_ok, (first + last) / 2, np.where(first_ok, first, last))
+    return np.where(first_ok | last_ok, exact, spread(enq))
+
+
+def _recode(codes: np.ndarray, names: pd.Index) -> tuple[np.ndarray, pd.Index]:
+    """``codes`` into ``names`` with repeated names merged (sorted, unique)."""
+    if names.is_unique:
+        return codes, names
+    new, uniq = pd.factorize(names, sort=True)
+    return new[codes], pd.Index(uniq)
+
+
+def _raw_wins(
+    raw: pd.DataFrame, covered: pd.DataFrame, summed: pd.DataFrame, members: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``raw`` and ``summed`` with each (pg, step) counted once: from the raw calls when every
+    rank with a summary there has completed raw rows (fetched), else from the summaries."""
+    have = members.merge(covered.assign(raw=True), on=["pg", "step", "rank"], how="left")
+    full = have["raw"].notna().groupby([have["pg"], have["step"]]).all()
+    if len(summed):
+        at = pd.MultiIndex.from_arrays([summed["pg"], summed["step"]])
+        summed = summed[~at.isin(full.index[full.to_numpy()])]
+    if len(raw):
+        at = pd.MultiIndex.from_arrays([raw["pg"], raw["step"]])
+        raw = raw[~at.isin(full.index[~full.to_numpy()])]
+    return raw, summed
 
 
 def _calls(c: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -264,13 +441,14 @@ def _steps_of(c: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
 
 
 def _hosts_by_rank(*frames: pd.DataFrame) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for f in frames:
-        if len(f):
-            for r, h in zip(f["rank"], f["host"], strict=True):
-                if r >= 0:
-                    out.setdefault(int(r), str(h))
-    return out
+    """rank -> host: its first row's, in the frames' order."""
+    parts = [
+        f.loc[f["rank"] >= 0, ["rank", "host"]].astype({"host": str}) for f in frames if len(f)
+    ]
+    if not parts:
+        return {}
+    first = pd.concat(parts, ignore_index=True).drop_duplicates("rank", keep="first")
+    return dict(zip(first["rank"].astype(int).tolist(), first["host"].tolist(), strict=True))
 
 
 def _own_work_balance(steps: pd.DataFrame) -> pd.DataFrame:
@@ -418,6 +596,7 @@ def _slow_group(
     start, flags, ref = found
     slow_steps = series.index[start:][flags[start:]]
     rows = coll[(coll["pg"] == g) & coll["step"].isin(slow_steps)]
+    summed = rows.groupby("step")["summary"].any()
     excess = (rows["transfer"] - ref * rows["bytes"]).clip(lower=0)
     per_step = excess.groupby(rows["step"]).sum()
     # A late rank: its own work is unbalanced by enough to explain the excess, or the skew.
@@ -446,6 +625,11 @@ def _slow_group(
         "imbalance": float(own["ratio"].median()) if len(own) else None,
         "slowdown": slowdown,
         "proxy": bool(rows["proxy"].any()),
+        # the slow steps judged from node summaries: their share, and the window to fetch
+        "summary": summed.mean() if len(summed) else 0.0,
+        "summary_steps": (int(summed.index[summed].min()), int(summed.index[summed].max()))
+        if summed.any()
+        else None,
     }
 
 
@@ -481,6 +665,14 @@ def _finding(
     measured = not any(s["proxy"] for s in stats)
     confidence = 0.4 + 0.3 * persist + 0.15 * measured + 0.1 * bool(pair or has_fast_peer)
     onsets = [s["onset"] for s in stats if s["onset"] is not None]
+    summed = [s["summary_steps"] for s in stats if s["summary_steps"] is not None]
+    # before ": suspect the link", which the refinements keep
+    judged = (
+        f" (judged from node summaries; the raw collectives of steps "
+        f"{min(a for a, _ in summed)}-{max(b for _, b in summed)} would confirm)"
+        if summed
+        else ""
+    )
     name = ",".join(groups)
     where = f"between {' and '.join(hosts)}" if len(hosts) > 1 else f"inside {hosts[0]}"
     if pair and pair not in fast_pairs:
@@ -522,6 +714,18 @@ def _finding(
                     unit="max/median",
                 )
             )
+        if s["summary_steps"] is not None:
+            first, last = s["summary_steps"]
+            evidence.append(
+                Evidence(
+                    metric="from_summaries",
+                    subject=f"group {g}",
+                    value=float(s["summary"]),
+                    unit="share of slow steps",
+                    note=f"judged from node summaries: fetch the raw collectives of steps "
+                    f"{first}-{last} to confirm",
+                )
+            )
     return Finding(
         id=f"link:{name}",
         symptom="slowdown",
@@ -536,7 +740,7 @@ def _finding(
         confidence=min(0.95, confidence),
         summary=(
             f"collectives of group {name} (ranks {list(ranks)}) are "
-            f"{stats[0]['ratio']:.1f}x slower per byte while compute is balanced and ranks "
+            f"{stats[0]['ratio']:.1f}x slower per byte{judged} while compute is balanced and ranks "
             f"arrive together: suspect the link "
             f"{where}; {probe}"
         ),

@@ -38,7 +38,12 @@ def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
     the connections' retransmissions (:mod:`~diag.diagnose.detectors.link_loss`); then narrowed
     to what the closed loop's point-to-point probes named
     (:mod:`~diag.diagnose.detectors.link_probe`)."""
-    found = link.detect(features.collectives, features.step_events, cfg or link.LinkConfig())
+    found = link.detect(
+        features.collectives,
+        features.step_events,
+        cfg or link.LinkConfig(),
+        features.collective_summaries,
+    )
     if features.tcp.empty and features.probes.empty:
         return found
     hosts = features.hosts_of()
