@@ -28,15 +28,23 @@ Measured numbers only, no asserts. The goals: top-1 culprit >= 95%, top-1 cause 
 warning-or-above finding on a clean run, median detection within 10 steps of the onset at
 severities >= 20% and within 50 steps at 10%.
 
+``--collectives summary`` ships each rank's collectives of steps >= 10 as a node daemon does at
+fleet scale, one summary per rank, step and group (schema 1.17), to measure what the analysis
+loses without the raw rows: in simulate mode by summing the simulated events, in live mode by
+setting ``DIAG_DAEMON_COLLECTIVES=summary`` for the real daemons.
+
     .venv/bin/python bench/accuracy.py [--mode simulate|live] [--severities 0.1 0.2 0.5]
-        [--seeds 0 1 2] [--causes node data ...] [--steps 80] [--json]
+        [--seeds 0 1 2] [--causes node data ...] [--steps 80] [--collectives raw|summary] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
+import itertools
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -47,6 +55,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from diag import schema
 from diag.errors import DiagError
 from diag.findings import Finding
 from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case, suite
@@ -56,10 +65,42 @@ from diag.selftest.score import NONE, Outcome, Summary, judge
 Runner = Callable[[Case, Path], tuple[Case, list[Finding]]]
 
 
-def simulate_runner(case: Case, workdir: Path) -> tuple[Case, list[Finding]]:
+def simulate_runner(
+    case: Case, workdir: Path, collectives: str = "raw"
+) -> tuple[Case, list[Finding]]:
     from diag.selftest.simulate import prepare, run_simulated
 
-    return prepare(case), run_simulated(case, workdir / "run")
+    shipped = daemon_summaries if collectives == "summary" else None
+    return prepare(case), run_simulated(case, workdir / "run", shipped=shipped)
+
+
+def daemon_summaries(events: list[schema.Event], raw_steps: int = 10) -> list[schema.Event]:
+    """``events`` as a node daemon ships them at fleet scale (schema 1.17): each rank's completed
+    collectives of steps >= ``raw_steps`` replaced by one summary per (rank, step, group)
+    (:func:`diag.daemon.collsum.summarize`), numbered under its host's daemon source."""
+    from diag.daemon.collsum import summarize
+
+    out: list[schema.Event] = []
+    held: list[schema.CollectiveEvent] = []
+    for e in events:
+        # not completed: in flight or failed when harvested, shipped raw (a hang's evidence)
+        if (
+            isinstance(e, schema.CollectiveEvent)
+            and e.state in ("", "completed")
+            and e.step >= raw_steps
+        ):
+            held.append(e)
+        else:
+            out.append(e)
+    seqs: dict[str, itertools.count[int]] = {}
+    for s in summarize(held):
+        source = f"{s.host}/daemon/1"
+        out.append(
+            dataclasses.replace(
+                s, source=source, seq=next(seqs.setdefault(source, itertools.count()))
+            )
+        )
+    return out
 
 
 def live_runner(
@@ -283,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
         help="live mode: link faults on this many emulated nodes (2-8; one rank per node when "
         "it equals --world-size; beyond two, the slow host alone must be named)",
     )
+    p.add_argument(
+        "--collectives",
+        choices=("raw", "summary"),
+        default="raw",
+        help="the collectives as shipped: raw, or from step 10 on summed per rank, step and group "
+        "as a node daemon does at fleet scale (schema 1.17)",
+    )
     p.add_argument("--json", action="store_true", help="print Summary.to_json()")
     p.add_argument(
         "--keep-failed",
@@ -315,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.auto_capture is not None and args.mode != "live":
         p.error("--auto-capture runs real jobs: use --mode live")
-    runner: Runner = simulate_runner
+    if args.mode == "live" and args.collectives == "summary":
+        # the real daemons of every live job: summaries whatever the job's size, from step 10
+        os.environ["DIAG_DAEMON_COLLECTIVES"] = "summary"
+    runner: Runner = functools.partial(simulate_runner, collectives=args.collectives)
     if args.mode == "live":
         runner = functools.partial(
             live_runner, auto_capture=args.auto_capture, link_nodes=args.link_nodes
@@ -337,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.mode}: {len(cases)} cases ({len(summary.faults)} faults, {len(summary.cleans)} "
         f"clean), {args.world_size} ranks, {args.steps} steps, onset at step {args.onset}, "
-        f"seeds {' '.join(map(str, args.seeds))}; {elapsed:.0f} s"
+        f"seeds {' '.join(map(str, args.seeds))}, {args.collectives} collectives; "
+        f"{elapsed:.0f} s"
     )
     print()
     print(render(summary, causes, severities))

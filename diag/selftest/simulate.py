@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -492,11 +492,18 @@ def _profile(
 
 
 def run_simulated(
-    case: Case, run_dir: Path, *, ranks_per_host: int = 2, job: Job = JOB
+    case: Case,
+    run_dir: Path,
+    *,
+    ranks_per_host: int = 2,
+    job: Job = JOB,
+    shipped: Callable[[list[schema.Event]], list[schema.Event]] | None = None,
 ) -> list[Finding]:
     """Simulate ``case`` into a new :class:`RunStore` at ``run_dir`` and triage it: the findings,
-    ranked as ``diag triage`` lists them. Judge them against ``prepare(case)``."""
+    ranked as ``diag triage`` lists them. Judge them against ``prepare(case)``. ``shipped``:
+    what reaches the store of the events (e.g. collectives summed as a node daemon does)."""
+    events = simulate(case, ranks_per_host=ranks_per_host, job=job)
     store = RunStore.create(run_dir)
-    store.append(simulate(case, ranks_per_host=ranks_per_host, job=job))
+    store.append(events if shipped is None else shipped(events))
     store.flush()
     return list(triage(RunStore.open(run_dir)).findings)
