@@ -21,13 +21,13 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from diag.diagnose.detectors.link import FROM_SUMMARIES
 from diag.findings import Finding
 from diag.proto import diag_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-#: The evidence metric a detector sets on a finding judged from node summaries.
-FROM_SUMMARIES = "from_summaries"
+__all__ = ["FROM_SUMMARIES", "FetchConfig", "RawFetch", "from_summaries"]
 
 #: (first_step, last_step, ranks) -> the request as sent.
 Fetcher = Callable[[int, int, Sequence[int]], pb.CollectiveFetch]

@@ -92,6 +92,10 @@ from diag.diagnose.features import change_point
 from diag.findings import Evidence, Finding, LinkRef
 from diag.store.run_store import RunStore
 
+#: The evidence metric of a finding judged, at least in part, from node summaries (its value: the
+#: share of its slow steps); the analyzer's loop fetches the raw rows for it.
+FROM_SUMMARIES = "from_summaries"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkConfig:
@@ -718,7 +722,7 @@ def _finding(
             first, last = s["summary_steps"]
             evidence.append(
                 Evidence(
-                    metric="from_summaries",
+                    metric=FROM_SUMMARIES,
                     subject=f"group {g}",
                     value=float(s["summary"]),
                     unit="share of slow steps",
