@@ -446,8 +446,10 @@ def _steps_of(c: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
 
 def _hosts_by_rank(*frames: pd.DataFrame) -> dict[int, str]:
     """rank -> host: its first row's, in the frames' order."""
-    parts = [
-        f.loc[f["rank"] >= 0, ["rank", "host"]].astype({"host": str}) for f in frames if len(f)
+    parts = [  # each frame's first row per rank first: the host as text for those rows only
+        f.loc[f["rank"] >= 0, ["rank", "host"]].drop_duplicates("rank").astype({"host": str})
+        for f in frames
+        if len(f)
     ]
     if not parts:
         return {}
