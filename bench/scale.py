@@ -101,6 +101,11 @@ class Window:
         self.host_extra = args.host_extra
         self.rank_extra = args.rank_extra
         self._seq = [0] * ranks
+        # --summaries: each rank's collectives of a step as its daemon ships them at fleet scale
+        # (schema 1.17): one CollectiveSummary for its 8-rank shard group, one for its replica
+        # group (the ranks of its local index across hosts), under its host's daemon source
+        self.summaries = args.summaries
+        self._daemon_seq = [0] * max(num_hosts, 1)
 
     def step_events(
         self, step: int, rng: np.random.Generator, t: int, also_slow: tuple[int, ...] = ()
@@ -149,7 +154,43 @@ class Window:
                     num_collectives=3,
                 )
             )
+        if self.summaries:
+            out += self._summaries(step, t, wait)
         return out, t + dur
+
+    def _summaries(self, step: int, t: int, wait_ms: np.ndarray) -> list:
+        out = []
+        for r in range(self.ranks):
+            host = r // RANKS_PER_HOST
+            w = int(wait_ms[r] * MS)
+            for pg, size, calls, nbytes in (
+                ("1", RANKS_PER_HOST, 96, 96 * 33_554_432),
+                ("2", self.ranks // RANKS_PER_HOST, 8, 8 * 67_108_864),
+            ):
+                seq = self._daemon_seq[host]
+                self._daemon_seq[host] = seq + 1
+                out.append(
+                    schema.CollectiveSummary(
+                        ts_ns=t + w,
+                        host=host_of(r),
+                        rank=r,
+                        local_rank=r % RANKS_PER_HOST,
+                        job_id="scale",
+                        source=f"{host_of(r)}/daemon/1.0",
+                        seq=seq,
+                        step=step,
+                        pg_name=pg,
+                        pg_size=size,
+                        num_collectives=calls,
+                        num_bytes=nbytes,
+                        first_enqueue_ns=t,
+                        last_enqueue_ns=t + w,
+                        mean_enqueue_ns=t + w // 2,
+                        first_seq_id=step * calls,
+                        last_seq_id=step * calls + calls - 1,
+                    )
+                )
+        return out
 
     def batches(self, batch_size: int) -> Iterator[tuple[int, list]]:
         """(step, events) chunks of at most ``batch_size`` events, step by step."""
@@ -266,6 +307,7 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         "host_onset": win.host_onset,
         "rank_onset": win.rank_onset,
         "wires": {},
+        "summaries": args.summaries,
     }
     for wire in args.wire[:-1]:  # ingest only, each into its own store
         with tempfile.TemporaryDirectory(prefix="diag-scale-") as tmp:
@@ -446,10 +488,11 @@ def report_shipped(s: dict) -> None:
 
 def report(r: dict) -> None:
     det = r["detectors_s"]
+    kinds = "a StepEvent and 2 CollectiveSummary" if r["summaries"] else "a StepEvent"
     print(
         f"\n== {r['ranks']:,} ranks ({r['hosts']:,} hosts x {RANKS_PER_HOST}), {r['steps']} steps: "
-        f"{r['events']:,} StepEvents; culprits: rank {r['slow_rank']} from step "
-        f"{r['rank_onset']}, host {r['slow_host']} from step {r['host_onset']}"
+        f"{r['events']:,} events ({kinds} per rank-step); culprits: rank {r['slow_rank']} "
+        f"from step {r['rank_onset']}, host {r['slow_host']} from step {r['host_onset']}"
     )
     for wire, w in r["wires"].items():
         print(
@@ -518,6 +561,11 @@ def main() -> None:
         default=200,
         help="the wire figure: collectives per rank-step (0: skip it)",
     )
+    ap.add_argument(
+        "--summaries",
+        action="store_true",
+        help="also ship two CollectiveSummary events per rank-step (node-side summaries)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object per world size")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -535,7 +583,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--child", "--ranks", str(ranks)]
         for opt in ("steps", "batch", "flush_every", "seed", "host_extra", "rank_extra"):
             cmd += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
-        cmd += ["--wire", *args.wire]
+        cmd += ["--wire", *args.wire] + (["--summaries"] if args.summaries else [])
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(json.dumps(r)) if args.json else report(r)
