@@ -6,7 +6,8 @@ one event each, a 100,000-rank job sends ~10^7 events/s to one analyzer. The ana
 per group and step (the link detector's cost per byte, its arrival skew; the layout's groups), so
 the daemon sums them there and ships one :class:`~diag.schema.CollectiveSummary` per (rank, step,
 group): a few per rank-step. The raw rows stay in a bounded in-memory ring on the node
-(``retain_s``, ``retain_max_events``: the oldest go first, counted) and ship again, as
+(``retain_s``, ``retain_max_events``: the oldest go first, counted; a fetch of steps older
+than the ring finds nothing) and ship again, as
 ``CollectiveEvent`` rows under the daemon's own source, when the analyzer asks for a window of
 steps (:meth:`CollectiveSummarizer.fetch`, driven by a ``CollectiveFetch`` control message): the
 per-collective evidence (exact arrival skews, which call was slow) comes for the steps that
@@ -69,7 +70,7 @@ class SummaryStats:
     num_summarized: int  # raw rows folded into summaries
     num_summaries: int
     num_retained: int  # raw rows held for a fetch now
-    num_evicted: int  # raw rows that left the ring before any fetch asked for them
+    num_evicted: int  # raw rows that aged out of the ring unfetched (its turnover)
     num_fetched: int  # raw rows shipped again on request
 
 

@@ -46,7 +46,7 @@ from diag import schema
 from diag.config import DaemonConfig, default_host
 from diag.daemon.collectors import COLLECTORS
 from diag.daemon.collectors.base import Collector, HangAware, RankAware, stamp
-from diag.daemon.collsum import CollectiveSummarizer, SummaryConfig
+from diag.daemon.collsum import CollectiveSummarizer, SummaryConfig, SummaryStats
 from diag.daemon.hook_watch import HookWatch
 from diag.daemon.listener import HookListener
 from diag.daemon.metrics import NodeMetrics
@@ -103,7 +103,7 @@ class DaemonStats:
     num_collectives_summarized: int = 0  # raw rows shipped as summaries instead
     num_collective_summaries: int = 0
     num_collectives_fetched: int = 0  # raw rows shipped again on the analyzer's request
-    num_collectives_evicted: int = 0  # raw rows that left the node's ring unfetched
+    num_collectives_evicted: int = 0  # raw rows aged out of the node's ring unfetched
 
 
 def _seq(msg: pb.ControlMessage) -> int:
@@ -186,6 +186,9 @@ class Daemon:
         if metrics is None and cfg.metrics_port >= 0:
             metrics = NodeMetrics()
         self.metrics = metrics
+        if metrics is not None:
+            metrics.hostname = self.host
+            metrics.summary_stats = self._summary_stats
         self.metrics_server: MetricsServer | None = None
         try:
             self.listener = HookListener(
@@ -531,9 +534,12 @@ class Daemon:
         log.info("diag daemon stopped: %s", stats)
         return stats
 
-    def stats(self) -> DaemonStats:
+    def _summary_stats(self) -> SummaryStats:
         with self._lock:
-            summed = self.summarizer.stats()
+            return self.summarizer.stats()
+
+    def stats(self) -> DaemonStats:
+        summed = self._summary_stats()
         return DaemonStats(
             num_hook_connections=self.listener.num_connections,
             num_hook_events=self.listener.num_events,

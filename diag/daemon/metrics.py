@@ -36,7 +36,13 @@ Per GPU, the latest :class:`~diag.schema.GpuSample` under the DCGM exporter's na
 the device, as DCGM reports it). A field the device did not report is left out, not zero.
 
 Node level: ``diag_node_cpu_busy_percent``, ``diag_node_load1`` and ``diag_node_procs_running``
-from :class:`~diag.schema.HostSample`. Label values are the events' own text, bounded in length.
+from :class:`~diag.schema.HostSample`; the daemon's node-side collective summaries
+(:mod:`diag.daemon.collsum`, label ``Hostname``): ``diag_daemon_collectives_summarizing`` (1 while
+it ships summaries), ``diag_daemon_collectives_summarized_total`` (raw rows summed),
+``diag_daemon_collective_summaries_total``, ``diag_daemon_collectives_retained`` (raw rows held
+for a fetch), ``diag_daemon_collectives_fetched_total`` and
+``diag_daemon_collectives_evicted_total`` (rows that aged out of the ring unasked: its turnover;
+a fetch of older steps finds nothing). Label values are the events' own text, bounded in length.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from diag import schema
+from diag.daemon.collsum import SummaryStats
 from diag.transport.metrics_http import DROP_REASONS, label
 
 #: step-phase buckets, seconds: 1 ms to 2 min
@@ -140,6 +147,7 @@ class _Latest:
             gpus = dict(o.gpus)
             xids = dict(o.xids)
             host = o.host_sample
+            summaries = o.summary_stats
         fam = GaugeMetricFamily("diag_rank_step", "Newest step of the rank", labels=RANK_LABELS)
         for key, step in sorted(steps.items()):
             fam.add_metric(key, step)
@@ -156,6 +164,32 @@ class _Latest:
                 fam = GaugeMetricFamily(name, help_, labels=labels)
                 fam.add_metric((label(host.host),), float(value))
                 yield fam
+        if summaries is not None:
+            yield from _summary_families(o.hostname, summaries())
+
+
+def _summary_families(hostname: str, st: SummaryStats) -> Iterator[Metric]:
+    key = (label(hostname),)
+    for name, help_, value in (
+        ("diag_daemon_collectives_summarizing", "1 while the daemon ships summaries", st.active),
+        ("diag_daemon_collectives_retained", "Summed raw collectives held for a fetch",
+         st.num_retained),
+    ):  # fmt: skip
+        gauge = GaugeMetricFamily(name, help_, labels=("Hostname",))
+        gauge.add_metric(key, float(value))
+        yield gauge
+    for name, help_, value in (
+        ("diag_daemon_collectives_summarized", "Raw collectives shipped as summaries",
+         st.num_summarized),
+        ("diag_daemon_collective_summaries", "Collective summaries shipped", st.num_summaries),
+        ("diag_daemon_collectives_fetched", "Raw collectives shipped again on request",
+         st.num_fetched),
+        ("diag_daemon_collectives_evicted", "Raw collectives aged out of the ring unfetched",
+         st.num_evicted),
+    ):  # fmt: skip
+        counter = CounterMetricFamily(name, help_, labels=("Hostname",))
+        counter.add_metric(key, float(value))
+        yield counter
 
 
 def _health_families(health: dict[tuple[str, str, str], schema.HookHealth]) -> Iterator[Metric]:
@@ -227,6 +261,9 @@ class NodeMetrics:
         self.gpus: dict[tuple[str, int], schema.GpuSample] = {}
         self.xids: dict[tuple[str, int], int] = {}
         self.host_sample: schema.HostSample | None = None
+        #: the daemon's summarizer counters, read at scrape time (set by the daemon)
+        self.summary_stats: Callable[[], SummaryStats] | None = None
+        self.hostname = ""
         self._phases: list[tuple[Histogram, str]] = [
             (Histogram(name, help_, RANK_LABELS, buckets=BUCKETS, registry=self.registry), field)
             for name, help_, field in PHASES

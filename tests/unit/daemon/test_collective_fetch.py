@@ -15,6 +15,7 @@ from diag import schema
 from diag.config import DaemonConfig
 from diag.daemon.daemon import Daemon
 from tests.fakes.daemon_doubles import FakeHook, RunningDaemon, ServedAnalyzer, wait_for
+from tests.fakes.scrape import scrape
 
 RAW_STEPS = 3
 STEPS = 8
@@ -28,7 +29,9 @@ def analyzer(tmp_path: Path) -> Iterator[ServedAnalyzer]:
     a.stop()
 
 
-def _daemon(tmp_path: Path, analyzer: ServedAnalyzer, mode: str) -> RunningDaemon:
+def _daemon(
+    tmp_path: Path, analyzer: ServedAnalyzer, mode: str, metrics_port: int = -1
+) -> RunningDaemon:
     cfg = DaemonConfig(
         listen_sock=str(tmp_path / "d.sock"),
         analyzer=analyzer.target,
@@ -39,6 +42,7 @@ def _daemon(tmp_path: Path, analyzer: ServedAnalyzer, mode: str) -> RunningDaemo
         rpc_timeout_s=2.0,
         collectives=mode,
         collectives_raw_steps=RAW_STEPS,
+        metrics_port=metrics_port,
     )
     return RunningDaemon(Daemon(cfg, final_flush_s=2.0))
 
@@ -82,7 +86,7 @@ def _frame(analyzer: ServedAnalyzer, kind: str) -> pd.DataFrame:
 def test_summary_mode_ships_summaries_and_a_fetch_brings_the_raw_rows_back(
     tmp_path: Path, analyzer: ServedAnalyzer
 ) -> None:
-    running = _daemon(tmp_path, analyzer, "summary")
+    running = _daemon(tmp_path, analyzer, "summary", metrics_port=0)
     hook = FakeHook(tmp_path / "d.sock")
     for rank in (0, 1):
         hook.send(_rank_events(rank))
@@ -108,6 +112,20 @@ def test_summary_mode_ships_summaries_and_a_fetch_brings_the_raw_rows_back(
 
     analyzer.core.control.request_fetch(5, 7, ranks=[1])  # only step 7 is new
     wait_for(lambda: len(_frame(analyzer, "collective")) == len(raw) + 3 * PER_STEP, what="again")
+    server = running.daemon.metrics_server
+    assert server is not None
+    samples = scrape(server.url)
+    ours = {k: series for k, series in samples.items() if k.startswith("diag_daemon_")}
+    assert all(series[0][0] == {"Hostname": "node1"} for series in ours.values())
+    got = {k: v for k, [(_, v)] in ours.items()}
+    assert got == {
+        "diag_daemon_collectives_summarizing": 1.0,
+        "diag_daemon_collectives_retained": 2 * summed * PER_STEP,
+        "diag_daemon_collectives_summarized_total": 2 * summed * PER_STEP,
+        "diag_daemon_collective_summaries_total": 2 * summed,
+        "diag_daemon_collectives_fetched_total": 3 * PER_STEP,
+        "diag_daemon_collectives_evicted_total": 0.0,
+    }
     hook.close()
     stats = running.stop()
     assert stats.num_collectives_summarized == 2 * summed * PER_STEP
