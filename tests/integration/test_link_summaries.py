@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from diag.selftest.cases import Case
@@ -72,8 +73,14 @@ def test_slow_link_is_named_from_node_summaries(
     # the raw rows of its group around the onset; they came back under the daemons' sources
     control = json.loads((tmp_path / "run" / "control.json").read_text())
     fetches = control.get("fetches", [])
-    assert fetches, control
-    first, last = fetches[0]["first_step"], fetches[0]["last_step"]
-    assert first <= ONSET <= last and set(fetches[0]["ranks"]) == set(range(case.world_size))
-    assert set(fetched["rank"].unique()) == set(range(case.world_size)), shown
-    assert fetched["step"].between(first, last).all() and fetched["step"].max() >= ONSET
+    # (a busy host can make an earlier live pass see a passing slowdown and ask for its steps too)
+    onset = [f for f in fetches if f["first_step"] <= ONSET <= f["last_step"]]
+    assert onset, control
+    assert set(onset[0]["ranks"]) == set(range(case.world_size)), control
+    asked = np.zeros(case.steps + 1, dtype=bool)
+    for f in fetches:
+        asked[f["first_step"] : f["last_step"] + 1] = True
+    assert asked[fetched["step"].to_numpy()].all(), "raw rows shipped again that nobody asked for"
+    near = fetched[fetched["step"].between(onset[0]["first_step"], onset[0]["last_step"])]
+    assert set(near["rank"].unique()) == set(range(case.world_size)), shown
+    assert near["step"].max() >= ONSET
