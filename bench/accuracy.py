@@ -40,9 +40,7 @@ setting ``DIAG_DAEMON_COLLECTIVES=summary`` for the real daemons.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
-import itertools
 import json
 import os
 import shutil
@@ -74,33 +72,12 @@ def simulate_runner(
     return prepare(case), run_simulated(case, workdir / "run", shipped=shipped)
 
 
-def daemon_summaries(events: list[schema.Event], raw_steps: int = 10) -> list[schema.Event]:
-    """``events`` as a node daemon ships them at fleet scale (schema 1.17): each rank's completed
-    collectives of steps >= ``raw_steps`` replaced by one summary per (rank, step, group)
-    (:func:`diag.daemon.collsum.summarize`), numbered under its host's daemon source."""
-    from diag.daemon.collsum import summarize
+def daemon_summaries(events: list[schema.Event]) -> list[schema.Event]:
+    """``events`` as node daemons ship them at fleet scale (schema 1.17): each rank's completed
+    collectives of steps >= 10 replaced by one summary per (rank, step, group)."""
+    from diag.daemon.collsum import as_shipped
 
-    out: list[schema.Event] = []
-    held: list[schema.CollectiveEvent] = []
-    for e in events:
-        # not completed: in flight or failed when harvested, shipped raw (a hang's evidence)
-        if (
-            isinstance(e, schema.CollectiveEvent)
-            and e.state in ("", "completed")
-            and e.step >= raw_steps
-        ):
-            held.append(e)
-        else:
-            out.append(e)
-    seqs: dict[str, itertools.count[int]] = {}
-    for s in summarize(held):
-        source = f"{s.host}/daemon/1"
-        out.append(
-            dataclasses.replace(
-                s, source=source, seq=next(seqs.setdefault(source, itertools.count()))
-            )
-        )
-    return out
+    return as_shipped(events, raw_steps=10)
 
 
 def live_runner(

@@ -15,22 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from diag.cli.profile_cmd import analyzer_of, parse_ranks
+from diag.cli.profile_cmd import add_job_arguments, analyzer_of, parse_ranks
 from diag.cli.security_args import add_security_arguments, export_client_security
 from diag.errors import ConfigError, InputError, TransportError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "run_dir",
-        nargs="?",
-        type=Path,
-        metavar="RUN_DIR",
-        help="the run directory of a running job",
-    )
-    parser.add_argument("--analyzer", metavar="HOST:PORT", help="the analyzer to ask instead")
+    add_job_arguments(parser)
     parser.add_argument(
         "--step-range",
         required=True,

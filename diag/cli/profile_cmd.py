@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from diag.proto import diag_pb2 as pb
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """``RUN_DIR`` or ``--analyzer HOST:PORT``: the running job to ask (``diag profile``,
+    ``diag fetch``)."""
     parser.add_argument(
         "run_dir",
         nargs="?",
@@ -32,6 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the run directory of a running job",
     )
     parser.add_argument("--analyzer", metavar="HOST:PORT", help="the analyzer to ask instead")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_job_arguments(parser)
     parser.add_argument(
         "--steps", type=int, default=1, metavar="N", help="steps in the window (default 1)"
     )

@@ -28,6 +28,7 @@ Pure logic: no threads, no I/O; the daemon calls it under its own lock.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -76,6 +77,39 @@ class SummaryStats:
 
 def _completed(e: schema.CollectiveEvent) -> bool:
     return e.state in ("", "completed")
+
+
+def summed_here(e: schema.Event, raw_steps: int) -> bool:
+    """Whether a summarizing daemon sums ``e`` (else it ships raw): a completed collective of a
+    step from ``raw_steps`` on."""
+    return isinstance(e, schema.CollectiveEvent) and _completed(e) and e.step >= raw_steps
+
+
+def as_shipped(events: Iterable[schema.Event], raw_steps: int = 10) -> list[schema.Event]:
+    """``events`` as summarizing daemons ship them, offline (a simulated run, a benchmark): the
+    rows :func:`summed_here` replaced by their :func:`summarize` output, each summary numbered
+    under its host's daemon source (``"<host>/daemon/1"``)."""
+    out: list[schema.Event] = []
+    held: list[schema.CollectiveEvent] = []
+    for e in events:
+        if summed_here(e, raw_steps):
+            assert isinstance(e, schema.CollectiveEvent)
+            held.append(e)
+        else:
+            out.append(e)
+    return out + relayed(summarize(held))
+
+
+def relayed(summaries: Iterable[schema.CollectiveSummary]) -> list[schema.CollectiveSummary]:
+    """``summaries`` stamped as their hosts' daemons relay them: source ``"<host>/daemon/1"``,
+    numbered from 0 per host in order."""
+    seqs: dict[str, int] = {}
+    out = []
+    for s in summaries:
+        source = f"{s.host}/daemon/1"
+        seqs[source] = seq = seqs.get(source, -1) + 1
+        out.append(dataclasses.replace(s, source=source, seq=seq))
+    return out
 
 
 def summarize(rows: Sequence[schema.CollectiveEvent]) -> list[schema.CollectiveSummary]:
@@ -171,12 +205,8 @@ class CollectiveSummarizer:
         for i, e in enumerate(events):
             if isinstance(e, schema.StepEvent):
                 ended[e.source] = max(ended.get(e.source, -1), e.step)
-            elif (
-                isinstance(e, schema.CollectiveEvent)
-                and self.active
-                and _completed(e)
-                and e.step >= self.cfg.raw_steps
-            ):
+            elif self.active and summed_here(e, self.cfg.raw_steps):
+                assert isinstance(e, schema.CollectiveEvent)
                 held.append(i)
                 self._pending.setdefault(e.source, []).append((now, e))
         due: list[schema.CollectiveEvent] = []

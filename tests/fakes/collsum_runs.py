@@ -5,15 +5,13 @@ too (as after the analyzer fetched them)."""
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from diag import schema
-from diag.daemon.collsum import summarize
+from diag.daemon.collsum import relayed, summarize, summed_here
 from diag.store.run_store import RunStore
 
 
@@ -31,23 +29,15 @@ def daemon_view(
     out: list[schema.Event] = []
     held: list[schema.CollectiveEvent] = []
     for e in events:
-        if (
-            isinstance(e, schema.CollectiveEvent)
-            and e.state in ("", "completed")
-            and e.step >= raw_steps
-        ):
+        if summed_here(e, raw_steps):
+            assert isinstance(e, schema.CollectiveEvent)
             held.append(e)
             if keep_raw is not None and keep_raw(e):
                 out.append(e)
         else:
             out.append(e)
-    seqs: dict[str, itertools.count[int]] = {}
     summaries = [x for e in held for x in summarize([e])] if split else summarize(held)
-    for s in summaries:
-        source = f"{s.host}/daemon/1"
-        seq = next(seqs.setdefault(source, itertools.count()))
-        out.append(dataclasses.replace(s, source=source, seq=seq))
-    return out
+    return out + relayed(summaries)
 
 
 def stored_events(store: RunStore) -> list[schema.Event]:

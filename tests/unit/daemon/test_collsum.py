@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from diag import schema
-from diag.daemon.collsum import CollectiveSummarizer, SummaryConfig, summarize
+from diag.daemon.collsum import (
+    CollectiveSummarizer,
+    SummaryConfig,
+    as_shipped,
+    summarize,
+    summed_here,
+)
 from diag.errors import ConfigError
 
 SOURCE = "n1/rank{r}/10{r}"
@@ -165,3 +171,25 @@ def test_a_fetch_returns_kept_rows_once_and_eviction_is_counted() -> None:
 def test_bad_settings_are_one_line_errors(kw: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         SummaryConfig(**kw)  # type: ignore[arg-type]
+
+
+def test_as_shipped_sums_what_a_daemon_sums_and_numbers_each_hosts_summaries() -> None:
+    other = coll(1, 12, 3, host="n2", source="n2/rank1/101")
+    events: list[schema.Event] = [
+        coll(0, 9, 1),  # an early step: raw
+        coll(0, 12, 2),
+        coll(0, 12, 4, state="started"),  # in flight: raw
+        other,
+        step(0, 12),
+    ]
+    shipped = as_shipped(events, raw_steps=10)
+    assert [type(e).__name__ for e in shipped] == [
+        "CollectiveEvent", "CollectiveEvent", "StepEvent", "CollectiveSummary", "CollectiveSummary",
+    ]  # fmt: skip
+    sums = [e for e in shipped if isinstance(e, schema.CollectiveSummary)]
+    assert [(s.source, s.seq, s.rank) for s in sums] == [
+        ("n1/daemon/1", 0, 0),
+        ("n2/daemon/1", 0, 1),
+    ]
+    assert summed_here(events[1], 10) and not summed_here(events[0], 10)
+    assert not summed_here(events[2], 10) and not summed_here(events[4], 10)
