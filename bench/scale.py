@@ -437,8 +437,10 @@ def shipped_per_rank_step(collectives: int, steps: int = 10) -> dict:
             if kind == "step":
                 step_events = events
             else:  # what the summarizer makes of them, timed (the daemon's CPU per collective)
+                batch = events + step_events
+                protos = codec.events_to_protos(batch)  # as the daemon has them, decoded
                 cpu0 = time.thread_time()
-                held, summaries = summarizer.take(events + step_events)
+                held, summaries = summarizer.take(batch, protos)
                 sum_cpu += time.thread_time() - cpu0
                 assert len(held) == len(events)
                 stamped = [  # as the daemon relays them: its source, its next seq
@@ -454,6 +456,9 @@ def shipped_per_rank_step(collectives: int, steps: int = 10) -> dict:
     }
     out["collectives_per_step"] = collectives
     out["summarize_us_per_collective"] = sum_cpu * 1e6 / (rank_steps * collectives)
+    out["retained_bytes_per_collective"] = summarizer.stats().retained_bytes / (
+        rank_steps * collectives
+    )
     return out
 
 
@@ -482,7 +487,11 @@ def report_shipped(s: dict) -> None:
         f"{events:,.1f} events, {size:,.0f} B per rank-step (the summaries "
         f"{s['summary']['events']:,.1f} events, {s['summary']['bytes']:,.0f} B); at {fleet:,} "
         f"ranks: {events * fleet / 1e6:,.2f} M events/s, {size * fleet / 1e6:,.0f} MB/s; the "
-        f"daemon summed them at {s['summarize_us_per_collective']:.2f} us of CPU per collective"
+        f"daemon summed them at {s['summarize_us_per_collective']:.2f} us of CPU per collective "
+        f"and keeps {s['retained_bytes_per_collective']:.0f} B per collective for a fetch (8 ranks "
+        f"x 200 a step, one step a second: "
+        f"{s['retained_bytes_per_collective'] * 8 * s['collectives_per_step'] * 600 / 2**20:,.0f} "
+        f"MiB for the default 10 minutes)"
     )
 
 

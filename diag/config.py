@@ -124,7 +124,7 @@ class DaemonConfig:
     collectives_min_world: int = 256
     collectives_raw_steps: int = 10
     collectives_retain_s: float = 600.0
-    collectives_retain_max_events: int = 2_000_000
+    collectives_retain_max_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,12 +6,12 @@ one event each, a 100,000-rank job sends ~10^7 events/s to one analyzer. The ana
 per group and step (the link detector's cost per byte, its arrival skew; the layout's groups), so
 the daemon sums them there and ships one :class:`~diag.schema.CollectiveSummary` per (rank, step,
 group): a few per rank-step. The raw rows stay in a bounded in-memory ring on the node
-(``retain_s``, ``retain_max_events``: the oldest go first, counted; a fetch of steps older
-than the ring finds nothing) and ship again, as
-``CollectiveEvent`` rows under the daemon's own source, when the analyzer asks for a window of
-steps (:meth:`CollectiveSummarizer.fetch`, driven by a ``CollectiveFetch`` control message): the
-per-collective evidence (exact arrival skews, which call was slow) comes for the steps that
-decide a finding, not for every step of every rank.
+(``retain_s``, ``retain_max_bytes``: each rank's step kept as its rows' encoded protos, ~170
+bytes a row; the oldest go first, counted; a fetch of steps older than the ring finds nothing)
+and ship again, as ``CollectiveEvent`` rows under the daemon's own source, when the analyzer
+asks for a window of steps (:meth:`CollectiveSummarizer.fetch`, driven by a ``CollectiveFetch``
+control message): the per-collective evidence (exact arrival skews, which call was slow) comes
+for the steps that decide a finding, not for every step of every rank.
 
 What still ships raw, always: collectives not completed when harvested (a hang's evidence),
 every collective of a rank's first ``raw_steps`` steps (the layout's p2p order and the early
@@ -29,6 +29,7 @@ Pure logic: no threads, no I/O; the daemon calls it under its own lock.
 from __future__ import annotations
 
 import dataclasses
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -36,8 +37,11 @@ from dataclasses import dataclass
 
 from diag import schema
 from diag.errors import ConfigError
+from diag.proto import diag_pb2 as pb
+from diag.transport import codec
 
 MODES = ("raw", "summary", "auto")
+_LEN = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,16 +52,16 @@ class SummaryConfig:
     min_world: int = 256
     raw_steps: int = 10  # each rank's first steps ship raw
     retain_s: float = 600.0  # raw rows kept on the node this long for a fetch
-    retain_max_events: int = 2_000_000  # and at most this many (~250 B each)
+    retain_max_bytes: int = 256 * 1024 * 1024  # and at most this many, encoded (~170 B a row)
     max_pending_s: float = 30.0  # rows whose step never ends are summed after this
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"collectives must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.min_world < 1 or self.raw_steps < 0 or self.retain_max_events < 0:
+        if self.min_world < 1 or self.raw_steps < 0 or self.retain_max_bytes < 0:
             raise ConfigError(
                 "collectives_min_world must be >= 1, collectives_raw_steps and "
-                "collectives_retain_max_events >= 0"
+                "collectives_retain_max_bytes >= 0"
             )
         if self.retain_s < 0 or self.max_pending_s <= 0:
             raise ConfigError("collectives_retain_s must be >= 0 and max_pending_s > 0")
@@ -71,6 +75,7 @@ class SummaryStats:
     num_summarized: int  # raw rows folded into summaries
     num_summaries: int
     num_retained: int  # raw rows held for a fetch now
+    retained_bytes: int  # their size, encoded
     num_evicted: int  # raw rows that aged out of the ring unfetched (its turnover)
     num_fetched: int  # raw rows shipped again on request
 
@@ -166,6 +171,33 @@ def _duration(e: schema.CollectiveEvent) -> int | None:
     return None
 
 
+@dataclass(slots=True)
+class _Kept:
+    """The raw rows of one rank's step summed in one go, encoded (the ``pb.Event`` of each,
+    length-prefixed): ~170 bytes a row where the decoded event takes ~430."""
+
+    t: float
+    rank: int
+    step: int
+    rows: int
+    blob: bytes
+    shipped: bool = False
+
+
+def _encode(data: Sequence[bytes]) -> bytes:
+    return b"".join(_LEN.pack(len(d)) + d for d in data)
+
+
+def _decode(blob: bytes) -> list[schema.Event]:
+    out, at = [], 0
+    while at < len(blob):
+        (n,) = _LEN.unpack_from(blob, at)
+        at += _LEN.size
+        out.append(codec.event_from_proto(pb.Event.FromString(blob[at : at + n])))
+        at += n
+    return out
+
+
 class CollectiveSummarizer:
     """Decides, per batch from a hook, which collectives ship raw and which wait to be summed;
     keeps the summed rows for a fetch."""
@@ -174,10 +206,11 @@ class CollectiveSummarizer:
         self.cfg = cfg
         self._clock = clock
         self._world = 0  # the largest world size a rank reported
-        # per hook source: (arrival time, row) waiting for the rank's step to end
-        self._pending: dict[str, list[tuple[float, schema.CollectiveEvent]]] = {}
-        self._ring: deque[tuple[float, schema.CollectiveEvent]] = deque()
-        self._shipped: set[tuple[int, int]] = set()  # (rank, step) whose raw rows were fetched
+        # per hook source: (arrival time, row, its encoded proto) waiting for its step to end
+        self._pending: dict[str, list[tuple[float, schema.CollectiveEvent, bytes]]] = {}
+        self._ring: deque[_Kept] = deque()
+        self._ring_rows = 0
+        self._ring_bytes = 0
         self.num_summarized = 0
         self.num_summaries = 0
         self.num_evicted = 0
@@ -190,9 +223,10 @@ class CollectiveSummarizer:
         return self.cfg.mode == "summary"
 
     def take(
-        self, events: Sequence[schema.Event]
+        self, events: Sequence[schema.Event], protos: Sequence[pb.Event] | None = None
     ) -> tuple[list[int], list[schema.CollectiveSummary]]:
-        """Read one hook batch: the indices of ``events`` to hold back (summed, not forwarded)
+        """Read one hook batch (``protos``: the same events as received, kept encoded; else
+        they are encoded here): the indices of ``events`` to hold back (summed, not forwarded)
         and the summaries due now (their ranks' steps ended in this batch)."""
         for e in events:
             if isinstance(e, schema.RankInfo) and e.world_size > self._world:
@@ -208,15 +242,15 @@ class CollectiveSummarizer:
             elif self.active and summed_here(e, self.cfg.raw_steps):
                 assert isinstance(e, schema.CollectiveEvent)
                 held.append(i)
-                self._pending.setdefault(e.source, []).append((now, e))
-        due: list[schema.CollectiveEvent] = []
+                proto = protos[i] if protos is not None else codec.event_to_proto(e)
+                self._pending.setdefault(e.source, []).append((now, e, proto.SerializeToString()))
+        due: list[tuple[float, schema.CollectiveEvent, bytes]] = []
         for source, step in ended.items():
             rows = self._pending.get(source)
             if not rows:
                 continue
-            keep = [(t, e) for t, e in rows if e.step > step]
-            due.extend(e for _, e in rows if e.step <= step)
-            self._pending[source] = keep
+            self._pending[source] = [r for r in rows if r[1].step > step]
+            due.extend(r for r in rows if r[1].step <= step)
         return held, self._sum(due, now)
 
     def expire(self, *, everything: bool = False) -> list[schema.CollectiveSummary]:
@@ -224,13 +258,13 @@ class CollectiveSummarizer:
         with ``everything``: the daemon is stopping); also ages the ring."""
         now = self._clock()
         cutoff = now - self.cfg.max_pending_s
-        due: list[schema.CollectiveEvent] = []
+        due: list[tuple[float, schema.CollectiveEvent, bytes]] = []
         for source in list(self._pending):
             rows = self._pending[source]
-            old = [e for t, e in rows if everything or t <= cutoff]
+            old = [r for r in rows if everything or r[0] <= cutoff]
             if old:
                 due.extend(old)
-                rest = [(t, e) for t, e in rows if not (everything or t <= cutoff)]
+                rest = [r for r in rows if not (everything or r[0] <= cutoff)]
                 if rest:
                     self._pending[source] = rest
                 else:
@@ -243,18 +277,16 @@ class CollectiveSummarizer:
         self, ranks: Iterable[int], first_step: int, last_step: int
     ) -> list[schema.CollectiveEvent]:
         """The kept raw rows of ``ranks`` (empty: all) in steps ``first_step..last_step``, in the
-        order they came; each (rank, step) ships at most once (a second request for it gets
-        nothing: the analyzer has them)."""
+        order they came; each row ships at most once (a second request for it gets nothing: the
+        analyzer has them)."""
         want = set(ranks)
         self._age(self._clock())
-        out = [
-            e
-            for _, e in self._ring
-            if first_step <= e.step <= last_step
-            and (not want or e.rank in want)
-            and (e.rank, e.step) not in self._shipped
-        ]
-        self._shipped.update((e.rank, e.step) for e in out)
+        out: list[schema.CollectiveEvent] = []
+        for k in self._ring:
+            if k.shipped or not first_step <= k.step <= last_step or (want and k.rank not in want):
+                continue
+            k.shipped = True
+            out.extend(e for e in _decode(k.blob) if isinstance(e, schema.CollectiveEvent))
         self.num_fetched += len(out)
         return out
 
@@ -263,30 +295,37 @@ class CollectiveSummarizer:
             active=self.active,
             num_summarized=self.num_summarized,
             num_summaries=self.num_summaries,
-            num_retained=len(self._ring),
+            num_retained=self._ring_rows,
+            retained_bytes=self._ring_bytes,
             num_evicted=self.num_evicted,
             num_fetched=self.num_fetched,
         )
 
     def _sum(
-        self, rows: list[schema.CollectiveEvent], now: float
+        self, rows: list[tuple[float, schema.CollectiveEvent, bytes]], now: float
     ) -> list[schema.CollectiveSummary]:
         if not rows:
             return []
-        out = summarize(rows)
+        out = summarize([e for _, e, _ in rows])
         self.num_summarized += len(rows)
         self.num_summaries += len(out)
-        if self.cfg.retain_s > 0 and self.cfg.retain_max_events > 0:
-            self._ring.extend((now, e) for e in rows)
+        if self.cfg.retain_s > 0 and self.cfg.retain_max_bytes > 0:
+            by_step: dict[tuple[int, int], list[bytes]] = {}
+            for _, e, data in rows:
+                by_step.setdefault((e.rank, e.step), []).append(data)
+            for (rank, step), encoded in by_step.items():
+                kept = _Kept(now, rank, step, len(encoded), _encode(encoded))
+                self._ring.append(kept)
+                self._ring_rows += kept.rows
+                self._ring_bytes += len(kept.blob)
         self._age(now)
         return out
 
     def _age(self, now: float) -> None:
-        ring, cutoff, most = self._ring, now - self.cfg.retain_s, self.cfg.retain_max_events
-        while ring and (len(ring) > most or ring[0][0] < cutoff):
-            _, e = ring.popleft()
-            if (e.rank, e.step) not in self._shipped:
-                self.num_evicted += 1
-        if len(self._shipped) > 4 * max(len(ring), 1024):  # forget steps the ring no longer has
-            kept = {(e.rank, e.step) for _, e in ring}
-            self._shipped &= kept
+        ring, cutoff, most = self._ring, now - self.cfg.retain_s, self.cfg.retain_max_bytes
+        while ring and (self._ring_bytes > most or ring[0].t < cutoff):
+            k = ring.popleft()
+            self._ring_rows -= k.rows
+            self._ring_bytes -= len(k.blob)
+            if not k.shipped:
+                self.num_evicted += k.rows

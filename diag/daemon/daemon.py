@@ -120,7 +120,7 @@ def summary_config(cfg: DaemonConfig) -> SummaryConfig:
         min_world=cfg.collectives_min_world,
         raw_steps=cfg.collectives_raw_steps,
         retain_s=cfg.collectives_retain_s,
-        retain_max_events=cfg.collectives_retain_max_events,
+        retain_max_bytes=cfg.collectives_retain_max_bytes,
     )
 
 
@@ -227,7 +227,7 @@ class Daemon:
         if len(protos) != len(events):  # a batch by columns: one proto per event again
             protos = [codec.event_to_proto(e) for e in events]
         with self._lock:
-            held, summaries = self.summarizer.take(events)
+            held, summaries = self.summarizer.take(events, protos)
             if held:
                 drop = set(held)
                 protos = [p for i, p in enumerate(protos) if i not in drop]

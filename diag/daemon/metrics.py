@@ -40,7 +40,7 @@ from :class:`~diag.schema.HostSample`; the daemon's node-side collective summari
 (:mod:`diag.daemon.collsum`, label ``Hostname``): ``diag_daemon_collectives_summarizing`` (1 while
 it ships summaries), ``diag_daemon_collectives_summarized_total`` (raw rows summed),
 ``diag_daemon_collective_summaries_total``, ``diag_daemon_collectives_retained`` (raw rows held
-for a fetch), ``diag_daemon_collectives_fetched_total`` and
+for a fetch) and ``..._retained_bytes``, ``diag_daemon_collectives_fetched_total`` and
 ``diag_daemon_collectives_evicted_total`` (rows that aged out of the ring unasked: its turnover;
 a fetch of older steps finds nothing). Label values are the events' own text, bounded in length.
 """
@@ -174,6 +174,7 @@ def _summary_families(hostname: str, st: SummaryStats) -> Iterator[Metric]:
         ("diag_daemon_collectives_summarizing", "1 while the daemon ships summaries", st.active),
         ("diag_daemon_collectives_retained", "Summed raw collectives held for a fetch",
          st.num_retained),
+        ("diag_daemon_collectives_retained_bytes", "Their size, encoded", st.retained_bytes),
     ):  # fmt: skip
         gauge = GaugeMetricFamily(name, help_, labels=("Hostname",))
         gauge.add_metric(key, float(value))

@@ -138,23 +138,32 @@ def test_rows_whose_step_never_ends_are_summed_after_the_wait_and_at_stop() -> N
     assert sm.expire(everything=True) == []
 
 
-def test_a_fetch_returns_kept_rows_once_and_eviction_is_counted() -> None:
-    clock = Clock()
-    cfg = SummaryConfig(mode="summary", raw_steps=0, retain_s=100, retain_max_events=5)
-    sm = CollectiveSummarizer(cfg, clock)
+def _three_steps(sm: CollectiveSummarizer) -> None:
     for s in range(3):
         sm.take([coll(0, s, 2 * s), coll(1, s, 2 * s + 1), step(0, s), step(1, s)])
-    # six rows summed, five kept: the oldest (rank 0, step 0) left unfetched
+
+
+def test_a_fetch_returns_kept_rows_once_and_eviction_is_counted() -> None:
+    clock = Clock()
+    roomy = CollectiveSummarizer(SummaryConfig(mode="summary", raw_steps=0), clock)
+    _three_steps(roomy)
+    assert roomy.stats().num_retained == 6 and roomy.stats().num_evicted == 0
+    full = roomy.stats().retained_bytes
+    assert 6 * 50 < full < 6 * 400  # encoded: a few hundred bytes a row at most
+    # one byte short of holding all six: the oldest (rank 0, step 0) leaves, unfetched
+    cfg = SummaryConfig(mode="summary", raw_steps=0, retain_s=100, retain_max_bytes=full - 1)
+    sm = CollectiveSummarizer(cfg, clock)
+    _three_steps(sm)
     assert sm.stats().num_retained == 5 and sm.stats().num_evicted == 1
     got = sm.fetch([1], 1, 2)
     assert [(e.rank, e.step) for e in got] == [(1, 1), (1, 2)]
-    assert all(e.state == "completed" and e.source == SOURCE.format(r=1) for e in got)
+    assert got == [coll(1, 1, 3), coll(1, 2, 5)]  # exactly as the hook sent them
     assert sm.fetch([1], 1, 2) == []  # nothing twice
     assert [(e.rank, e.step) for e in sm.fetch([], 0, 2)] == [(1, 0), (0, 1), (0, 2)]
     clock.t = 200.0  # past retain_s: the rest ages out; the fetched ones count as no loss
     sm.expire()
-    assert sm.stats().num_retained == 0 and sm.stats().num_evicted == 1
-    assert sm.stats().num_fetched == 5
+    assert sm.stats().num_retained == 0 and sm.stats().retained_bytes == 0
+    assert sm.stats().num_evicted == 1 and sm.stats().num_fetched == 5
 
 
 @pytest.mark.parametrize(
@@ -165,7 +174,7 @@ def test_a_fetch_returns_kept_rows_once_and_eviction_is_counted() -> None:
         {"raw_steps": -1},
         {"retain_s": -1.0},
         {"max_pending_s": 0.0},
-        {"retain_max_events": -5},
+        {"retain_max_bytes": -5},
     ],
 )
 def test_bad_settings_are_one_line_errors(kw: dict[str, object]) -> None:
