@@ -364,6 +364,7 @@ class AnalyzerCore:
                 "rejected": self.num_batches_rejected,
                 "passes": self.num_triage_passes,
                 "screened_passes": self.num_screened_passes,
+                "fetches": len(self.raw_fetch.requests) if self.raw_fetch is not None else 0,
                 "last_triage_s": self.last_triage_s,
             }
 

@@ -21,7 +21,9 @@ job). Families:
 - ``diag_job_dropped_events_total`` (``reason``): events the job's hooks reported dropped;
 - ``diag_triage_passes_total`` and ``diag_triage_last_seconds``: the full triage passes and how
   long the last live pass took; ``diag_triage_screened_passes_total``: live passes whose screen
-  found nothing new since the last full pass (:mod:`diag.analyzer.screen`).
+  found nothing new since the last full pass (:mod:`diag.analyzer.screen`);
+- ``diag_collective_fetches_total``: fetches of raw collectives the closed loop sent the node
+  daemons for findings judged from their summaries (:mod:`diag.analyzer.fetch`).
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ class JobCollector:
                 "diag_triage_screened_passes",
                 "Live passes the screen answered with the last full pass's findings",
                 "screened_passes",
+            ),
+            (
+                "diag_collective_fetches",
+                "Raw collectives asked back from the daemons for findings judged from summaries",
+                "fetches",
             ),
         ):
             fam = CounterMetricFamily(name, help_, labels=("job_id",))

@@ -150,7 +150,7 @@ def _served() -> set[str]:
         store = type("S", (), {"run_dir": Path("/r")})()
 
         def counters(self) -> dict[str, float]:
-            keys = ("events", "duplicates", "rejected", "passes", "screened_passes")
+            keys = ("events", "duplicates", "rejected", "passes", "screened_passes", "fetches")
             keys += ("last_triage_s",)
             return dict.fromkeys(keys, 0)
 

@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from diag.analyzer.autocapture import AutoCaptureConfig
 from diag.analyzer.control import ControlBoard
+from diag.analyzer.core import AnalyzerCore
 from diag.analyzer.fetch import FROM_SUMMARIES, FetchConfig, RawFetch, from_summaries
+from diag.diagnose.triage import TriageResult
 from diag.errors import ConfigError
 from diag.findings import Evidence, Finding, LinkRef
 from diag.proto import diag_pb2 as pb
+from diag.store.run_store import RunStore
 
 
 def link_finding(
@@ -101,3 +105,24 @@ def test_bad_fetch_requests_are_refused(first: int, last: int, host: str) -> Non
     with pytest.raises(ConfigError):
         board.request_fetch(first, last, host=host)
     assert board.last_seq == 0
+
+
+def test_the_analyzer_asks_after_a_live_pass_and_counts_it(tmp_path: Path) -> None:
+    core = AnalyzerCore(RunStore.create(tmp_path / "run"), auto_capture=AutoCaptureConfig())
+    try:
+        result = TriageResult(run={}, findings=(link_finding(),))
+        core.capture(result)
+        core.capture(result)  # asked once
+        msgs = core.control.poll(after_seq=0)
+        assert [(m.fetch.first_step, m.fetch.last_step) for m in msgs] == [(32, 50)]
+        assert core.counters()["fetches"] == 1
+    finally:
+        core.close()
+    off = AnalyzerCore(
+        RunStore.create(tmp_path / "off"), auto_capture=AutoCaptureConfig(mode="observe")
+    )
+    try:
+        off.capture(TriageResult(run={}, findings=(link_finding(),)))
+        assert off.control.poll(after_seq=0) == [] and off.counters()["fetches"] == 0
+    finally:
+        off.close()
