@@ -13,7 +13,9 @@ asks for a window of steps (:meth:`CollectiveSummarizer.fetch`, driven by a ``Co
 control message): the per-collective evidence (exact arrival skews, which call was slow) comes
 for the steps that decide a finding, not for every step of every rank.
 
-What still ships raw, always: collectives not completed when harvested (a hang's evidence),
+What still ships raw, always: everything while the analyzer has not said it reads summaries
+(schema 1.17: its replies' version; an older one would refuse the batch), collectives not
+completed when harvested (a hang's evidence),
 every collective of a rank's first ``raw_steps`` steps (the layout's p2p order and the early
 baselines read them; a finding's window reaches back by fetch), and everything while the mode is
 ``raw`` or, in ``auto``, while the job is smaller than ``min_world`` ranks (a small job's raw rows
@@ -206,6 +208,9 @@ class CollectiveSummarizer:
         self.cfg = cfg
         self._clock = clock
         self._world = 0  # the largest world size a rank reported
+        #: whether the analyzer reads summaries (the daemon sets it from its replies' schema
+        #: version; an older analyzer would refuse the batches): raw rows while it does not
+        self.peer_reads = True
         # per hook source: (arrival time, row, its encoded proto) waiting for its step to end
         self._pending: dict[str, list[tuple[float, schema.CollectiveEvent, bytes]]] = {}
         self._ring: deque[_Kept] = deque()
@@ -218,6 +223,8 @@ class CollectiveSummarizer:
 
     @property
     def active(self) -> bool:
+        if not self.peer_reads:
+            return False
         if self.cfg.mode == "auto":
             return self._world >= self.cfg.min_world
         return self.cfg.mode == "summary"

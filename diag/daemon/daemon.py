@@ -227,6 +227,7 @@ class Daemon:
         if len(protos) != len(events):  # a batch by columns: one proto per event again
             protos = [codec.event_to_proto(e) for e in events]
         with self._lock:
+            self.summarizer.peer_reads = codec.reads_summaries(self.client.analyzer_version)
             held, summaries = self.summarizer.take(events, protos)
             if held:
                 drop = set(held)

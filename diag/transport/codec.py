@@ -32,6 +32,8 @@ _PAYLOAD = {kind: schema.payload_fields(cls) for kind, cls in schema.EVENT_TYPES
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: the first minor version whose analyzer reads column blocks (``EventBatch.columns``)
 COLUMNS_SINCE = (1, 13)
+#: the first schema whose analyzers read ``CollectiveSummary`` events (a daemon sums for no other)
+SUMMARIES_SINCE = (1, 17)
 #: suffix of an optional field's absence mask in a column block (scripts/gen_proto.py)
 ABSENT_SUFFIX = "_absent"
 _OPTIONAL = {
@@ -346,11 +348,21 @@ def with_columns(batch: pb.EventBatch) -> pb.EventBatch:
 def reads_columns(version: str) -> bool:
     """Whether a peer of schema ``version`` (its ``TimeReply``/``IngestReply``) reads column
     blocks: same major, minor >= :data:`COLUMNS_SINCE`'s; False for "" or an unreadable one."""
+    return _at_least(version, COLUMNS_SINCE)
+
+
+def reads_summaries(version: str) -> bool:
+    """Whether a peer of schema ``version`` reads ``CollectiveSummary`` events (an older analyzer
+    refuses a batch holding one as malformed): same major, minor >= :data:`SUMMARIES_SINCE`'s."""
+    return _at_least(version, SUMMARIES_SINCE)
+
+
+def _at_least(version: str, since: tuple[int, int]) -> bool:
     try:
         major, minor = (int(p) for p in version.split(".")[:2])
     except ValueError:
         return False
-    return major == schema.SCHEMA_MAJOR and minor >= COLUMNS_SINCE[1]
+    return major == schema.SCHEMA_MAJOR == since[0] and minor >= since[1]
 
 
 def _tuple_getter(names: Sequence[str]) -> Callable[[object], tuple[object, ...]]:

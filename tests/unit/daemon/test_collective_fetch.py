@@ -14,7 +14,14 @@ import pytest
 from diag import schema
 from diag.config import DaemonConfig
 from diag.daemon.daemon import Daemon
-from tests.fakes.daemon_doubles import FakeHook, RunningDaemon, ServedAnalyzer, wait_for
+from tests.fakes.daemon_doubles import (
+    AnalyzerServer,
+    FakeHook,
+    RecordingAnalyzer,
+    RunningDaemon,
+    ServedAnalyzer,
+    wait_for,
+)
 from tests.fakes.scrape import scrape
 
 RAW_STEPS = 3
@@ -87,6 +94,8 @@ def test_summary_mode_ships_summaries_and_a_fetch_brings_the_raw_rows_back(
     tmp_path: Path, analyzer: ServedAnalyzer
 ) -> None:
     running = _daemon(tmp_path, analyzer, "summary", metrics_port=0)
+    # it sums only for an analyzer that said it reads summaries (its first reply)
+    wait_for(lambda: running.daemon.client.analyzer_version != "", what="the analyzer's version")
     hook = FakeHook(tmp_path / "d.sock")
     for rank in (0, 1):
         hook.send(_rank_events(rank))
@@ -132,6 +141,34 @@ def test_summary_mode_ships_summaries_and_a_fetch_brings_the_raw_rows_back(
     assert stats.num_collectives_summarized == 2 * summed * PER_STEP
     assert stats.num_collective_summaries == 2 * summed
     assert stats.num_collectives_fetched == 3 * PER_STEP and stats.num_collectives_evicted == 0
+
+
+def test_an_analyzer_older_than_summaries_gets_raw_rows(tmp_path: Path) -> None:
+    # says schema 1.16: an analyzer of that schema would refuse a summary as an unknown kind
+    old = AnalyzerServer(RecordingAnalyzer(version="1.16"))
+    try:
+        cfg = DaemonConfig(
+            listen_sock=str(tmp_path / "d.sock"),
+            analyzer=old.target,
+            spool_dir=str(tmp_path / "spool"),
+            host="node1",
+            gpu_backend="none",
+            flush_interval_s=0.05,
+            collectives="summary",
+            collectives_raw_steps=RAW_STEPS,
+        )
+        running = RunningDaemon(Daemon(cfg, final_flush_s=2.0))
+        wait_for(lambda: running.daemon.client.analyzer_version == "1.16", what="its version")
+        hook = FakeHook(tmp_path / "d.sock")
+        hook.send(_rank_events(0))
+        rec = old.servicer
+        wait_for(lambda: len(rec.of_kind(schema.CollectiveEvent)) == STEPS * PER_STEP, what="rows")
+        hook.close()
+        stats = running.stop()
+        assert rec.of_kind(schema.CollectiveSummary) == []
+        assert stats.num_collectives_summarized == 0 and stats.num_batches_rejected == 0
+    finally:
+        old.stop()
 
 
 def test_auto_mode_ships_a_small_job_raw(tmp_path: Path, analyzer: ServedAnalyzer) -> None:
