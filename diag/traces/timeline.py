@@ -9,6 +9,11 @@ Layout: one process per rank (``pid`` = rank, named "rank R (host)", sorted by r
 - ``collectives``: an ``X`` span per collective from ``start_ns`` (when the backend recorded it,
   else ``enqueue_ns``) lasting ``duration_ns``; an instant ``i`` event at ``enqueue_ns`` when the
   duration is unknown (gloo). Args: op, seq_id, pg, bytes, and the enqueue-to-start delay.
+- a step whose collectives a node daemon summed (schema 1.17, :mod:`diag.daemon.collsum`): one
+  ``X`` span per (step, group) on ``collectives``, from the first call's enqueue to the last
+  call's enqueue plus the longest duration (``cat`` "collective_summary", named "N calls on
+  pg P"; args: calls, p2p, bytes, summed and longest durations, first and last seq_id), unless
+  raw rows of that rank, step and group are there (fetched: ``diag fetch``);
 - ``kernels: <track>``: the complete events of each profiler window's raw trace (categories in
   :data:`TRACE_CATS`: CPU operators, annotations, GPU kernels, copies and sets), one thread per
   trace track ("kernels: thread 12 (python)", "kernels: GPU 0 stream 7").
@@ -219,7 +224,7 @@ def merged_trace(
     offsets = clock_offsets(store)
     frames = {
         k: store.frame(k)
-        for k in ("step", "collective", "profile_window", "rank_info")
+        for k in ("step", "collective", "collective_summary", "profile_window", "rank_info")
         if k in kinds
     }
     frames = {k: df[df["rank"] >= 0] for k, df in frames.items()}
@@ -250,6 +255,9 @@ def merged_trace(
     _add_steps(chrome, step, offsets)
     if "collective" in frames:
         _add_collectives(chrome, frames["collective"], offsets, keep, default)
+    if "collective_summary" in frames:
+        raw = frames.get("collective", pd.DataFrame(columns=["rank", "step", "pg_name"]))
+        _add_summaries(chrome, frames["collective_summary"], raw, offsets, keep, default)
     notes: list[str] = []
     num_traces = 0
     if "profile_window" in frames:
@@ -316,6 +324,40 @@ def _add_collectives(
         else:
             dur = int(row.duration_ns)
             chrome.span(rank, "collectives", start + off, dur, row.op, "collective", args)
+
+
+def _add_summaries(
+    chrome: _Chrome,
+    sums: pd.DataFrame,
+    raw: pd.DataFrame,
+    offsets: dict[str, int],
+    keep: dict[int, tuple[int, int]],
+    default: tuple[int, int],
+) -> None:
+    have = set(zip(raw["rank"], raw["step"], raw["pg_name"], strict=True))
+    for row in sums.itertuples(index=False):
+        rank, off = int(row.rank), offsets.get(row.host, 0)
+        if (row.rank, row.step, row.pg_name) in have:
+            continue  # its raw rows were fetched: they show each call
+        start = int(row.first_enqueue_ns) or int(row.ts_ns)
+        end = max(int(row.last_enqueue_ns) + int(row.duration_max_ns), start)
+        lo, hi = keep.get(rank, default)
+        if not lo <= start + off < hi:
+            continue
+        calls = int(row.num_collectives) + int(row.num_p2p)
+        args = {
+            "step": int(row.step),
+            "pg": row.pg_name or row.pg_desc,
+            "calls": int(row.num_collectives),
+            "p2p": int(row.num_p2p),
+            "bytes": int(row.num_bytes) + int(row.p2p_bytes),
+            "timed": int(row.num_timed),
+            "duration_sum_us": _us(int(row.duration_sum_ns)),
+            "duration_max_us": _us(int(row.duration_max_ns)),
+            "seq_ids": f"{int(row.first_seq_id)}-{int(row.last_seq_id)}",
+        }
+        name = f"{calls} calls on pg {row.pg_name or row.pg_desc or '?'}"
+        chrome.span(rank, "collectives", start + off, end - start, name, "collective_summary", args)
 
 
 def _add_windows(

@@ -260,6 +260,45 @@ def test_overlapping_collectives_go_to_extra_threads(tmp_path: Path) -> None:
     assert {e["tid"] for e in _by(trace, cat="collective")} == set(threads.values())
 
 
+def test_a_summed_step_is_one_span_per_group_unless_its_raw_rows_were_fetched(
+    tmp_path: Path,
+) -> None:
+    store = RunStore.create(tmp_path)
+    src = _Src("h", 0)
+    summary = {"pg_name": "1", "num_collectives": 96, "num_bytes": 96 << 20, "num_p2p": 2,
+               "num_timed": 96, "duration_sum_ns": 40 * MS, "duration_max_ns": 3 * MS,
+               "first_seq_id": 960, "last_seq_id": 1055}  # fmt: skip
+    store.append(
+        [
+            schema.CollectiveSummary(
+                **src.env(T0 + s * STEP, step=s),
+                first_enqueue_ns=T0 + s * STEP + 2 * MS,
+                last_enqueue_ns=T0 + s * STEP + 50 * MS,
+                mean_enqueue_ns=T0 + s * STEP + 26 * MS,
+                **summary,  # type: ignore[arg-type]
+            )
+            for s in (12, 13)
+        ]
+        + [  # step 13's raw rows came back (a fetch): they show each call instead
+            schema.CollectiveEvent(
+                **src.env(T0 + 13 * STEP, step=13),
+                op="_allgather_base",
+                pg_name="1",
+                seq_id=1056,
+                enqueue_ns=T0 + 13 * STEP + 2 * MS,
+                start_ns=T0 + 13 * STEP + 2 * MS,
+                duration_ns=MS,
+            )
+        ]
+    )
+    trace = merged_trace(store)
+    [span] = _by(trace, cat="collective_summary")
+    assert span["name"] == "98 calls on pg 1" and span["args"]["step"] == 12
+    assert span["args"]["seq_ids"] == "960-1055" and span["args"]["calls"] == 96
+    assert span["dur"] == pytest.approx(51_000)  # first enqueue to the last + its longest call
+    assert [e["args"]["seq_id"] for e in _by(trace, cat="collective")] == [1056]
+
+
 def test_empty_run_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no steps, collectives or profiler windows"):
         merged_trace(RunStore.create(tmp_path))
