@@ -308,16 +308,38 @@ def _summary_rows(
     if proxied.any():
         # the least collective wait of the group's ranks in the step; NaN (dropped) when a
         # rank's is unknown
-        wait = np.full(len(ranks), np.nan)
-        if len(steps):
-            waits = steps.loc[steps["rank"] >= 0, ["rank", "step", "collective_wait_ns"]]
-            waits = waits.drop_duplicates(["rank", "step"], keep="last")
-            found = ranks[["rank", "step"]].merge(waits, on=["rank", "step"], how="left")
-            wait = found["collective_wait_ns"].to_numpy(dtype=float, na_value=np.nan)
+        wait = _waits_at(steps, ranks["rank"].to_numpy(), ranks["step"].to_numpy())
         least = np.minimum.reduceat(wait, at)
         out.loc[proxied, "transfer"] = least[proxied]
         out = out[~proxied | ~np.isnan(least)].reset_index(drop=True)
     return out, ranks
+
+
+def _waits_at(steps: pd.DataFrame, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Each (``rank``, ``step``)'s ``collective_wait_ns`` (its last step event's), NaN where none:
+    a lookup in a dense rank x step table (a merge of millions of keys spent most of the time)."""
+    out = np.full(len(rank), np.nan)
+    if steps.empty or not len(rank):
+        return out
+    s = steps[(steps["rank"] >= 0) & (steps["step"] >= 0)]
+    r, t = s["rank"].to_numpy(np.int64), s["step"].to_numpy(np.int64)
+    if not len(r):
+        return out
+    shape = (int(max(r.max(), rank.max())) + 1, int(max(t.max(), step.max())) + 1)
+    if shape[0] * shape[1] > 8 * max(len(r), len(rank)) + 1_000_000:  # sparse: merge instead
+        waits = s[["rank", "step", "collective_wait_ns"]].drop_duplicates(
+            ["rank", "step"], keep="last"
+        )
+        found = pd.DataFrame({"rank": rank, "step": step}).merge(
+            waits, on=["rank", "step"], how="left"
+        )
+        return found["collective_wait_ns"].to_numpy(dtype=float, na_value=np.nan)
+    table = np.full(shape, np.nan)
+    last = ~pd.DataFrame({"r": r, "t": t}).duplicated(keep="last").to_numpy()
+    table[r[last], t[last]] = s["collective_wait_ns"].to_numpy(dtype=float)[last]
+    ok = (rank >= 0) & (step >= 0)
+    out[ok] = table[rank[ok], step[ok]]
+    return out
 
 
 def _summary_skew(col: dict[str, np.ndarray], enq: np.ndarray, at: np.ndarray) -> np.ndarray:

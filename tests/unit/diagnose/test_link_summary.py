@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from diag import schema
@@ -146,3 +148,27 @@ def test_summaries_only_work_through_the_store_and_the_features(tmp_path: Path) 
 def test_features_of_a_run_without_summaries_have_an_empty_frame(tmp_path: Path) -> None:
     features = Features.from_store(link_run(tmp_path))
     assert features.collective_summaries.empty and len(features.collectives)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_waits_at_is_the_merge_of_the_last_step_event(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 300
+    spread = 40 if seed % 2 else 100_000  # dense table, or sparse keys (the merge path)
+    steps = pd.DataFrame(
+        {
+            "rank": rng.integers(-1, 20, n) * (1 if seed % 2 else spread),
+            "step": rng.integers(-1, 30, n),
+            "collective_wait_ns": rng.integers(0, 10**9, n),
+        }
+    )
+    rank = rng.integers(-1, 25, 200) * (1 if seed % 2 else spread)
+    step = rng.integers(-1, 35, 200)
+    waits = steps[(steps["rank"] >= 0) & (steps["step"] >= 0)]
+    waits = waits.drop_duplicates(["rank", "step"], keep="last")
+    want = (
+        pd.DataFrame({"rank": rank, "step": step})
+        .merge(waits, on=["rank", "step"], how="left")["collective_wait_ns"]
+        .to_numpy(dtype=float, na_value=np.nan)
+    )
+    np.testing.assert_array_equal(link._waits_at(steps, rank, step), want)
