@@ -36,12 +36,11 @@ def analyzer(tmp_path: Path) -> Iterator[ServedAnalyzer]:
     a.stop()
 
 
-def _daemon(
-    tmp_path: Path, analyzer: ServedAnalyzer, mode: str, metrics_port: int = -1
-) -> RunningDaemon:
+def _daemon(tmp_path: Path, target: str, mode: str, metrics_port: int = -1) -> RunningDaemon:
+    """A real daemon of host node1 for the analyzer at ``target``, summing from RAW_STEPS."""
     cfg = DaemonConfig(
         listen_sock=str(tmp_path / "d.sock"),
-        analyzer=analyzer.target,
+        analyzer=target,
         spool_dir=str(tmp_path / "spool"),
         host="node1",
         gpu_backend="none",
@@ -93,7 +92,7 @@ def _frame(analyzer: ServedAnalyzer, kind: str) -> pd.DataFrame:
 def test_summary_mode_ships_summaries_and_a_fetch_brings_the_raw_rows_back(
     tmp_path: Path, analyzer: ServedAnalyzer
 ) -> None:
-    running = _daemon(tmp_path, analyzer, "summary", metrics_port=0)
+    running = _daemon(tmp_path, analyzer.target, "summary", metrics_port=0)
     # it sums only for an analyzer that said it reads summaries (its first reply)
     wait_for(lambda: running.daemon.client.analyzer_version != "", what="the analyzer's version")
     hook = FakeHook(tmp_path / "d.sock")
@@ -147,17 +146,7 @@ def test_an_analyzer_older_than_summaries_gets_raw_rows(tmp_path: Path) -> None:
     # says schema 1.16: an analyzer of that schema would refuse a summary as an unknown kind
     old = AnalyzerServer(RecordingAnalyzer(version="1.16"))
     try:
-        cfg = DaemonConfig(
-            listen_sock=str(tmp_path / "d.sock"),
-            analyzer=old.target,
-            spool_dir=str(tmp_path / "spool"),
-            host="node1",
-            gpu_backend="none",
-            flush_interval_s=0.05,
-            collectives="summary",
-            collectives_raw_steps=RAW_STEPS,
-        )
-        running = RunningDaemon(Daemon(cfg, final_flush_s=2.0))
+        running = _daemon(tmp_path, old.target, "summary")
         wait_for(lambda: running.daemon.client.analyzer_version == "1.16", what="its version")
         hook = FakeHook(tmp_path / "d.sock")
         hook.send(_rank_events(0))
@@ -172,7 +161,7 @@ def test_an_analyzer_older_than_summaries_gets_raw_rows(tmp_path: Path) -> None:
 
 
 def test_auto_mode_ships_a_small_job_raw(tmp_path: Path, analyzer: ServedAnalyzer) -> None:
-    running = _daemon(tmp_path, analyzer, "auto")
+    running = _daemon(tmp_path, analyzer.target, "auto")
     hook = FakeHook(tmp_path / "d.sock")
     hook.send(_rank_events(0))
     wait_for(lambda: len(_frame(analyzer, "collective")) == STEPS * PER_STEP, what="raw rows")
