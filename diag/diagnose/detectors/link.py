@@ -253,15 +253,21 @@ def _summary_rows(
     codes, names = pd.factorize(f["pg_name"].to_numpy()[keep], sort=True)
     names = pd.Index(names).where(names != "", "default")
     codes, names = _recode(codes, names)  # "" and "default" are one group
+    rows = np.flatnonzero(keep)
+    order = np.lexsort(
+        (f["rank"].to_numpy(np.int64)[rows], f["step"].to_numpy(np.int64)[rows], codes)
+    )
+    rows, codes = rows[order], codes[order]
+    del order, keep
+    # each column gathered once, kept and sorted in one take (at 131,072 ranks a column of the
+    # summaries is 100 MB: a filtered copy and then a sorted one held two of each at once)
     col = {
-        k: f[k].to_numpy(dtype=np.int64)[keep]
+        k: f[k].to_numpy(dtype=np.int64)[rows]
         for k in ("step", "rank", "num_collectives", "num_bytes", "num_timed",
                   "duration_sum_ns", "mean_enqueue_ns", "first_seq_id", "last_seq_id",
                   "first_enqueue_ns", "last_enqueue_ns")
     }  # fmt: skip
-    order = np.lexsort((col["rank"], col["step"], codes))
-    codes = codes[order]
-    col = {k: v[order] for k, v in col.items()}
+    del rows
     # enqueue times relative to the earliest, as floats (ns since the epoch overflow a float's
     # mantissa), weighted by calls: a rank's step summed in two parts is one mean
     enq = (col["mean_enqueue_ns"] - col["mean_enqueue_ns"].min()).astype(float)
