@@ -49,6 +49,7 @@ from diag.analyzer.marks import HighWater
 from diag.errors import ConfigError, NotReady
 from diag.fsutil import atomic_open
 from diag.proto import diag_pb2 as pb
+from diag.transport.codec import control_seq
 
 log = logging.getLogger(__name__)
 
@@ -134,14 +135,6 @@ def _request_from_json(data: dict[str, Any]) -> pb.ProfileRequest:
         ranks=[int(r) for r in data.get("ranks", [])],
         requested_ns=int(data["requested_ns"]),
         expires_ns=int(data["expires_ns"]),
-    )
-
-
-def control_seq(msg: pb.ControlMessage) -> int:
-    """The ``seq`` of a control message, whatever its body."""
-    body = msg.WhichOneof("body")
-    return (
-        msg.probe.seq if body == "probe" else msg.fetch.seq if body == "fetch" else msg.profile.seq
     )
 
 

@@ -106,13 +106,6 @@ class DaemonStats:
     num_collectives_evicted: int = 0  # raw rows aged out of the node's ring unfetched
 
 
-def _seq(msg: pb.ControlMessage) -> int:
-    body = msg.WhichOneof("body")
-    return (
-        msg.probe.seq if body == "probe" else msg.fetch.seq if body == "fetch" else msg.profile.seq
-    )
-
-
 def summary_config(cfg: DaemonConfig) -> SummaryConfig:
     """The collective summarizer's settings from the daemon's (raises ConfigError)."""
     return SummaryConfig(
@@ -338,8 +331,8 @@ class Daemon:
             return 0
         now = self._wall()
         new = 0
-        for msg in sorted(messages, key=_seq):
-            seq = _seq(msg)
+        for msg in sorted(messages, key=codec.control_seq):
+            seq = codec.control_seq(msg)
             if seq <= self._control_seq:
                 continue
             self._control_seq = seq

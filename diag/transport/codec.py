@@ -351,6 +351,15 @@ def reads_columns(version: str) -> bool:
     return _at_least(version, COLUMNS_SINCE)
 
 
+def control_seq(msg: pb.ControlMessage) -> int:
+    """The ``seq`` of a control message, whatever its body (the analyzer numbers them all in one
+    sequence; a daemon polls after the newest it saw)."""
+    body = msg.WhichOneof("body")
+    return (
+        msg.probe.seq if body == "probe" else msg.fetch.seq if body == "fetch" else msg.profile.seq
+    )
+
+
 def reads_summaries(version: str) -> bool:
     """Whether a peer of schema ``version`` reads ``CollectiveSummary`` events (an older analyzer
     refuses a batch holding one as malformed): same major, minor >= :data:`SUMMARIES_SINCE`'s."""
