@@ -190,13 +190,18 @@ def _encode(data: Sequence[bytes]) -> bytes:
     return b"".join(_LEN.pack(len(d)) + d for d in data)
 
 
-def _decode(blob: bytes) -> list[schema.Event]:
-    out, at = [], 0
-    while at < len(blob):
-        (n,) = _LEN.unpack_from(blob, at)
-        at += _LEN.size
-        out.append(codec.event_from_proto(pb.Event.FromString(blob[at : at + n])))
-        at += n
+def decode(blobs: Iterable[bytes]) -> list[schema.CollectiveEvent]:
+    """The raw rows of :meth:`CollectiveSummarizer.fetch_encoded`'s blobs, in order."""
+    out = []
+    for blob in blobs:
+        at = 0
+        while at < len(blob):
+            (n,) = _LEN.unpack_from(blob, at)
+            at += _LEN.size
+            e = codec.event_from_proto(pb.Event.FromString(blob[at : at + n]))
+            at += n
+            if isinstance(e, schema.CollectiveEvent):
+                out.append(e)
     return out
 
 
@@ -286,15 +291,20 @@ class CollectiveSummarizer:
         """The kept raw rows of ``ranks`` (empty: all) in steps ``first_step..last_step``, in the
         order they came; each row ships at most once (a second request for it gets nothing: the
         analyzer has them)."""
+        return decode(self.fetch_encoded(ranks, first_step, last_step))
+
+    def fetch_encoded(self, ranks: Iterable[int], first_step: int, last_step: int) -> list[bytes]:
+        """:meth:`fetch` still encoded (one blob per rank-step, for :func:`decode`): what the
+        daemon takes under its lock, decoding outside it."""
         want = set(ranks)
         self._age(self._clock())
-        out: list[schema.CollectiveEvent] = []
+        out: list[bytes] = []
         for k in self._ring:
             if k.shipped or not first_step <= k.step <= last_step or (want and k.rank not in want):
                 continue
             k.shipped = True
-            out.extend(e for e in _decode(k.blob) if isinstance(e, schema.CollectiveEvent))
-        self.num_fetched += len(out)
+            self.num_fetched += k.rows
+            out.append(k.blob)
         return out
 
     def stats(self) -> SummaryStats:

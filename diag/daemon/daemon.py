@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from diag import schema
 from diag.config import DaemonConfig, default_host
+from diag.daemon import collsum
 from diag.daemon.collectors import COLLECTORS
 from diag.daemon.collectors.base import Collector, HangAware, RankAware, stamp
 from diag.daemon.collsum import CollectiveSummarizer, SummaryConfig, SummaryStats
@@ -272,7 +273,9 @@ class Daemon:
     def fetch_collectives(self, req: pb.CollectiveFetch) -> int:
         """Ship the kept raw collectives ``req`` asks for; how many."""
         with self._lock:
-            rows = self.summarizer.fetch(req.ranks, req.first_step, req.last_step)
+            blobs = self.summarizer.fetch_encoded(req.ranks, req.first_step, req.last_step)
+        rows = collsum.decode(blobs)  # outside the lock: the hooks' batches go on meanwhile
+        with self._lock:
             for row in rows:
                 self._relay(row)
         if rows:
