@@ -286,15 +286,18 @@ class StepScreen:
             self._dirty = True
         self._news |= taken.kinds
         now = self.clock()
-        if taken.rows:
-            rows = np.concatenate(taken.rows)
-            steps = rows[:, 1].astype(np.int64)
+        # Batch by batch, not one concatenation of them all: that was a second copy of every
+        # pending row (2 M rows, 128 MB at the bound), and the chunks of a step left open were
+        # views of it, which kept all of it alive until that step closed (the next pass).
+        oldest_done = min(self._done) if self._done else None
+        for batch in taken.rows:
+            steps = batch[:, 1].astype(np.int64)
             order = np.argsort(steps, kind="stable")
-            rows, steps = rows[order], steps[order]
+            batch, steps = batch[order], steps[order]
             cuts = np.flatnonzero(np.diff(steps)) + 1
-            for chunk in np.split(rows, cuts):
+            for chunk in np.split(batch, cuts):
                 step = int(chunk[0, 1])
-                if step in self._done or (self._done and step < min(self._done)):
+                if step in self._done or (oldest_done is not None and step < oldest_done):
                     continue  # late rows of a closed step: the full passes have them
                 self._open.setdefault(step, []).append(chunk)
                 self._opened.setdefault(step, now)
@@ -323,6 +326,9 @@ class StepScreen:
         for s in steps_closing:
             del self._open[s], self._opened[s], self._counts[s]
             self._done[s] = None
+        for s, chunks in self._open.items():  # the open steps' rows alone, not their batches'
+            if len(chunks) > 1 or chunks[0].base is not None:
+                self._open[s] = [np.concatenate(chunks)]
         while len(self._done) > 4 * cfg.window + 64:
             del self._done[next(iter(self._done))]
 

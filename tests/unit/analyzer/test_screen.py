@@ -244,3 +244,22 @@ def test_the_analyzers_live_pass_keeps_its_findings_until_a_rank_slows(tmp_path:
         assert [(f.cause, f.ranks) for f in later.findings] == [("node", (2,))]
     finally:
         core.close()
+
+
+def test_the_steps_left_open_keep_their_rows_and_nothing_else() -> None:
+    """A pass absorbs every pending row; the newest step stays open, and what the screen keeps
+    of it is that step's rows, not the batches they came in (a 131,072-rank window's chunk of
+    the newest step was a view of every pending row: 128 MB held until the next pass)."""
+    screen = StepScreen(ScreenConfig(), Clock())
+    ranks = 64
+    batches = job(ranks=ranks, steps=range(0, 40))
+    # one batch holding every step, as a daemon's batch can span several
+    merged = {name: [v for cols in batches for v in cols[name]] for name in FIELDS}
+    feed(screen, [merged])
+    screen.mark(screen.take())
+    assert list(screen._open) == [39]  # the newest step waits for a later one
+    held = screen._open[39]
+    assert sum(len(c) for c in held) == ranks
+    for chunk in held:
+        owner = chunk if chunk.base is None else chunk.base
+        assert owner.nbytes == chunk.nbytes  # not a window onto all 40 steps' rows
