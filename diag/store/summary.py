@@ -17,10 +17,12 @@ other non-finite float (a GPU reading) becomes ``null``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from diag.store.dataframes import empty_frame
@@ -257,10 +259,10 @@ def _collective_counts(colls: pd.DataFrame, sums: pd.DataFrame) -> dict[int, int
 
 def _ranks(frames: dict[str, pd.DataFrame]) -> tuple[RankSummary, ...]:
     """One summary per rank; every aggregate is one groupby over all ranks (16k ranks: ~1 s)."""
-    steps = _ranked(frames, "step")
-    colls = _ranked(frames, "collective")
-    ckpts = _ranked(frames, "checkpoint")
-    infos = _ranked(frames, "rank_info")
+    steps = _ranked(frames, "step", ["rank", "step", "host", "loss", *_MEDIANS.values()])
+    colls = _ranked(frames, "collective", ["rank", "source"])
+    ckpts = _ranked(frames, "checkpoint", ["rank", "duration_ns"])
+    infos = _ranked(frames, "rank_info", ["rank", "host"])
     all_ranks = sorted({int(r) for df in (steps, infos) for r in df["rank"].unique()})
     by_rank = steps.groupby("rank")
     medians = medians_frame(steps, "rank", list(_MEDIANS.values())) if len(steps) else None
@@ -273,7 +275,8 @@ def _ranks(frames: dict[str, pd.DataFrame]) -> tuple[RankSummary, ...]:
     loss_last = dict(zip(with_loss["rank"].tolist(), with_loss["loss"].tolist(), strict=True))
     ck_ms = (ckpts.groupby("rank")["duration_ns"].sum() / _NS_PER_MS).to_dict()
     ck_count = ckpts.groupby("rank").size().to_dict()
-    coll_count = _collective_counts(colls, _ranked(frames, "collective_summary"))
+    sums = _ranked(frames, "collective_summary", ["rank", "num_collectives", "num_p2p"])
+    coll_count = _collective_counts(colls, sums)
     compute = (medians["compute_ns"] / _NS_PER_MS).to_dict() if medians is not None else {}
     peers = _peer_medians(compute)
     # rank -> {name: ms}: one conversion for all ranks (a .loc per rank was 1 s at 16k ranks)
@@ -339,13 +342,25 @@ def _ratio(mine: float | None, reference: float | None) -> float | None:
     return mine / reference
 
 
-def _ranked(frames: dict[str, pd.DataFrame], kind: str) -> pd.DataFrame:
-    """Rows of ``kind`` tied to a rank (``rank >= 0``), ordered by step then time."""
+def _ranked(frames: dict[str, pd.DataFrame], kind: str, columns: Sequence[str]) -> pd.DataFrame:
+    """``columns`` of the rows of ``kind`` tied to a rank (``rank >= 0``), ordered by step then
+    time (stable). The rows are chosen and ordered first and only those columns taken: a filter
+    and then a sort of the whole frame held two copies of all of its columns (at 131,072 ranks x
+    50 steps, 2.5 GB of step rows for a summary that reads 11 of 26 columns)."""
     df = frames.get(kind)
     if df is None:
-        return empty_frame(kind)
-    df = df[df["rank"] >= 0]
-    return df.sort_values(["step", "ts_ns"], kind="stable")
+        df = empty_frame(kind)
+    rank = df["rank"].to_numpy()
+    rows = np.flatnonzero(rank >= 0)
+    chosen = rows[np.lexsort((df["ts_ns"].to_numpy()[rows], df["step"].to_numpy()[rows]))]
+    if len(chosen) == len(df) and bool((chosen == np.arange(len(df))).all()):
+        return df  # every row, already in order: nothing to copy
+    # column by column: selecting the columns of a consolidated frame first copies them too
+    return pd.DataFrame(
+        {c: df[c].array.take(chosen) for c in columns if c in df.columns},
+        index=df.index.take(chosen),
+        copy=False,
+    )
 
 
 def _run(frames: dict[str, pd.DataFrame], ranks: tuple[RankSummary, ...]) -> RunInfoSummary:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -120,3 +121,19 @@ def test_empty_store(tmp_path: Path) -> None:
     assert data["ranks"] == [] and data["gpus"] == {}
     assert data["run"]["steps"] == 0 and data["run"]["num_events"] == 0
     assert data["run"]["start_ns"] is None and data["run"]["exit_code"] is None
+
+
+def test_a_ranks_last_step_is_its_last_by_step_not_by_arrival_time(tmp_path: Path) -> None:
+    """Rows whose timestamps run against their steps (a host clock stepped back, resent steps)
+    are ordered by step: the last loss and host are the last step's, whatever came last."""
+    store = RunStore.create(tmp_path)
+    src = Source(host="n0", rank=0, pid=10)
+    moved = Source(host="n1", rank=0, pid=11)  # the rank restarted on another host
+    events = [src.step(i, loss=2.0 - i / 10) for i in range(6)]
+    late = moved.step(6, loss=0.5)
+    early = dataclasses.replace(late, ts_ns=events[0].ts_ns - 1)  # stamped before step 0
+    store.append([*events, early])
+    store.flush()
+    (rank,) = summarize(store).ranks
+    assert rank.last_step == 6 and rank.steps == 7
+    assert rank.loss_last == pytest.approx(0.5) and rank.host == "n1"
