@@ -17,7 +17,9 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from diag.cli import exit_report, runtime
 from diag.cli.security_args import add_security_arguments, export_client_security
@@ -104,8 +106,14 @@ def run(args: argparse.Namespace) -> int:
     return run_job(command, args)
 
 
-def run_job(command: list[str], args: argparse.Namespace) -> int:
-    """Run ``command`` under diag with the options of :func:`add_run_arguments`."""
+def run_job(
+    command: list[str],
+    args: argparse.Namespace,
+    on_triage: Callable[[Any], None] | None = None,
+) -> int:
+    """Run ``command`` under diag with the options of :func:`add_run_arguments`;
+    ``on_triage`` sees every live triage result of the embedded analyzer (none with
+    ``--analyzer``)."""
     detectors = _detector_config(args)
     export_client_security(args)
     if shutil.which(command[0]) is None:
@@ -143,6 +151,8 @@ def run_job(command: list[str], args: argparse.Namespace) -> int:
                     settings=runtime.analyzer_settings(args, job_metrics),
                 )
                 target = analyzer.target
+                if on_triage is not None:
+                    analyzer.listen(on_triage)
             except Exception as exc:  # diag failing must not stop the job
                 print(f"diag run: analyzer failed ({exc}); running without it", file=sys.stderr)
         daemon = runtime.start_daemon(

@@ -210,6 +210,12 @@ class EmbeddedAnalyzer:
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def listen(self, listener: Callable[[Any], None]) -> None:
+        """Call ``listener`` with every live triage result (a
+        :class:`~diag.analyzer.core.TriageResult`), on the analyzer's triage thread; its
+        failure is logged and costs the triage nothing."""
+        self._core.listeners.append(listener)
+
     def summary(self) -> dict[str, Any] | None:
         try:
             return dict(self._core.summary_json())
