@@ -1,0 +1,169 @@
+"""Where the hook's cost on the training thread goes, entry point by entry point.
+
+``bench/overhead.py`` measures whole steps, where the VM's drift between blocks (tens of us at a
+~1 ms step) blurs a cost of a few microseconds. This bench times each thing the hook wraps alone,
+as the least per-call CPU time of the calling thread over ``--rounds`` rounds of ``--calls``
+calls (the least is the cost with the least interference from the host), with the hook off and
+on, in one process, world size 1 on gloo:
+
+- ``optimizer``: ``opt.step()`` of a one-layer model (the global step pre/post hooks: step
+  accounting, the end of a step and the start of the next);
+- ``backward``: ``loss.backward()`` of a one-layer model (the ``torch.autograd.backward``
+  wrapper, the loss read, the prehook on the root node that queues the "local gradients done"
+  callback, the run-queue reads around the gradient sync);
+- ``all_reduce``: a Python-level ``dist.all_reduce`` of one float (the collective wrapper,
+  including torch's Flight Recorder entry, which the hook enables);
+- ``dataloader``: ``next()`` on a DataLoader iterator (the data-wait region);
+- ``step``: all of them in one training step, as a job runs them;
+- ``step, no backward wrapper``: the same with ``torch.autograd.backward`` left unwrapped.
+
+The hook thread is not started (``HookThread.start`` replaced here), so the figures are the
+training thread's own code and torch's hook mechanisms, not its competition with the hook
+thread for the GIL and the cores (``bench/overhead.py --tier thread`` has that). The numerics
+tier is off unless ``--numerics``: its sampled work has its own bench (``--tier numerics``).
+Then, for scale, the Flight Recorder's own cost per collective, in two child processes
+(``TORCH_FR_BUFFER_SIZE`` 0 and 512). Measured numbers only, no asserts.
+
+    .venv/bin/python bench/overhead_parts.py [--calls 3000] [--rounds 9] [--numerics]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from diag.config import HookConfig
+from diag.hook import core as hook
+from diag.hook import thread as hook_thread
+
+
+def least_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
+    """The least per-call thread CPU time (us) over ``rounds`` rounds of ``calls`` calls."""
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        c0 = time.thread_time_ns()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.thread_time_ns() - c0) / calls)
+    return best / 1e3
+
+
+def fr_child(calls: int, rounds: int) -> None:
+    """In a child: the least per-call CPU time of a one-float all-reduce (FR size from env)."""
+    import torch
+    import torch.distributed as dist
+
+    tmp = tempfile.mkdtemp(prefix="diag-bench-fr-")
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(os.path.join(tmp, "store"), 1), rank=0, world_size=1
+    )
+    t = torch.zeros(1)
+    print(f"{least_us(lambda: dist.all_reduce(t), calls, rounds):.3f}")
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=3000, help="calls per round")
+    ap.add_argument("--rounds", type=int, default=9, help="rounds; the least is kept")
+    ap.add_argument("--numerics", action="store_true", help="the hook with its numerics tier")
+    ap.add_argument("--fr-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.fr_child:
+        fr_child(args.calls, args.rounds)
+        return
+
+    hook_thread.HookThread.start = lambda self: None  # type: ignore[method-assign]
+    cfg = HookConfig(profile_first_step=10**9, numerics=args.numerics)
+    hook.install(cfg)  # before the process group, so the Flight Recorder is sized
+    hook.uninstall()
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.set_num_threads(1)
+    tmp = tempfile.mkdtemp(prefix="diag-bench-parts-")
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(os.path.join(tmp, "store"), 1), rank=0, world_size=1
+    )
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    x, token = torch.randn(2, 4), torch.zeros(1)
+    batches = iter(DataLoader(TensorDataset(torch.randn(10**6, 1)), batch_size=1))
+
+    def backward() -> None:
+        model(x).sum().backward()
+
+    def step() -> None:
+        next(batches)
+        opt.zero_grad(set_to_none=False)
+        model(x).sum().backward()
+        dist.all_reduce(token)
+        opt.step()
+
+    parts: dict[str, Callable[[], object]] = {
+        "optimizer": opt.step,
+        "backward": backward,
+        "all_reduce": lambda: dist.all_reduce(token),
+        "dataloader": lambda: next(batches),
+        "step": step,
+    }
+    results: dict[tuple[str, str], float] = {}
+    unwrapped = torch.autograd.backward
+    for rep in range(2):  # off/on twice, each least kept: a drift between the arms cancels
+        for arm in ("off", "on", "no_bw") if rep % 2 == 0 else ("no_bw", "on", "off"):
+            if arm != "off":
+                hook.install(cfg)
+            if arm == "no_bw":  # the hook's own wrapper taken off again (uninstall restores it)
+                torch.autograd.backward = unwrapped
+            names = ["step"] if arm == "no_bw" else list(parts)
+            for name in names:
+                us = least_us(parts[name], args.calls, args.rounds)
+                key = (name, arm)
+                results[key] = min(results.get(key, us), us)
+            if arm != "off":
+                hook.uninstall()
+    numerics = "on" if args.numerics else "off"
+    print(
+        f"the hook's cost on the training thread, per call (least of {args.rounds} rounds of "
+        f"{args.calls}; hook thread not started; numerics {numerics}; torch {torch.__version__})"
+    )
+    for name in parts:
+        off, on = results[(name, "off")], results[(name, "on")]
+        print(f"  {name:28s} off {off:8.2f} us   on {on:8.2f} us   hook {on - off:+7.2f} us")
+    off, on = results[("step", "off")], results[("step", "no_bw")]
+    print(f"  {'step, no backward wrapper':28s} off {off:8.2f} us   on {on:8.2f} us   "
+          f"hook {on - off:+7.2f} us")  # fmt: skip
+    summed = sum(results[(n, "on")] - results[(n, "off")] for n in parts if n != "step")
+    print(f"  the parts alone sum to {summed:+.2f} us; the step together "
+          f"{results[('step', 'on')] - results[('step', 'off')]:+.2f} us")  # fmt: skip
+    dist.destroy_process_group()
+
+    fr: dict[str, float] = {}
+    for size in ("0", "512"):
+        env = dict(os.environ, TORCH_FR_BUFFER_SIZE=size)
+        cmd = [sys.executable, __file__, "--fr-child", "--calls", str(args.calls),
+               "--rounds", str(args.rounds)]  # fmt: skip
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+        fr[size] = float(out.strip().splitlines()[-1])
+    print(
+        f"  the Flight Recorder per collective (no hook): all_reduce {fr['0']:.2f} us without "
+        f"it, {fr['512']:.2f} us with 512 entries ({fr['512'] - fr['0']:+.2f} us)"
+    )
+
+
+if __name__ == "__main__":
+    main()
