@@ -43,21 +43,29 @@ Each world size runs in its own child process so each peak RSS is its own. Every
 Python thread, so on one core. Measured numbers only, no asserts. The goal this measures against:
 an analysis window over 16,384 ranks in <= 5 s on one core.
 
+With ``--stages``, the resident size's high-water mark per stage (:class:`StageMemory`): the
+ingest, each pass, and inside a pass the store's fold, the run summary, the features, each
+detector and the reconciliation; where a pass's memory goes.
+
     .venv/bin/python bench/scale.py [--ranks 1024 16384] [--steps 50] [--wire rows columns]
+        [--summaries] [--stages]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -296,6 +304,63 @@ def ingest_window(args: argparse.Namespace, win: Window, wire: str, tmp: str) ->
     }
 
 
+class StageMemory:
+    """``--stages``: the resident size's high-water mark per stage of the run, from a thread that
+    reads ``/proc/self/statm`` every ``period_s`` (5 ms: a GIL hand-off 200 times a second, so
+    the timings of a ``--stages`` run are not the plain run's). The stages are the bench's
+    (ingest, each pass) and, inside a pass, the analyzer's own steps, labelled by wrapping them
+    in this process: the store's flush and fold, the run summary, the features, each detector
+    and the reconciliation. A stage's peak includes what earlier stages left held."""
+
+    def __init__(self, period_s: float = 0.005) -> None:
+        import threading
+
+        self.period_s = period_s
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.stage = "setup"
+        self.peaks: dict[str, float] = {}
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while True:
+            with open("/proc/self/statm") as fh:
+                mib = int(fh.read().split()[1]) * self.page / 2**20
+            stage = self.stage
+            if mib > self.peaks.get(stage, 0.0):
+                self.peaks[stage] = mib
+            time.sleep(self.period_s)
+
+    def enter(self, stage: str) -> None:
+        self.peaks.setdefault(stage, 0.0)
+        self.stage = stage
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def labelled(*a: Any, **kw: Any) -> Any:
+            outer = self.stage
+            self.enter(f"{outer.split(' / ')[0]} / {name}")
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.stage = outer
+
+        return labelled
+
+    def label_analyzer(self) -> None:
+        """Wrap the analyzer's steps (this process only: the bench's child)."""
+        import diag.analyzer.core as analyzer_core
+        import diag.diagnose.detectors.registry as registry
+
+        analyzer_core.summarize = self.wrap("summary", analyzer_core.summarize)
+        from_store = Features.from_store.__func__  # type: ignore[attr-defined]
+        analyzer_core.Features.from_store = classmethod(self.wrap("features", from_store))  # type: ignore[method-assign,assignment]
+        for name, detect in list(registry.DETECTORS.items()):
+            registry.DETECTORS[name] = self.wrap(name, detect)
+        registry.reconcile = self.wrap("reconcile", registry.reconcile)
+        RunStore.fold = self.wrap("fold", RunStore.fold)  # type: ignore[method-assign]
+        RunStore.flush = self.wrap("flush", RunStore.flush)  # type: ignore[method-assign]
+
+
 def run_one(args: argparse.Namespace, ranks: int) -> dict:
     win = Window(args, ranks)
     res: dict = {
@@ -315,12 +380,20 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
             core.close()
             del core
         res["wires"][wire] = figures
+    mem = StageMemory() if args.stages else None
+    if mem is not None:
+        mem.label_analyzer()
+        mem.enter("ingest")
     with tempfile.TemporaryDirectory(prefix="diag-scale-") as tmp:
         core, figures = ingest_window(args, win, args.wire[-1], tmp)
         res["wires"][args.wire[-1]] = figures
         res.update(figures, wire=args.wire[-1], rss_after_ingest_mib=rss_mib())
 
+        if mem is not None:
+            mem.enter("pass 1, full")
         triage, res["triage_s"] = timed(core.triage)
+        if mem is not None:
+            mem.enter("the split, timed apart")
         features, res["features_s"] = timed(Features.from_store, core.store)
         det: dict[str, float] = {}
         for name, detect in DETECTORS.items():
@@ -336,11 +409,17 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
                 codec.with_columns(codec.batch_to_proto(events, sender="bench", sent_ns=T0))
             )
 
+        if mem is not None:
+            mem.enter("pass 2, live, one more step")
         ship(win.next_step())
         _, res["next_pass_s"] = timed(core.live_triage)
         res["next_pass_verdict"] = core.last_verdict.reason if core.last_verdict else ""
         res["next_pass_screened"] = core.num_screened_passes
+        if mem is not None:
+            mem.enter("pass 3, full")
         _, res["next_full_pass_s"] = timed(core.triage)
+        if mem is not None:
+            mem.enter("pass 4, live, 8 more steps")
         # a third rank slows down: the screen must make the next live pass a full one
         for events in win.news(8):
             ship(events)
@@ -349,6 +428,9 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         res["news_named"] = any(win.news_rank in f.ranks for f in news.findings)
         res["news_rank"] = win.news_rank
         res["rss_peak_mib"] = rss_mib()
+        if mem is not None:
+            time.sleep(2 * mem.period_s)
+            res["stage_peaks_mib"] = {k: round(v) for k, v in mem.peaks.items() if v}
         res.update(culprits(list(triage.findings), win))
         core.close()
     return res
@@ -537,6 +619,10 @@ def report(r: dict) -> None:
         f"  peak RSS: {r['rss_after_ingest_mib']:,.0f} MiB after ingest, "
         f"{r['rss_peak_mib']:,.0f} MiB after analysis"
     )
+    if r.get("stage_peaks_mib"):
+        print("  resident high-water mark by stage (--stages; MiB):")
+        for stage, mib in r["stage_peaks_mib"].items():
+            print(f"    {stage:48s} {mib:8,}")
     yn = {True: "yes", False: "NO"}
     print(
         f"  culprits: top-1 {r['top1']} correct: {yn[r['top1_correct']]}; slow host named: "
@@ -575,6 +661,12 @@ def main() -> None:
         action="store_true",
         help="also ship two CollectiveSummary events per rank-step (node-side summaries)",
     )
+    ap.add_argument(
+        "--stages",
+        action="store_true",
+        help="print the resident high-water mark of each stage (a 5 ms sampler thread: its "
+        "timings are not a plain run's)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object per world size")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -593,6 +685,7 @@ def main() -> None:
         for opt in ("steps", "batch", "flush_every", "seed", "host_extra", "rank_extra"):
             cmd += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
         cmd += ["--wire", *args.wire] + (["--summaries"] if args.summaries else [])
+        cmd += ["--stages"] if args.stages else []
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(json.dumps(r)) if args.json else report(r)

@@ -345,8 +345,9 @@ def _ratio(mine: float | None, reference: float | None) -> float | None:
 def _ranked(frames: dict[str, pd.DataFrame], kind: str, columns: Sequence[str]) -> pd.DataFrame:
     """``columns`` of the rows of ``kind`` tied to a rank (``rank >= 0``), ordered by step then
     time (stable). The rows are chosen and ordered first and only those columns taken: a filter
-    and then a sort of the whole frame held two copies of all of its columns (at 131,072 ranks x
-    50 steps, 2.5 GB of step rows for a summary that reads 11 of 26 columns)."""
+    and then a sort of the whole frame held two copies of all of its columns where the rows were
+    out of step order (at 131,072 ranks x 50 steps up to 2.5 GB of step rows, for a summary that
+    reads 11 of 26 columns)."""
     df = frames.get(kind)
     if df is None:
         df = empty_frame(kind)
