@@ -105,8 +105,12 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"diag demo: {args.nproc} ranks of DDP on gloo (CPU); from step {args.slow_from} rank "
         f"{args.slow_rank} is made slow by {args.slow_ms:.0f} ms of extra compute per step; "
-        "GPU telemetry is simulated (fake backend); the job runs until diag has decided "
-        f"(at most {args.steps} steps)",
+        "GPU telemetry is simulated (fake backend); "
+        + (
+            f"the job runs until diag has decided (at most {args.steps} steps)"
+            if args.analyzer is None
+            else f"with --analyzer the demo does not see the live triage: all {args.steps} steps"
+        ),
         flush=True,
     )
     tmp = Path(tempfile.mkdtemp(prefix="diag-demo-stop-"))
