@@ -68,9 +68,13 @@ def demo_command(args: argparse.Namespace, stop_file: Path | None = None) -> lis
 
 
 def decided(f: Finding, rank: int) -> bool:
-    """``f`` names ``rank`` and leaves no question open between node and kernel."""
-    return rank in f.ranks and not any(
-        e.metric == KERNEL_EVIDENCE and e.value == 0 for e in f.evidence
+    """``f`` calls ``rank``'s slowdown its node's or a kernel's, and leaves no question open
+    between the two. Another cause about the rank (a data stall, a checkpoint) lets the job run
+    on: later passes see more, and the final triage says what it says."""
+    return (
+        rank in f.ranks
+        and f.cause in ("node", "kernel")
+        and not any(e.metric == KERNEL_EVIDENCE and e.value == 0 for e in f.evidence)
     )
 
 

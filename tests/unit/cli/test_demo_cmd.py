@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,9 @@ def test_an_undecided_finding_lets_the_job_run_and_a_decided_one_stops_it_once(
     assert not stop.exists()  # node or kernel: a profiler window after the onset decides
     watch(TriageResult(run={}, findings=(decided(_node(3), 1),)))
     assert not stop.exists()  # not the rank the demo slowed down
+    stalled = dataclasses.replace(_node(2), id="data-rank2", cause="data")
+    watch(TriageResult(run={}, findings=(stalled,)))
+    assert not stop.exists()  # about the rank, but not its node or a kernel: later passes see
     watch(TriageResult(run={}, findings=(decided(_node(2), 1),)))
     assert stop.exists() and watch.finding is not None and watch.finding.ranks == (2,)
     stop.unlink()
