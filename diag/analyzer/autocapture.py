@@ -46,7 +46,7 @@ from pathlib import Path
 
 from diag.analyzer import linkprobe
 from diag.analyzer.linkprobe import LinkProbeConfig
-from diag.diagnose.coverage import KERNEL_EVIDENCE
+from diag.diagnose.coverage import KERNEL_EVIDENCE, awaits_window
 from diag.diagnose.detectors.link_probe import PROBE_LOCALIZATION
 from diag.errors import ConfigError, DiagError
 from diag.findings import SEVERITIES, Finding
@@ -310,7 +310,7 @@ def _undecided(f: Finding, floor: str) -> bool:
     """A slowdown that a profiler window would decide: node, undecided (no covering window)."""
     if f.symptom != "slowdown" or f.cause != "node" or not _at_least(f.severity, floor):
         return False
-    return any(e.metric == KERNEL_EVIDENCE and e.value == 0 for e in f.evidence)
+    return awaits_window(f)
 
 
 def _undecided_link(f: Finding, floor: str) -> bool:

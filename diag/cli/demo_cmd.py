@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from diag.cli import run_cmd
-from diag.diagnose.coverage import KERNEL_EVIDENCE
+from diag.diagnose.coverage import awaits_window
 from diag.findings import Finding
 from diag.selftest.workloads import TRAIN_DDP
 
@@ -71,11 +71,7 @@ def decided(f: Finding, rank: int) -> bool:
     """``f`` calls ``rank``'s slowdown its node's or a kernel's, and leaves no question open
     between the two. Another cause about the rank (a data stall, a checkpoint) lets the job run
     on: later passes see more, and the final triage says what it says."""
-    return (
-        rank in f.ranks
-        and f.cause in ("node", "kernel")
-        and not any(e.metric == KERNEL_EVIDENCE and e.value == 0 for e in f.evidence)
-    )
+    return rank in f.ranks and f.cause in ("node", "kernel") and not awaits_window(f)
 
 
 class StopWhenDecided:

@@ -104,6 +104,12 @@ def covering_windows(
     return out
 
 
+def awaits_window(f: Finding) -> bool:
+    """``f`` was left undecided between node and kernel (:func:`undecided`: its kernel evidence
+    says no profiler window covers it)."""
+    return any(e.metric == KERNEL_EVIDENCE and e.value == 0 for e in f.evidence)
+
+
 def has_node_evidence(f: Finding) -> bool:
     """Whether ``f`` carries direct evidence of its node (see the module docstring)."""
     return any(e.metric.startswith(NODE_EVIDENCE_PREFIXES) for e in f.evidence)
