@@ -158,7 +158,7 @@ class Features:
     @classmethod
     def from_store(cls, store: RunStore) -> Features:
         """Features of a run store; :class:`~diag.errors.InputError` if a part is unreadable."""
-        step_events = store.frame("step")
+        step_events = store.frame("step", store.resident_columns("step"))
         probes = store.frame("probe_result")
         steps = without_probe_steps(_steps(step_events), probes)
         groups = store.frame("process_group")
@@ -286,7 +286,7 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
     rank = df["rank"].to_numpy(dtype=np.int64)
     step = df["step"].to_numpy(dtype=np.int64)
     ranked = np.flatnonzero(rank >= 0)
-    idx = ranked[_last_positions(step[ranked], rank[ranked])]
+    idx = ranked[last_positions(step[ranked], rank[ranked])]
 
     def ns(name: str) -> np.ndarray:  # the chosen rows of an int64 column, as floats
         return np.asarray(df[name].to_numpy()[idx], dtype=np.int64).astype(float)
@@ -331,9 +331,10 @@ def with_device_split(steps: pd.DataFrame, device_wait_ns: pd.Series) -> None:
         steps.loc[timed, "compute_ms"] = compute
 
 
-def _last_positions(step: np.ndarray, rank: np.ndarray) -> np.ndarray:
+def last_positions(step: np.ndarray, rank: np.ndarray) -> np.ndarray:
     """The positions of the last row of each (step, rank) in input order, sorted by
-    (step, rank)."""
+    (step, rank): a de-duplication keeping the last and a sort that copy only the keys (any
+    two key columns: the first sorts first)."""
     order = np.lexsort((rank, step))  # stable: equal keys keep input order
     s, r = step[order], rank[order]
     last = np.ones(len(order), dtype=bool)
@@ -444,8 +445,13 @@ def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) ->
             s_k, s_next = part[:, k : k + 1], part[:, k + 1 : k + 2]
             below = values < s_k
             equal = values == s_k
-            before = below.sum(axis=1, keepdims=True) + np.cumsum(equal, axis=1) - 1
-            at_or_before = below | (equal & (before <= k))
+            # counts of at most n ranks: 32-bit (a 64-bit count per cell was a third of the
+            # node detector's peak at 131,072 ranks)
+            before = np.cumsum(equal, axis=1, dtype=np.int32)
+            before += below.sum(axis=1, keepdims=True, dtype=np.int32) - 1
+            at_or_before = below
+            at_or_before |= equal & (before <= k)
+            del before, equal
             return np.where(at_or_before, s_next, s_k)
 
         out = peer_at(ks[0]) if m % 2 else (peer_at(ks[0]) + peer_at(ks[1])) / 2.0

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import cache
 from typing import TypeAlias
 
@@ -204,14 +204,17 @@ def empty_frame(kind: str) -> pd.DataFrame:
     return events_to_frame(kind, [])
 
 
-def conform(kind: str, df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with exactly the columns and dtypes of ``kind``.
+def conform(kind: str, df: pd.DataFrame, columns: Collection[str] | None = None) -> pd.DataFrame:
+    """``df`` with exactly the columns and dtypes of ``kind`` (only those in ``columns``, in the
+    kind's order, when given).
 
     A column an older part lacks (a field added since, a minor schema bump) is filled with the
     field's default; a column the schema no longer has is dropped.
     """
     out = {}
     for name, dtype in dtypes(kind).items():
+        if columns is not None and name not in columns:
+            continue
         if name in df.columns:
             col = df[name]
             out[name] = col if str(col.dtype) == dtype else _cast(col, dtype)
@@ -227,10 +230,15 @@ def _cast(col: pd.Series, dtype: str) -> pd.Series:
     return col.astype(dtype)
 
 
-def table_to_frame(kind: str, table: pa.Table) -> pd.DataFrame:
-    """A frame of ``kind`` from an Arrow table (a Parquet part), keeping NaN apart from null."""
+def table_to_frame(
+    kind: str, table: pa.Table, columns: Collection[str] | None = None
+) -> pd.DataFrame:
+    """A frame of ``kind`` from an Arrow table (a Parquet part), keeping NaN apart from null;
+    only the ``columns`` given (in the kind's order), when given."""
     floats = {}
     for name, dtype in dtypes(kind).items():
+        if columns is not None and name not in columns:
+            continue
         if dtype == "Float64" and name in table.column_names:
             col = table.column(name)
             mask = col.is_null().to_numpy(zero_copy_only=False)
@@ -240,7 +248,7 @@ def table_to_frame(kind: str, table: pa.Table) -> pd.DataFrame:
     del table
     for name, values in floats.items():
         df[name] = values
-    return conform(kind, df)
+    return conform(kind, df, columns)
 
 
 def frame_to_table(kind: str, df: pd.DataFrame) -> pa.Table:

@@ -23,7 +23,7 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -49,6 +49,14 @@ _SORT = ["ts_ns", "source", "seq"]
 _KEY = ["source", "seq"]
 #: Rows per row group of a part (each converted to Arrow and written on its own).
 ROW_GROUP_ROWS = 1 << 17
+#: Columns kept on disk only, per kind: the cache of a kind holds its other columns, and a frame
+#: that asks for one of these reads it from the parts and the buffer then (in the cache's row
+#: order). The step frame's columns that no detector, no feature and no run summary reads: 34
+#: of the ~195 bytes a step row holds in memory (at 131,072 ranks x 50 steps, 220 MB that the
+#: analyzer held between passes for ``diag report`` and the exports alone).
+DETACHED: Mapping[str, frozenset[str]] = {
+    "step": frozenset({"other_ns", "num_backward", "device_duration_ns", "device_compute_ns"}),
+}
 
 
 class RunStore:
@@ -58,8 +66,12 @@ class RunStore:
     :meth:`open` to read an existing run directory (it checks that it is one).
     """
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(
+        self, run_dir: str | Path, detached: Mapping[str, Collection[str]] = DETACHED
+    ) -> None:
         self.run_dir = Path(run_dir)
+        # per kind, the columns the cache leaves on disk (:data:`DETACHED`)
+        self._detached = {k: frozenset(v) for k, v in detached.items() if v}
         self.store_dir = self.run_dir / STORE_DIR
         self.wal_dir = self.store_dir / WAL_DIR
         # per kind, chunks of rows not yet flushed: a list of events, or columns (field -> values,
@@ -120,14 +132,16 @@ class RunStore:
         )
 
     @classmethod
-    def open(cls, run_dir: str | Path) -> RunStore:
+    def open(
+        cls, run_dir: str | Path, detached: Mapping[str, Collection[str]] = DETACHED
+    ) -> RunStore:
         """An existing run directory, for reading; :class:`InputError` if it is not one."""
         path = Path(run_dir)
         if not path.exists():
             raise InputError(f"{path} does not exist")
         if not path.is_dir() or not (path / STORE_DIR).is_dir():
             raise cls.not_a_run(path)
-        return cls(path)
+        return cls(path, detached)
 
     @classmethod
     def create(cls, run_dir: str | Path) -> RunStore:
@@ -205,7 +219,7 @@ class RunStore:
                     self._clean.add(kind)
                     self._max_seq.pop(kind, None)
                 else:
-                    self._tails.setdefault(kind, []).append(df)
+                    self._tails.setdefault(kind, []).append(self._resident(kind, df))
         if written:
             release_free_memory()  # the buffers just freed
         return written
@@ -248,7 +262,7 @@ class RunStore:
         lock; on a loaded host it held the lock for seconds, the daemons' ``Ingest`` calls ran
         past their deadline and the run ended with batches left in a spool (a ``diag attach``
         store with one step from three of its four ranks)."""
-        snap = RunStore(self.run_dir)
+        snap = RunStore(self.run_dir, self._detached)
         snap._buffer = {k: list(v) for k, v in self._buffer.items() if v}
         snap._loaded = {k: set(v) for k, v in self._loaded.items()}
         snap._cached = dict(self._cached)  # frames are never changed in place, only replaced
@@ -303,14 +317,43 @@ class RunStore:
                 found.append((int(m.group(1)), p))
         return [p for _, p in sorted(found)]
 
-    def frame(self, kind: str) -> pd.DataFrame:
+    def resident_columns(self, kind: str) -> list[str]:
+        """The columns of ``kind`` that this store keeps in memory once read (in the kind's
+        order): :meth:`frame` with these (or fewer) reads nothing more from disk."""
+        gone = self._detached.get(kind, frozenset())
+        return [c for c in dataframes.dtypes(kind) if c not in gone]
+
+    def _resident(self, kind: str, df: pd.DataFrame) -> pd.DataFrame:
+        """``df`` without the columns of ``kind`` that stay on disk (no copy: copy-on-write)."""
+        gone = [c for c in self._detached.get(kind, ()) if c in df.columns]
+        return df.drop(columns=gone) if gone else df
+
+    def frame(self, kind: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """Every row of ``kind`` (parts and buffer), unique on (source, seq), sorted by
-        (ts_ns, source, seq).
+        (ts_ns, source, seq); every column of the kind, or only ``columns`` (in that order).
+
+        A column the cache leaves on disk (:data:`DETACHED`) is read from the parts and the
+        buffer when asked for: every column of such a kind costs a read of the parts; the
+        analysis asks for :meth:`resident_columns`.
 
         Raises :class:`InputError` naming the file if a part cannot be read.
         """
         if kind not in schema.EVENT_TYPES:
             raise InputError(f"unknown event kind {kind!r}")
+        want = list(dataframes.dtypes(kind)) if columns is None else list(columns)
+        unknown = [c for c in want if c not in dataframes.dtypes(kind)]
+        if unknown:
+            raise InputError(f"{kind} has no column {unknown[0]!r}")
+        held = self._held_frame(kind)
+        missing = [c for c in want if c not in held.columns]
+        if missing:
+            held = held.assign(**self._read_detached(kind, missing, held))
+        if list(held.columns) != want:
+            held = held[want]
+        return held
+
+    def _held_frame(self, kind: str) -> pd.DataFrame:
+        """:meth:`frame` of the columns the cache holds."""
         stored = self._stored_frame(kind)
         if kind not in self._clean:  # once per new part, not once per read
             del stored  # the cache's frame, handed on: freed column by column as it is sorted
@@ -327,7 +370,7 @@ class RunStore:
         if done is None or done[0] != self._version:
             buffered = self._buffered_frame(kind)
             assert buffered is not None
-            done = (self._version, self._merge(kind, [stored, buffered]))
+            done = (self._version, self._merge(kind, [stored, self._resident(kind, buffered)]))
             self._merged[kind] = done
         return done[1].copy(deep=False)
 
@@ -419,14 +462,40 @@ class RunStore:
         # the cached frame is handed on to the concatenation (freed column by column)
         parts = [self._cached.pop(kind, None)]
         if parts[0] is None:
-            parts[0] = dataframes.empty_frame(kind)
+            parts[0] = self._resident(kind, dataframes.empty_frame(kind))
+        columns = self.resident_columns(kind) if kind in self._detached else None
         try:
             for path in new:
-                parts.append(read_part(kind, path))
+                parts.append(read_part(kind, path, columns))
                 loaded.add(path.name)
         finally:  # keep the parts read before a bad one: they are not read twice
             self._cached[kind] = _concat(parts)
         return self._cached[kind]
+
+    def _read_detached(
+        self, kind: str, names: list[str], held: pd.DataFrame
+    ) -> dict[str, pd.Series]:
+        """The columns ``names`` of ``kind``, which the cache leaves on disk, for the rows of
+        ``held`` (:meth:`_held_frame`), in its order: read from the parts it was built from and
+        from the buffer, then deduplicated and sorted as it was. Those are the same rows in the
+        same order (the order is the key's); rows that differ (a part read since, a replayed
+        seq with another time) are matched on (source, seq) instead."""
+        keys = [*_SORT, *names]
+        loaded = self._loaded.get(kind, set())
+        parts = [dataframes.empty_frame(kind)[keys]]
+        parts += [read_part(kind, p, keys) for p in self._part_paths(kind) if p.name in loaded]
+        buffered = self._buffered_frame(kind)
+        if buffered is not None:
+            parts.append(buffered[keys])
+        del buffered
+        got = _unique_sorted(_concat(parts))
+        if not _same_keys(got, held):
+            got = (
+                held[_KEY]
+                .astype({"source": str})
+                .merge(got.astype({"source": str}).drop(columns="ts_ns"), on=_KEY, how="left")
+            )
+        return {c: pd.Series(got[c].array, index=held.index) for c in names}
 
     def quarantine_corrupt_parts(self) -> list[Path]:
         """Read every part; move unreadable ones aside to ``*.corrupt`` and return their new paths.
@@ -458,11 +527,18 @@ class _PartError(InputError):
         self.path = path
 
 
-def read_part(kind: str, path: Path) -> pd.DataFrame:
-    """One part file as a frame of ``kind``; :class:`InputError` (one line, naming it) if bad."""
+def read_part(kind: str, path: Path, columns: Collection[str] | None = None) -> pd.DataFrame:
+    """One part file as a frame of ``kind`` (only ``columns``, in the kind's order, when
+    given: the others are not read); :class:`InputError` (one line, naming it) if bad."""
     try:
-        table = pq.read_table(path)
-        return dataframes.table_to_frame(kind, table)
+        if columns is None:
+            table = pq.read_table(path)
+        else:
+            part = pq.ParquetFile(path)
+            present = set(part.schema_arrow.names)
+            table = part.read(columns=[c for c in columns if c in present])
+            part.close()
+        return dataframes.table_to_frame(kind, table, columns)
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise _PartError(path, f"cannot read store part {path}: {reason}") from None
@@ -506,6 +582,20 @@ def _unique_sorted(df: pd.DataFrame) -> pd.DataFrame:
     if np.array_equal(order, np.arange(len(df))):
         return df
     return dataframes.take_rows(df, order)
+
+
+def _same_keys(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Whether ``a`` and ``b`` hold the same (ts_ns, source, seq) keys row by row."""
+    if len(a) != len(b):
+        return False
+    if not all(np.array_equal(a[c].to_numpy(), b[c].to_numpy()) for c in ("seq", "ts_ns")):
+        return False
+    sa, sb = a["source"], b["source"]
+    if isinstance(sa.dtype, pd.CategoricalDtype) and isinstance(sb.dtype, pd.CategoricalDtype):
+        # on one set of categories (a source b lacks: code -1), compared as codes
+        recoded = sa.cat.set_categories(sb.cat.categories)
+        return bool(np.array_equal(recoded.cat.codes.to_numpy(), sb.cat.codes.to_numpy()))
+    return bool((sa.astype(str).to_numpy() == sb.astype(str).to_numpy()).all())
 
 
 def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:

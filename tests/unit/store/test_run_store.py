@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -9,8 +10,12 @@ import pytest
 
 from diag.errors import InputError
 from diag.schema import StepEvent
+from diag.store import dataframes
 from diag.store.run_store import RunStore
 from tests.fakes.events import Source, keys
+
+#: The step columns a store keeps in memory: what an analysis pass reads.
+HELD = RunStore(".").resident_columns("step")
 
 
 def test_flush_writes_one_part_per_kind_and_frame_merges_buffer(tmp_path: Path) -> None:
@@ -116,14 +121,61 @@ def test_a_snapshot_reads_the_run_as_it_was_while_ingest_and_flushes_go_on(
     # what a snapshot read is kept: the next one reads no part twice
     reads: list[str] = []
     real = run_store.read_part
-    monkeypatch.setattr(run_store, "read_part", lambda k, p: reads.append(p.name) or real(k, p))
+    monkeypatch.setattr(
+        run_store, "read_part", lambda k, p, c=None: reads.append(p.name) or real(k, p, c)
+    )
     fresh = RunStore.open(tmp_path)
+    held = fresh.resident_columns("step")  # what the analysis reads: all it keeps in memory
     first = fresh.snapshot()
-    first.frame("step")
+    first.frame("step", held)
     fresh.adopt(first)
     assert sorted(reads) == ["part-000000.parquet", "part-000001.parquet"]
-    fresh.snapshot().frame("step")
+    fresh.snapshot().frame("step", held)
     assert len(reads) == 2
+
+
+def test_columns_left_on_disk_read_back_in_the_frames_row_order(tmp_path: Path) -> None:
+    """The step cache leaves the columns no analysis reads on disk; a frame that asks for every
+    column gets them read from the parts and the buffer, each on its own row (rows replayed,
+    out of time order, flushed and buffered), and the cache stays without them."""
+    from diag.store.run_store import DETACHED
+
+    store = RunStore.create(tmp_path)
+    a, b = Source(rank=0), Source(rank=1)
+
+    def step(src: Source, i: int, ts: int) -> StepEvent:
+        return replace(src.step(i), ts_ns=ts, other_ns=1000 * ts + src.rank, num_backward=i + 2)
+
+    b0 = step(b, 0, 40)
+    store.append([step(a, 0, 50), b0])
+    store.flush()
+    store.append([step(a, 1, 30), step(b, 1, 60), b0])  # b's step 0 sent again
+    store.flush()
+    store.append([step(a, 2, 45)])  # buffered
+    detached = sorted(DETACHED["step"])
+    assert not set(detached) & set(store.resident_columns("step"))
+    assert not set(detached) & set(store.frame("step", store.resident_columns("step")).columns)
+    whole = store.frame("step")
+    assert list(whole.columns) == list(dataframes.dtypes("step"))
+    assert whole["ts_ns"].tolist() == [30, 40, 45, 50, 60]
+    assert whole["other_ns"].tolist() == [30000, 40001, 45000, 50000, 60001]
+    assert whole["num_backward"].tolist() == [3, 2, 4, 2, 3]
+    assert whole["device_compute_ns"].isna().all()
+    only = store.frame("step", ["num_backward", "rank"])
+    assert list(only.columns) == ["num_backward", "rank"] and only["rank"].tolist() == [
+        0,
+        1,
+        0,
+        0,
+        1,
+    ]
+    snap = store.snapshot()
+    assert snap.frame("step")["other_ns"].tolist() == whole["other_ns"].tolist()
+    with pytest.raises(InputError, match="no column 'nope'"):
+        store.frame("step", ["nope"])
+    # the same frame as a store that keeps every column in memory
+    store.flush()
+    assert RunStore.open(tmp_path, detached={}).frame("step").equals(store.frame("step"))
 
 
 def test_frames_read_again_are_the_same_and_cannot_be_changed_through_a_reader(
@@ -168,7 +220,8 @@ def test_a_snapshot_hands_back_its_sorted_frames(
     sorts: list[int] = []
     real = run_store._unique_sorted
     monkeypatch.setattr(run_store, "_unique_sorted", lambda df: sorts.append(len(df)) or real(df))
-    assert keys(fresh.snapshot().frame("step")) == keys(snap.frame("step"))
+    held = fresh.resident_columns("step")  # what a pass reads (the rest is read from disk)
+    assert keys(fresh.snapshot().frame("step", held)) == keys(snap.frame("step", held))
     assert sorts == []
 
 
@@ -254,18 +307,18 @@ def test_the_newest_rows_buffered_are_sorted_alone_and_merged_once_per_pass(
     srcs = [Source(rank=r) for r in range(4)]
     store.append([s.step(i) for i in range(10) for s in srcs])
     store.flush()
-    store.frame("step")  # sorted once, as a pass after the flush would
+    store.frame("step", HELD)  # sorted once, as a pass after the flush would
     sorts: list[int] = []
     real = run_store._unique_sorted
     monkeypatch.setattr(run_store, "_unique_sorted", lambda df: sorts.append(len(df)) or real(df))
     store.append([s.step(10) for s in srcs])
     snap = store.snapshot()
-    first = snap.frame("step")
+    first = snap.frame("step", HELD)
     assert keys(first)[-4:] == [(s.name, 10) for s in srcs] and len(first) == 44
-    assert keys(snap.frame("step")) == keys(first)
+    assert keys(snap.frame("step", HELD)) == keys(first)
     assert sorts == [4]  # the four new rows, once for both reads
     store.append([srcs[0].step(3)])  # a late row, as old as stored ones: sorted in with them
-    again = store.frame("step")
+    again = store.frame("step", HELD)
     assert len(again) == 45 and again["ts_ns"].is_monotonic_increasing
     assert (srcs[0].name, 11) in keys(again) and sorts[-1] == 45
 
@@ -292,7 +345,7 @@ def test_a_flush_of_newer_rows_keeps_the_cached_frame_sorted_without_sorting_it_
     srcs = [Source(rank=r, host=f"h{r}") for r in range(3)]
     store.append([s.step(i) for i in range(4) for s in srcs])
     store.flush()
-    assert len(store.frame("step")) == 12  # read and sorted once
+    assert len(store.frame("step", HELD)) == 12  # read and sorted once
     sorted_rows: list[int] = []
     real = run_store._unique_sorted
     monkeypatch.setattr(
@@ -305,7 +358,7 @@ def test_a_flush_of_newer_rows_keeps_the_cached_frame_sorted_without_sorting_it_
     store.append([s.step(6) for s in srcs])
     store.flush()
     assert store._cached["step"] is cached  # a flush copies nothing of what is cached
-    df = store.frame("step")  # folds both flushes' rows in, once
+    df = store.frame("step", HELD)  # folds both flushes' rows in, once
     assert max(sorted_rows) <= 8  # each flush's rows alone, never the whole frame again
     assert len(df) == 12 + 8 + 3 and df["host"].dtype == "category"
     monkeypatch.setattr(run_store, "_unique_sorted", real)
