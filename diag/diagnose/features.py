@@ -430,9 +430,10 @@ def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) ->
                 grouped[:, cols] = peer_median(wide.iloc[:, cols]).to_numpy()
         return pd.DataFrame(grouped, index=wide.index, columns=wide.columns)
     values = wide.to_numpy(dtype=float)
-    out = np.full_like(values, np.nan)
     num_rows, n = values.shape
-    if n >= 2 and num_rows:
+    if n < 2 or not num_rows:
+        out = np.full_like(values, np.nan)
+    else:
         m = n - 1  # peers per rank
         ks = [m // 2] if m % 2 else [m // 2 - 1, m // 2]
         picks = sorted({k for k in ks} | {k + 1 for k in ks})
@@ -454,7 +455,10 @@ def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) ->
             del before, equal
             return np.where(at_or_before, s_next, s_k)
 
-        out = peer_at(ks[0]) if m % 2 else (peer_at(ks[0]) + peer_at(ks[1])) / 2.0
+        out = peer_at(ks[0])  # in place below: one step x rank table, not three
+        if not m % 2:
+            out += peer_at(ks[1])
+            out /= 2.0
         isnan = np.isnan(values)
         num_nan = isnan.sum(axis=1)
         if num_nan.any():  # a NaN among a rank's peers makes its peer median NaN

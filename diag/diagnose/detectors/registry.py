@@ -92,6 +92,12 @@ DETECTORS: dict[str, Callable[[Features, Any], list[Finding]]] = {
     "gpu_wedged": gpu_wedged.detect,
 }
 
+#: The detectors that read ``Features.wide`` (step x rank tables the features keep once built:
+#: ~60 MB each at 131,072 ranks x 50 steps, five of them). :func:`run_all` runs the others
+#: first, so that their temporaries (drift's loss scan, ~0.5 GB there) never stack on those
+#: tables; the findings keep :data:`DETECTORS`' order. A test holds the others to it.
+WIDE_READERS = frozenset({"node", "contention", "data", "checkpoint", "kernel"})
+
 #: detector name -> its default config (the typed dataclass its ``detect`` accepts).
 DEFAULT_CONFIGS: dict[str, object] = {
     "node": node.NodeConfig(),
@@ -122,11 +128,12 @@ def run_all(
     unknown = sorted(set(cfg) - set(DETECTORS))
     if unknown:
         raise ValueError(f"no detector named {', '.join(unknown)}")
-    findings: list[Finding] = []
-    for name, detect in DETECTORS.items():
+    found: dict[str, list[Finding]] = {}
+    for name in sorted(DETECTORS, key=lambda n: n in WIDE_READERS):  # stable: registry order
         if cancelled is not None and cancelled():
             raise Cancelled(f"triage cancelled before the {name} detector")
-        findings.extend(detect(features, cfg.get(name, DEFAULT_CONFIGS[name])))
+        found[name] = DETECTORS[name](features, cfg.get(name, DEFAULT_CONFIGS[name]))
+    findings = [f for name in DETECTORS for f in found[name]]
     if cancelled is not None and cancelled():
         raise Cancelled("triage cancelled before reconciling")
     kernel_cfg = cfg.get("kernel", DEFAULT_CONFIGS["kernel"])
