@@ -216,7 +216,10 @@ class Features:
             return pd.DataFrame(dtype=float)
         table = self._memo.get(("wide", column))
         if table is None:
-            table = self._memo[("wide", column)] = _step_by_rank(self.steps, column)
+            if "grid" not in self._memo:
+                self._memo["grid"] = _grid_of(self.steps)
+            grid = self._memo["grid"]
+            table = self._memo[("wide", column)] = _step_by_rank(self.steps, column, grid)
         return table.iloc[warmup_steps:]  # copy-on-write: the caller's to change
 
     def hosts_of(self) -> dict[int, str]:
@@ -227,15 +230,65 @@ class Features:
         return dict(hosts)
 
 
-def _step_by_rank(steps: pd.DataFrame, column: str) -> pd.DataFrame:
+@dataclass(frozen=True, slots=True)
+class _Grid:
+    """Where each row of a steps table unique on (step, rank) goes in its step x rank tables:
+    the sorted steps and ranks, and each row's cell (``None``: row ``i`` is cell ``i``, a table
+    sorted by (step, rank) with every cell present, as :func:`_steps` builds a full run's)."""
+
+    step_ids: np.ndarray
+    rank_ids: np.ndarray
+    cell: np.ndarray | None
+
+
+def _grid_of(steps: pd.DataFrame) -> _Grid | None:
+    """The cells of ``steps``' rows, once for every column (each column's own factorizing and
+    scattering held ~9 arrays of a row each: the data and node detectors' peak at 131,072 ranks
+    x 50 steps); ``None`` when a (step, rank) repeats (each column then picks its last value)."""
+    step_codes, step_ids = pd.factorize(steps["step"].to_numpy(), sort=True)
+    rank_codes, rank_ids = pd.factorize(steps["rank"].to_numpy(), sort=True)
+    cell = step_codes.astype(np.int64) * len(rank_ids) + rank_codes
+    del step_codes, rank_codes
+    size = len(step_ids) * len(rank_ids)
+    if np.bincount(cell, minlength=size).max(initial=0) > 1:
+        return None
+    dense = len(cell) == size and bool((np.diff(cell) == 1).all())
+    return _Grid(np.asarray(step_ids), np.asarray(rank_ids), None if dense else cell)
+
+
+def _step_by_rank(steps: pd.DataFrame, column: str, cells: _Grid | None = None) -> pd.DataFrame:
     """``steps[column]`` as a step x rank table: each cell the last non-NaN value of its (step,
     rank) in frame order, steps missing on some rank dropped, sorted (as ``pivot_table(...,
-    aggfunc="last").dropna()``, by one scatter into an array instead of a group-by)."""
+    aggfunc="last").dropna()``, by one scatter into an array instead of a group-by). ``cells``:
+    :func:`_grid_of` ``steps`` when it is unique on (step, rank): the scatter is then the only
+    copy of the column."""
     values = steps[column].to_numpy(dtype=float, na_value=np.nan)
     valid = ~np.isnan(values)
     if not valid.any():
         table = steps.pivot_table(index="step", columns="rank", values=column, aggfunc="last")
         return table.dropna().astype(float).sort_index()
+    if cells is not None:
+        num_steps, num_ranks = len(cells.step_ids), len(cells.rank_ids)
+        if cells.cell is None:
+            flat = np.array(values, dtype=float)  # its own copy: the table is the caller's
+        else:
+            flat = np.full(num_steps * num_ranks, np.nan)
+            flat[cells.cell] = values  # a NaN value leaves its cell NaN, as no value would
+        full = flat.reshape(num_steps, num_ranks)
+        del flat
+        # only the steps and ranks with a value, as the scatter of the valid rows has them
+        present = ~np.isnan(full)
+        rows, cols = present.any(axis=1), present.any(axis=0)
+        del present
+        if not (rows.all() and cols.all()):
+            full = full[rows][:, cols]
+        complete = ~np.isnan(full).any(axis=1)
+        table = pd.DataFrame(
+            full,
+            index=pd.Index(cells.step_ids[rows], name="step"),
+            columns=pd.Index(cells.rank_ids[cols], name="rank"),
+        )
+        return table if complete.all() else table[complete]
     values = values[valid]
     step_codes, step_ids = pd.factorize(steps["step"].to_numpy()[valid], sort=True)
     rank_codes, rank_ids = pd.factorize(steps["rank"].to_numpy()[valid], sort=True)
@@ -496,7 +549,7 @@ def persistent_columns(
     ``quick``: :func:`quick_runs` of the same table (a quick run makes a column persistent)."""
     n = flags.shape[0]
     found = np.zeros(flags.shape[1], dtype=bool)
-    sums = np.zeros((n + 1, flags.shape[1]), dtype=np.int64)
+    sums = np.zeros((n + 1, flags.shape[1]), dtype=np.int32)  # counts of at most n steps
     np.cumsum(flags, axis=0, out=sums[1:])
     if 1 <= window <= n:
         counts = sums[window:] - sums[:-window]  # windows ending at position i + window - 1

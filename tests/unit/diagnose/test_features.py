@@ -149,6 +149,7 @@ def test_wide_is_the_pivot_it_replaced_and_each_reader_gets_its_own() -> None:
     import pandas as pd
 
     rng = np.random.default_rng(7)
+    tables = []
     for _ in range(50):
         n = int(rng.integers(1, 70))
         steps = pd.DataFrame(
@@ -158,6 +159,21 @@ def test_wide_is_the_pivot_it_replaced_and_each_reader_gets_its_own() -> None:
                 "compute_ms": np.where(rng.random(n) < 0.15, np.nan, rng.standard_normal(n)),
             }
         )
+        # as the features build it: unique on (step, rank), sorted (one cell a row, scattered)
+        unique = steps.drop_duplicates(["step", "rank"], keep="last")
+        unique = unique.sort_values(["step", "rank"]).reset_index(drop=True)
+        # every cell present (row i is cell i: no scatter), a rank or a step all NaN, or not
+        s, r = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        values = rng.standard_normal(s * r)
+        values[rng.random(s * r) < rng.choice([0.0, 0.05, 0.3])] = np.nan
+        if rng.random() < 0.3:
+            values[np.arange(s * r) % r == 0] = np.nan  # rank 0 has no value
+        dense = pd.DataFrame(
+            {"step": np.repeat(np.arange(s), r), "rank": np.tile(np.arange(r), s),
+             "compute_ms": values}
+        )  # fmt: skip
+        tables += [steps, unique, dense]
+    for steps in tables:
         f = Features(steps=steps, ckpt=pd.DataFrame(), host=pd.DataFrame(), proc=pd.DataFrame())
         want = steps.pivot_table(index="step", columns="rank", values="compute_ms", aggfunc="last")
         want = want.dropna().astype(float).sort_index()

@@ -173,6 +173,12 @@ def test_columns_left_on_disk_read_back_in_the_frames_row_order(tmp_path: Path) 
     assert snap.frame("step")["other_ns"].tolist() == whole["other_ns"].tolist()
     with pytest.raises(InputError, match="no column 'nope'"):
         store.frame("step", ["nope"])
+    # rows that do not line up with the parts' (a row held here that they lack, rows left out)
+    # are matched on (source, seq): each value still lands on its own row
+    held = store.frame("step", HELD)
+    odd = pd.concat([held.iloc[[3, 0]], held.iloc[[0]].assign(seq=99)], ignore_index=True)
+    got = store._read_detached("step", ["other_ns"], odd)["other_ns"]
+    assert got.tolist()[:2] == [50000, 30000] and pd.isna(got.iloc[2])
     # the same frame as a store that keeps every column in memory
     store.flush()
     assert RunStore.open(tmp_path, detached={}).frame("step").equals(store.frame("step"))
