@@ -245,8 +245,17 @@ def _grid_of(steps: pd.DataFrame) -> _Grid | None:
     """The cells of ``steps``' rows, once for every column (each column's own factorizing and
     scattering held ~9 arrays of a row each: the data and node detectors' peak at 131,072 ranks
     x 50 steps); ``None`` when a (step, rank) repeats (each column then picks its last value)."""
-    step_codes, step_ids = pd.factorize(steps["step"].to_numpy(), sort=True)
-    rank_codes, rank_ids = pd.factorize(steps["rank"].to_numpy(), sort=True)
+    step, rank = steps["step"].to_numpy(), steps["rank"].to_numpy()
+    step_ids, rank_ids = np.sort(pd.unique(step)), np.sort(pd.unique(rank))
+    num_steps, num_ranks = len(step_ids), len(rank_ids)
+    if len(step) == num_steps * num_ranks:  # every cell, in order? checked a step at a time
+        shape = (num_steps, num_ranks)
+        if (step.reshape(shape) == step_ids[:, None]).all() and (
+            rank.reshape(shape) == rank_ids[None, :]
+        ).all():
+            return _Grid(step_ids, rank_ids, None)
+    step_codes, step_ids = pd.factorize(step, sort=True)
+    rank_codes, rank_ids = pd.factorize(rank, sort=True)
     cell = step_codes.astype(np.int64) * len(rank_ids) + rank_codes
     del step_codes, rank_codes
     size = len(step_ids) * len(rank_ids)

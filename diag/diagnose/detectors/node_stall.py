@@ -116,7 +116,7 @@ def find_stalls(
         return []
     peers = peer_median(compute, frames.classes)
     excess = compute - peers
-    lead = (excess - peer_median(excess, frames.classes)).to_numpy(dtype=float)
+    lead = excess.to_numpy(dtype=float) - peer_median(excess, frames.classes).to_numpy()
     slowest = _slowest(compute, frames.classes)
     size = _class_size(compute, frames.classes)
     ex = excess.to_numpy(dtype=float)
@@ -348,7 +348,8 @@ def _slowest(compute: pd.DataFrame, classes: Mapping[int, int] | None) -> np.nda
     values = compute.to_numpy(dtype=float)
     out = np.zeros(values.shape, dtype=bool)
     for cols in _members(compute, classes).values():
-        v = values[:, cols]
+        # every rank in one class (no layout): the table itself, not a copy of all its columns
+        v = values if cols == list(range(values.shape[1])) else values[:, cols]
         filled = np.where(np.isnan(v), -np.inf, v)
         top = np.argmax(filled, axis=1)
         hit = np.zeros(v.shape, dtype=bool)
