@@ -194,7 +194,7 @@ class AnalyzerCore:
     def _recover(self) -> RecoveryReport:
         corrupt = self.store.quarantine_corrupt_parts()
         for kind in self.store.kinds():
-            df = self.store.frame(kind, self.store.resident_columns(kind))
+            df = self.store.resident_frame(kind)
             self._raise_marks(df.groupby("source")["seq"].max().items())
             if kind == schema.StepEvent.kind:
                 recent = df.tail(256)  # sorted by time: the newest steps and their durations

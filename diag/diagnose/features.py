@@ -158,7 +158,7 @@ class Features:
     @classmethod
     def from_store(cls, store: RunStore) -> Features:
         """Features of a run store; :class:`~diag.errors.InputError` if a part is unreadable."""
-        step_events = store.frame("step", store.resident_columns("step"))
+        step_events = store.resident_frame("step")
         probes = store.frame("probe_result")
         steps = without_probe_steps(_steps(step_events), probes)
         groups = store.frame("process_group")
@@ -261,8 +261,7 @@ def _grid_of(steps: pd.DataFrame) -> _Grid | None:
     size = len(step_ids) * len(rank_ids)
     if np.bincount(cell, minlength=size).max(initial=0) > 1:
         return None
-    dense = len(cell) == size and bool((np.diff(cell) == 1).all())
-    return _Grid(np.asarray(step_ids), np.asarray(rank_ids), None if dense else cell)
+    return _Grid(np.asarray(step_ids), np.asarray(rank_ids), cell)
 
 
 def _step_by_rank(steps: pd.DataFrame, column: str, cells: _Grid | None = None) -> pd.DataFrame:

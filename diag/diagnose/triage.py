@@ -181,9 +181,7 @@ def _steps_stopped(store: RunStore) -> Evidence | None:
         for frame in (store.frame("host"), store.frame("hook_health"))
         if not frame.empty and "ts_ns" in frame
     ]
-    return steps_stopped(
-        store.frame("step", store.resident_columns("step")), max(ends) if ends else None
-    )
+    return steps_stopped(store.resident_frame("step"), max(ends) if ends else None)
 
 
 def read_findings(run_dir: Path) -> tuple[Finding, ...] | None:

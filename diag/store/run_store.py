@@ -334,7 +334,7 @@ class RunStore:
 
         A column the cache leaves on disk (:data:`DETACHED`) is read from the parts and the
         buffer when asked for: every column of such a kind costs a read of the parts; the
-        analysis asks for :meth:`resident_columns`.
+        analysis reads :meth:`resident_frame`.
 
         Raises :class:`InputError` naming the file if a part cannot be read.
         """
@@ -344,7 +344,7 @@ class RunStore:
         unknown = [c for c in want if c not in dataframes.dtypes(kind)]
         if unknown:
             raise InputError(f"{kind} has no column {unknown[0]!r}")
-        held = self._held_frame(kind)
+        held = self.resident_frame(kind)
         missing = [c for c in want if c not in held.columns]
         if missing:
             held = held.assign(**self._read_detached(kind, missing, held))
@@ -352,8 +352,11 @@ class RunStore:
             held = held[want]
         return held
 
-    def _held_frame(self, kind: str) -> pd.DataFrame:
-        """:meth:`frame` of the columns the cache holds."""
+    def resident_frame(self, kind: str) -> pd.DataFrame:
+        """:meth:`frame` of the columns the store keeps in memory (:meth:`resident_columns`):
+        what the analysis reads; nothing is read back from disk for it."""
+        if kind not in schema.EVENT_TYPES:
+            raise InputError(f"unknown event kind {kind!r}")
         stored = self._stored_frame(kind)
         if kind not in self._clean:  # once per new part, not once per read
             del stored  # the cache's frame, handed on: freed column by column as it is sorted
@@ -476,7 +479,7 @@ class RunStore:
         self, kind: str, names: list[str], held: pd.DataFrame
     ) -> dict[str, pd.Series]:
         """The columns ``names`` of ``kind``, which the cache leaves on disk, for the rows of
-        ``held`` (:meth:`_held_frame`), in its order: read from the parts it was built from and
+        ``held`` (:meth:`resident_frame`), in its order: read from the parts it was built from and
         from the buffer, then deduplicated and sorted as it was. Those are the same rows in the
         same order (the order is the key's); rows that differ (a part read since, a replayed
         seq with another time) are matched on (source, seq) instead."""
@@ -534,10 +537,9 @@ def read_part(kind: str, path: Path, columns: Collection[str] | None = None) -> 
         if columns is None:
             table = pq.read_table(path)
         else:
-            part = pq.ParquetFile(path)
-            present = set(part.schema_arrow.names)
-            table = part.read(columns=[c for c in columns if c in present])
-            part.close()
+            with pq.ParquetFile(path) as part:
+                present = set(part.schema_arrow.names)
+                table = part.read(columns=[c for c in columns if c in present])
         return dataframes.table_to_frame(kind, table, columns)
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__

@@ -17,7 +17,7 @@ other non-finite float (a GPU reading) becomes ``null``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from diag.store.dataframes import empty_frame
-from diag.store.groupwise import medians_by
+from diag.store.groupwise import medians_frame
 from diag.store.run_store import RunStore
 
 _NS_PER_MS = 1e6
@@ -221,7 +221,7 @@ def summarize(store: RunStore | str | Path) -> RunSummary:
     """The summary of a run store (or of the run directory at that path)."""
     if not isinstance(store, RunStore):
         store = RunStore.open(store)
-    frames = {kind: store.frame(kind, store.resident_columns(kind)) for kind in store.kinds()}
+    frames = {kind: store.resident_frame(kind) for kind in store.kinds()}
     ranks = _ranks(frames)
     run = _run(frames, ranks)
     writer = store.writer_pid()
@@ -342,31 +342,9 @@ def _ratio(mine: float | None, reference: float | None) -> float | None:
     return mine / reference
 
 
-class _Floats(Mapping[str, np.ndarray]):
-    """Columns of ``df`` at ``rows`` as floats (missing: NaN), each taken when read and let go
-    of after: :func:`medians_by` reads them in turn (all seven at once were ~0.4 GB at 131,072
-    ranks x 50 steps)."""
-
-    def __init__(self, df: pd.DataFrame, rows: np.ndarray, names: Sequence[str]) -> None:
-        self.df, self.rows, self.names = df, rows, list(names)
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self.names:
-            raise KeyError(name)
-        return self.df[name].array.take(self.rows).to_numpy(dtype=float, na_value=np.nan)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-
 def _medians(steps: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Per rank (``rank >= 0``), the median of each of ``columns`` (floats; index ``rank``)."""
-    rows = np.flatnonzero(steps["rank"].to_numpy() >= 0)
-    ranks, meds = medians_by(steps["rank"].to_numpy()[rows], _Floats(steps, rows, columns))
-    return pd.DataFrame(meds, index=pd.Index(ranks, name="rank"), columns=columns)
+    return medians_frame(steps, "rank", columns, np.flatnonzero(steps["rank"].to_numpy() >= 0))
 
 
 def _ranked(frames: dict[str, pd.DataFrame], kind: str, columns: Sequence[str]) -> pd.DataFrame:

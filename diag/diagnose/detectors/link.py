@@ -121,9 +121,7 @@ def detect_from_store(store: RunStore, cfg: LinkConfig | None = None) -> list[Fi
     kinds = store.kinds()
     if "collective" not in kinds and "collective_summary" not in kinds:
         return []
-    steps = (
-        store.frame("step", store.resident_columns("step")) if "step" in kinds else pd.DataFrame()
-    )
+    steps = store.resident_frame("step") if "step" in kinds else pd.DataFrame()
     coll = store.frame("collective") if "collective" in kinds else pd.DataFrame()
     summaries = store.frame("collective_summary") if "collective_summary" in kinds else None
     return detect(coll, steps, cfg or LinkConfig(), summaries)
