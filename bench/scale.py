@@ -54,11 +54,13 @@ detector and the reconciliation; where a pass's memory goes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
 import os
 import resource
+import struct
 import subprocess
 import sys
 import tempfile
@@ -75,6 +77,7 @@ from diag import schema
 from diag.analyzer.core import AnalyzerCore
 from diag.diagnose.detectors.registry import DEFAULT_CONFIGS, DETECTORS
 from diag.diagnose.features import Features
+from diag.proto import diag_pb2 as pb
 from diag.store.run_store import RunStore
 from diag.store.summary import summarize
 from diag.transport import codec
@@ -267,41 +270,93 @@ def culprits(findings, win: Window) -> dict:
     }
 
 
-def ingest_window(args: argparse.Namespace, win: Window, wire: str, tmp: str) -> tuple:
-    """The window through a fresh analyzer core on ``wire``: ``(core, figures)``."""
-    gen_s = enc_s = ingest_s = flush_s = 0.0
+BATCH_HEADER = struct.Struct("<iI")  # a batch's step (the flush schedule) and its length
+
+
+def batch_file(gen_dir: str, name: str) -> str:
+    return os.path.join(gen_dir, f"{name}.batches")
+
+
+def write_batch(fh: Any, step: int, batch: Any) -> int:
+    payload = batch.SerializeToString()
+    fh.write(BATCH_HEADER.pack(step, len(payload)))
+    fh.write(payload)
+    return len(payload)
+
+
+def read_batches(path: str) -> Iterator[tuple[int, bytes]]:
+    """``(step, payload)`` of each batch :func:`generate` wrote to ``path``, in order."""
+    with open(path, "rb") as fh:
+        while header := fh.read(BATCH_HEADER.size):
+            step, size = BATCH_HEADER.unpack(header)
+            yield step, fh.read(size)
+
+
+def encode(events: list, wire: str) -> Any:
+    batch = codec.batch_to_proto(events, sender="bench", sent_ns=T0)
+    return codec.with_columns(batch) if wire == "columns" else batch
+
+
+def generate(args: argparse.Namespace, ranks: int, gen_dir: str) -> dict:
+    """The window's batches, encoded once per wire, into files under ``gen_dir`` (this runs in a
+    process of its own: the millions of event objects and messages it builds are never in the
+    analyzer's process), then the next step and the 8 steps of news on the last wire."""
+    win = Window(args, ranks)
+    gen_s = 0.0
+    enc_s = dict.fromkeys(args.wire, 0.0)
+    size = dict.fromkeys(args.wire, 0)
+    files = {w: open(batch_file(gen_dir, w), "wb") for w in args.wire}  # noqa: SIM115
+    t0 = time.perf_counter()
+    for step, events in win.batches(args.batch):
+        for wire in args.wire:
+            batch, dt = timed(encode, events, wire)
+            enc_s[wire] += dt
+            size[wire] += write_batch(files[wire], step, batch)
+    for fh in files.values():
+        fh.close()
+    gen_s = time.perf_counter() - t0 - sum(enc_s.values())
+    with open(batch_file(gen_dir, "next"), "wb") as fh:
+        write_batch(fh, args.steps, encode(win.next_step(), args.wire[-1]))
+    with open(batch_file(gen_dir, "news"), "wb") as fh:
+        for i, events in enumerate(win.news(8)):
+            write_batch(fh, args.steps + 1 + i, encode(events, args.wire[-1]))
+    return {"generate_s": gen_s, "encode_s": enc_s, "bytes": size}
+
+
+def ingest_window(args: argparse.Namespace, gen_dir: str, wire: str, tmp: str) -> tuple:
+    """The window's batches on ``wire`` (:func:`generate`) through a fresh analyzer core, each
+    parsed from its bytes as the analyzer's gRPC server does: ``(core, figures)``."""
+    parse_s = ingest_s = flush_s = 0.0
     num_events = num_bytes = 0
     core = AnalyzerCore(RunStore.create(tmp))
-    gen_t0 = time.perf_counter()
     last_step = -1
-    for step, events in win.batches(args.batch):
+    for step, payload in read_batches(batch_file(gen_dir, wire)):
         if step != last_step and last_step >= 0 and step % args.flush_every == 0:
             _, dt = timed(core.flush)
             flush_s += dt
         last_step = step
-
-        def encode(ev: list = events) -> object:
-            batch = codec.batch_to_proto(ev, sender="bench", sent_ns=T0)
-            return codec.with_columns(batch) if wire == "columns" else batch
-
-        batch, dt = timed(encode)
-        enc_s += dt
-        num_bytes += batch.ByteSize()
+        batch, dt = timed(pb.EventBatch.FromString, payload)
+        parse_s += dt
+        num_bytes += len(payload)
+        del payload
         result, dt = timed(core.ingest, batch)
         ingest_s += dt
         num_events += result.num_accepted
     _, dt = timed(core.flush)
     flush_s += dt
-    gen_s = time.perf_counter() - gen_t0 - enc_s - ingest_s - flush_s
     return core, {
         "events": num_events,
-        "generate_s": gen_s,
-        "encode_s": enc_s,
+        "parse_s": parse_s,
         "ingest_s": ingest_s,
         "ingest_events_per_s": num_events / ingest_s,
         "flush_s": flush_s,
         "bytes_per_event": num_bytes / max(num_events, 1),
     }
+
+
+def ship_file(core: AnalyzerCore, path: str) -> None:
+    for _, payload in read_batches(path):
+        core.ingest(pb.EventBatch.FromString(payload))
 
 
 class StageMemory:
@@ -361,8 +416,17 @@ class StageMemory:
         RunStore.flush = self.wrap("flush", RunStore.flush)  # type: ignore[method-assign]
 
 
+def ingest_only(args: argparse.Namespace, ranks: int, wire: str) -> dict:
+    """A child's work for a wire other than the last: its ingest alone, into its own store."""
+    with tempfile.TemporaryDirectory(prefix="diag-scale-") as tmp:
+        core, figures = ingest_window(args, args.gen_dir, wire, tmp)
+        core.close()
+    return {**figures, "rss_after_ingest_mib": rss_mib()}
+
+
 def run_one(args: argparse.Namespace, ranks: int) -> dict:
-    win = Window(args, ranks)
+    """The analyzer's process: the last wire's batches ingested, then the passes."""
+    win = Window(args, ranks)  # its facts only: the events come from the generator's files
     res: dict = {
         "ranks": ranks,
         "hosts": ranks // RANKS_PER_HOST,
@@ -374,21 +438,14 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         "wires": {},
         "summaries": args.summaries,
     }
-    for wire in args.wire[:-1]:  # ingest only, each into its own store
-        with tempfile.TemporaryDirectory(prefix="diag-scale-") as tmp:
-            core, figures = ingest_window(args, win, wire, tmp)
-            core.close()
-            del core
-        res["wires"][wire] = figures
     mem = StageMemory() if args.stages else None
     if mem is not None:
         mem.label_analyzer()
         mem.enter("ingest")
     with tempfile.TemporaryDirectory(prefix="diag-scale-") as tmp:
-        core, figures = ingest_window(args, win, args.wire[-1], tmp)
+        core, figures = ingest_window(args, args.gen_dir, args.wire[-1], tmp)
         res["wires"][args.wire[-1]] = figures
         res.update(figures, wire=args.wire[-1], rss_after_ingest_mib=rss_mib())
-
         if mem is not None:
             mem.enter("pass 1, full")
         triage, res["triage_s"] = timed(core.triage)
@@ -404,14 +461,9 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         res["analysis_s"] = res["features_s"] + sum(det.values())
 
         # one more step arrives (buffered, as in a live run): the next live-triage pass
-        def ship(events: list) -> None:
-            core.ingest(
-                codec.with_columns(codec.batch_to_proto(events, sender="bench", sent_ns=T0))
-            )
-
         if mem is not None:
             mem.enter("pass 2, live, one more step")
-        ship(win.next_step())
+        ship_file(core, batch_file(args.gen_dir, "next"))
         _, res["next_pass_s"] = timed(core.live_triage)
         res["next_pass_verdict"] = core.last_verdict.reason if core.last_verdict else ""
         res["next_pass_screened"] = core.num_screened_passes
@@ -421,8 +473,7 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         if mem is not None:
             mem.enter("pass 4, live, 8 more steps")
         # a third rank slows down: the screen must make the next live pass a full one
-        for events in win.news(8):
-            ship(events)
+        ship_file(core, batch_file(args.gen_dir, "news"))
         news, res["news_pass_s"] = timed(core.live_triage)
         res["news_verdict"] = core.last_verdict.reason if core.last_verdict else ""
         res["news_named"] = any(win.news_rank in f.ranks for f in news.findings)
@@ -587,9 +638,10 @@ def report(r: dict) -> None:
     )
     for wire, w in r["wires"].items():
         print(
-            f"  wire {wire:>7}: encode {w['encode_s']:.2f} s   ingest {w['ingest_s']:.2f} s "
-            f"({w['ingest_events_per_s']:,.0f} events/s, goal 400k)   flush {w['flush_s']:.2f} s   "
-            f"{w['bytes_per_event']:.0f} B/event"
+            f"  wire {wire:>7}: encode {w['encode_s']:.2f} s   parse {w['parse_s']:.2f} s   "
+            f"ingest {w['ingest_s']:.2f} s ({w['ingest_events_per_s']:,.0f} events/s, goal 400k)"
+            f"   flush {w['flush_s']:.2f} s   {w['bytes_per_event']:.0f} B/event   peak RSS after "
+            f"it {w.get('rss_after_ingest_mib', r['rss_after_ingest_mib']):,.0f} MiB"
         )
     if len(r["wires"]) > 1:
         rates = {k: w["ingest_events_per_s"] for k, w in r["wires"].items()}
@@ -668,26 +720,80 @@ def main() -> None:
         "timings are not a plain run's)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object per world size")
+    ap.add_argument(
+        "--batches",
+        metavar="DIR",
+        help="keep the generated batches under DIR and reuse them in later runs (the generator "
+        "takes ~2 minutes at 131,072 ranks)",
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--generate", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ingest-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--gen-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.generate:
+        print(json.dumps(generate(args, args.ranks[0], args.gen_dir)))
+        return
     if args.child:
-        print(json.dumps(run_one(args, args.ranks[0])))
+        wire = args.wire[-1]
+        out = (
+            ingest_only(args, args.ranks[0], wire)
+            if args.ingest_only
+            else run_one(args, args.ranks[0])
+        )
+        print(json.dumps(out))
         return
     print(
-        "one Python process per world size, single-threaded (one core); "
+        "one analyzer process per world size and wire, single-threaded (one core), fed the "
+        "batches' bytes by a generator process before it; "
         f"python {sys.version.split()[0]}"
     )
     if args.collectives_per_step > 0:
         shipped = shipped_per_rank_step(args.collectives_per_step)
         print(json.dumps({"shipped": shipped})) if args.json else report_shipped(shipped)
     for ranks in args.ranks:
-        cmd = [sys.executable, __file__, "--child", "--ranks", str(ranks)]
+        base = [sys.executable, __file__, "--ranks", str(ranks)]
         for opt in ("steps", "batch", "flush_every", "seed", "host_extra", "rank_extra"):
-            cmd += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
-        cmd += ["--wire", *args.wire] + (["--summaries"] if args.summaries else [])
-        cmd += ["--stages"] if args.stages else []
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        r = json.loads(out.strip().splitlines()[-1])
+            base += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
+        base += ["--summaries"] if args.summaries else []
+
+        def child(*extra: str, base: list[str] = base) -> dict:
+            out = subprocess.run([*base, *extra], check=True, capture_output=True, text=True).stdout
+            return json.loads(out.strip().splitlines()[-1])
+
+        with contextlib.ExitStack() as stack:
+            if args.batches:  # kept: generated once, read by every later run with these options
+                key = "-".join(
+                    str(getattr(args, o))
+                    for o in ("steps", "batch", "seed", "host_extra", "rank_extra")
+                )
+                gen_dir = os.path.join(
+                    args.batches, f"{ranks}-{key}-{'s' if args.summaries else 'p'}"
+                )
+                os.makedirs(gen_dir, exist_ok=True)
+            else:
+                gen_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="diag-scale-gen-"))
+            meta = os.path.join(gen_dir, "generated.json")
+            have = os.path.exists(meta) and all(
+                os.path.exists(batch_file(gen_dir, w)) for w in args.wire
+            )
+            if have:
+                with open(meta) as fh:
+                    gen = json.load(fh)
+            else:
+                gen = child("--generate", "--gen-dir", gen_dir, "--wire", *args.wire)
+                with open(meta, "w") as fh:
+                    json.dump(gen, fh)
+            wires = {
+                w: child("--child", "--ingest-only", "--gen-dir", gen_dir, "--wire", w)
+                for w in args.wire[:-1]
+            }
+            stages = ["--stages"] if args.stages else []
+            r = child("--child", "--gen-dir", gen_dir, "--wire", args.wire[-1], *stages)
+        wires[args.wire[-1]] = r["wires"][args.wire[-1]]
+        for w, figures in wires.items():
+            figures.update(generate_s=gen["generate_s"], encode_s=gen["encode_s"][w])
+        r["wires"] = wires
         print(json.dumps(r)) if args.json else report(r)
         sys.stdout.flush()
 
