@@ -30,6 +30,7 @@ from diag.diagnose.features import Features
 from diag.diagnose.reconcile import reconcile
 from diag.errors import Cancelled
 from diag.findings import Finding, ranked
+from diag.store.memory import release_free_memory
 
 
 def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
@@ -133,6 +134,8 @@ def run_all(
         if cancelled is not None and cancelled():
             raise Cancelled(f"triage cancelled before the {name} detector")
         found[name] = DETECTORS[name](features, cfg.get(name, DEFAULT_CONFIGS[name]))
+        if name in WIDE_READERS:  # its temporaries back to the system before the next one's
+            release_free_memory()  # (a few ms; glibc keeps freed medium arrays otherwise)
     findings = [f for name in DETECTORS for f in found[name]]
     if cancelled is not None and cancelled():
         raise Cancelled("triage cancelled before reconciling")

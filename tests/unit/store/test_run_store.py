@@ -454,3 +454,54 @@ def test_a_part_is_written_in_row_groups_and_reads_back_whole(
     (part,) = store.flush()
     assert pq.ParquetFile(part).metadata.num_row_groups == 3  # 9 rows, 4 per group
     pd.testing.assert_frame_equal(RunStore.open(tmp_path).frame("step"), want)
+
+
+def test_the_cache_holds_index_columns_in_32_bits_and_frames_hand_out_the_schemas_dtypes(
+    tmp_path: Path,
+) -> None:
+    """The analysis reads rank, local_rank, step and seq as int32 (half the memory of the step
+    cache's index); a frame for anyone else has the kind's dtypes, the same values; a value
+    beyond 32 bits keeps its column 64-bit, in the cache and merged with narrower rows."""
+    store = RunStore.create(tmp_path)
+    a, b = Source(rank=3), Source(rank=70_000)
+    store.append([a.step(0), b.step(0)])
+    store.flush()
+    store.append([a.step(1), b.step(1)])  # buffered: merged with the cache
+    held = store.resident_frame("step")
+    assert {str(held[c].dtype) for c in dataframes.INDEX_COLUMNS} == {"int32"}
+    whole = store.frame("step")
+    assert {str(whole[c].dtype) for c in dataframes.INDEX_COLUMNS} == {"int64"}
+    assert whole["rank"].tolist() == held["rank"].tolist() == [3, 70_000, 3, 70_000]
+    assert whole["step"].tolist() == [0, 0, 1, 1]
+    big = replace(b.step(2), seq=2**40)
+    store.append([big])
+    store.flush()
+    held = store.resident_frame("step")
+    assert str(held["seq"].dtype) == "int64" and str(held["rank"].dtype) == "int32"
+    assert held["seq"].tolist()[-1] == 2**40 and len(held) == 5
+    assert store.frame("step")["seq"].tolist() == held["seq"].tolist()
+
+
+def test_a_nullable_column_no_row_sets_is_not_held_until_one_does(tmp_path: Path) -> None:
+    """On a CPU job every step's device_wait_ns is <NA>: the cache does not hold it (the
+    analysis checks for it) and a frame fills it with <NA>; once a step has one, the older
+    rows read <NA> and the new one its value, in memory and on disk alike."""
+    from diag.store.run_store import OPTIONAL
+
+    assert "device_wait_ns" in OPTIONAL["step"]
+    store = RunStore.create(tmp_path)
+    a = Source(rank=0)
+    store.append([a.step(0), a.step(1)])
+    store.flush()
+    assert "device_wait_ns" not in store.resident_frame("step").columns
+    whole = store.frame("step")
+    assert str(whole["device_wait_ns"].dtype) == "Int64" and whole["device_wait_ns"].isna().all()
+    assert store.frame("step", ["device_wait_ns"])["device_wait_ns"].isna().all()
+    store.append([replace(a.step(2), device_wait_ns=7_000_000)])
+    for _ in range(2):  # buffered, then flushed and folded into the cache
+        held = store.resident_frame("step")
+        assert held["device_wait_ns"].tolist() == [pd.NA, pd.NA, 7_000_000]
+        assert store.frame("step")["device_wait_ns"].tolist() == [pd.NA, pd.NA, 7_000_000]
+        store.flush()
+    again = RunStore.open(tmp_path)
+    assert again.resident_frame("step")["device_wait_ns"].tolist() == [pd.NA, pd.NA, 7_000_000]
