@@ -344,8 +344,8 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
     training rank, sorted by (step, rank). The rows are chosen first and each column is built
     from them at its final size: filtering, converting and then deduplicating the frame held
     two copies of every column (at 131,072 ranks x 50 steps the table is ~500 MB)."""
-    rank = df["rank"].to_numpy(dtype=np.int64)
-    step = df["step"].to_numpy(dtype=np.int64)
+    rank = df["rank"].to_numpy()  # as the store holds them (int32 where they fit): no copy
+    step = df["step"].to_numpy()
     ranked = np.flatnonzero(rank >= 0)
     idx = ranked[last_positions(step[ranked], rank[ranked])]
 
@@ -356,8 +356,8 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
     host = df["host"] if df["host"].dtype == "category" else df["host"].astype(str)
     out = pd.DataFrame(
         {
-            "rank": rank[idx],
-            "step": step[idx],
+            "rank": rank[idx].astype(np.int64, copy=False),
+            "step": step[idx].astype(np.int64, copy=False),
             "host": host.array.take(idx),
             "duration_ms": ns("duration_ns") / _NS_PER_MS,
             "compute_ms": (ns("compute_ns") - cpu_wait) / _NS_PER_MS,
@@ -495,36 +495,53 @@ def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) ->
     if n < 2 or not num_rows:
         out = np.full_like(values, np.nan)
     else:
-        m = n - 1  # peers per rank
-        ks = [m // 2] if m % 2 else [m // 2 - 1, m // 2]
-        picks = sorted({k for k in ks} | {k + 1 for k in ks})
-        part = np.partition(values, picks, axis=1)  # NaNs last, as a sort puts them
-
-        def peer_at(k: int) -> np.ndarray:  # k-th smallest peer value of every (row, rank)
-            # A rank at sorted position p <= k leaves the k-th smallest of its peers at k + 1,
-            # one after it at k. Positions follow a stable sort: values below s_k first, then
-            # the values equal to s_k in column order.
-            s_k, s_next = part[:, k : k + 1], part[:, k + 1 : k + 2]
-            below = values < s_k
-            equal = values == s_k
-            # counts of at most n ranks: 32-bit (a 64-bit count per cell was a third of the
-            # node detector's peak at 131,072 ranks)
-            before = np.cumsum(equal, axis=1, dtype=np.int32)
-            before += below.sum(axis=1, keepdims=True, dtype=np.int32) - 1
-            at_or_before = below
-            at_or_before |= equal & (before <= k)
-            del before, equal
-            return np.where(at_or_before, s_next, s_k)
-
-        out = peer_at(ks[0])  # in place below: one step x rank table, not three
-        if not m % 2:
-            out += peer_at(ks[1])
-            out /= 2.0
-        isnan = np.isnan(values)
-        num_nan = isnan.sum(axis=1)
-        if num_nan.any():  # a NaN among a rank's peers makes its peer median NaN
-            out[(num_nan[:, None] - isnan) > 0] = np.nan
+        # a block of rows at a time: each block's temporaries (its partition, masks, counts and
+        # a second order statistic: ~4 tables' worth) are ~1 M cells, not the whole table's
+        # (at 131,072 ranks x 50 steps they were ~200 MB on top of the result)
+        out = np.empty_like(values)
+        block = max(1, _PEER_BLOCK_CELLS // n)
+        for start in range(0, num_rows, block):
+            out[start : start + block] = _peer_rows(values[start : start + block])
     return pd.DataFrame(out, index=wide.index, columns=wide.columns)
+
+
+#: Cells of the step x rank table :func:`peer_median` works on at a time.
+_PEER_BLOCK_CELLS = 1 << 20
+
+
+def _peer_rows(values: np.ndarray) -> np.ndarray:
+    """:func:`peer_median` of the rows of ``values`` (at least two columns), a new array."""
+    n = values.shape[1]
+    m = n - 1  # peers per rank
+    ks = [m // 2] if m % 2 else [m // 2 - 1, m // 2]
+    picks = sorted({k for k in ks} | {k + 1 for k in ks})
+    part = np.partition(values, picks, axis=1)  # NaNs last, as a sort puts them
+
+    def peer_at(k: int) -> np.ndarray:  # k-th smallest peer value of every (row, rank)
+        # A rank at sorted position p <= k leaves the k-th smallest of its peers at k + 1,
+        # one after it at k. Positions follow a stable sort: values below s_k first, then
+        # the values equal to s_k in column order.
+        s_k, s_next = part[:, k : k + 1], part[:, k + 1 : k + 2]
+        below = values < s_k
+        equal = values == s_k
+        # counts of at most n ranks: 32-bit (a 64-bit count per cell was a third of the
+        # node detector's peak at 131,072 ranks)
+        before = np.cumsum(equal, axis=1, dtype=np.int32)
+        before += below.sum(axis=1, keepdims=True, dtype=np.int32) - 1
+        at_or_before = below
+        at_or_before |= equal & (before <= k)
+        del before, equal
+        return np.where(at_or_before, s_next, s_k)
+
+    out = peer_at(ks[0])  # in place below: one table, not three
+    if not m % 2:
+        out += peer_at(ks[1])
+        out /= 2.0
+    isnan = np.isnan(values)
+    num_nan = isnan.sum(axis=1)
+    if num_nan.any():  # a NaN among a rank's peers makes its peer median NaN
+        out[(num_nan[:, None] - isnan) > 0] = np.nan
+    return out
 
 
 def class_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) -> pd.DataFrame:
@@ -594,11 +611,11 @@ def quick_runs(
     that, over every position of the table and every level tried, is at most ``alpha``:
     ``k = max(min_run, ceil(log(alpha / (positions x levels)) / log(p)))``, levels needing more
     than ``max_run`` steps not tried (the plain run finds those as soon). Returns a steps x
-    columns int table: at each position that ends a quick run, the run's first position (the
+    columns int32 table: at each position that ends a quick run, the run's first position (the
     earliest over the levels); -1 elsewhere. With fewer than two columns there are no others to
     judge by: no quick runs."""
     n, m = strength.shape
-    out = np.full((n, m), -1, dtype=np.int64)
+    out = np.full((n, m), -1, dtype=np.int32)  # positions of at most n steps
     if m < 2 or n < min_run:
         return out
     known = ~np.isnan(strength)
@@ -611,8 +628,8 @@ def quick_runs(
             hits = at.sum(axis=0)
             p = (hits.sum() - hits + 1.0) / (others + 1.0)
             need = np.ceil(budget / np.log(np.minimum(p, 0.5)))  # p >= 0.5: never within max_run
-            k = np.where(p < 0.5, np.maximum(min_run, need), max_run + 1).astype(np.int64)
-            length = np.zeros(m, dtype=np.int64)
+            k = np.where(p < 0.5, np.maximum(min_run, need), max_run + 1).astype(np.int32)
+            length = np.zeros(m, dtype=np.int32)
             for i in range(n):
                 length = np.where(at[i], length + 1, 0)
                 ends = (length >= k) & (k <= max_run)

@@ -32,7 +32,8 @@ scikit-learn is imported only when step 2 runs (it costs about a second to impor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from statistics import NormalDist
 
 import numpy as np
@@ -91,18 +92,18 @@ def profiles_from_steps(step_events: pd.DataFrame, warmup_steps: int = 5) -> pd.
     cols = [c for c in STEP_PHASES if c in step_events.columns]
     if step_events.empty or not cols or not {"rank", "step"} <= set(step_events.columns):
         return pd.DataFrame()
-    # the rows first, then only their phase columns: filtering the frame copied every column
-    # of it (at 131,072 ranks x 50 steps, the features' peak: ~1 GB of step rows)
+    # the rows first, then each phase column alone: filtering the frame copied every column of
+    # it (at 131,072 ranks x 50 steps, the features' peak: ~1 GB of step rows), and a frame of
+    # the chosen rows' phases held five columns, and the deviations five more (~0.4 GB)
     step = step_events["step"]
     ranked = np.flatnonzero(step_events["rank"].to_numpy() >= 0)
     chosen = ranked[early_steps(step.iloc[ranked], warmup_steps).to_numpy(dtype=bool)]
-    index = pd.MultiIndex.from_arrays(
-        [step_events["rank"].array.take(chosen), step.array.take(chosen)], names=["rank", "step"]
-    )
-    per_step = pd.DataFrame(
-        {c: step_events[c].array.take(chosen).astype(float) / 1e6 for c in cols}, index=index
-    )
-    return summarize(per_step)
+    keys = step_events["rank"].to_numpy()[chosen]
+
+    def phase_ms(name: str) -> np.ndarray:
+        return step_events[name].array.take(chosen).to_numpy(dtype=float, na_value=np.nan) / 1e6
+
+    return _profile(keys, {c: functools.partial(phase_ms, c) for c in cols})
 
 
 def summarize(per_step: pd.DataFrame) -> pd.DataFrame:
@@ -110,17 +111,33 @@ def summarize(per_step: pd.DataFrame) -> pd.DataFrame:
     the median over steps, and ``<phase>_se``, the standard error of that median (``1.2533 x
     1.4826 x MAD / sqrt(steps)``): how far two ranks doing the same work may differ by noise."""
     keys = per_step.index.get_level_values("rank").to_numpy()
-    values = {c: per_step[c].to_numpy(dtype=float, na_value=np.nan) for c in per_step.columns}
-    ranks, med = medians_by(keys, values)
-    row = np.searchsorted(ranks, keys)  # each row's rank, as a position in ``ranks``
-    _, mad = medians_by(keys, {c: np.abs(v - med[c][row]) for c, v in values.items()})
-    size = np.sqrt(np.bincount(row, minlength=len(ranks)).astype(float))
+
+    def values(name: str) -> np.ndarray:
+        return per_step[name].to_numpy(dtype=float, na_value=np.nan)
+
+    return _profile(keys, {c: functools.partial(values, c) for c in per_step.columns})
+
+
+def _profile(keys: np.ndarray, columns: Mapping[str, Callable[[], np.ndarray]]) -> pd.DataFrame:
+    """:func:`summarize` of the rows whose ranks are ``keys``, one phase at a time (each
+    column's values made when needed and let go of after)."""
+    names = list(columns)
+    ranks, med, mad = None, {}, {}
+    for name in names:
+        values = columns[name]()
+        ranks, got = medians_by(keys, {name: values})
+        med[name] = got[name]
+        row = np.searchsorted(ranks, keys)  # each row's rank, as a position in ``ranks``
+        _, dev = medians_by(keys, {name: np.abs(values - med[name][row])})
+        mad[name] = dev[name]
+        del values, row
+    if ranks is None:
+        ranks = np.unique(keys)
+    size = np.sqrt(np.bincount(np.searchsorted(ranks, keys), minlength=len(ranks)).astype(float))
     index = pd.Index(ranks, name="rank")
-    med_frame = pd.DataFrame(med, index=index, columns=per_step.columns)
+    med_frame = pd.DataFrame(med, index=index, columns=names)
     se = pd.DataFrame(
-        {c: 1.2533 * (mad[c] * 1.4826) / size for c in per_step.columns},
-        index=index,
-        columns=per_step.columns,
+        {c: 1.2533 * (mad[c] * 1.4826) / size for c in names}, index=index, columns=names
     )
     return pd.concat([med_frame, se.add_suffix("_se")], axis=1).astype(float)
 

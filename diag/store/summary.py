@@ -270,9 +270,7 @@ def _ranks(frames: dict[str, pd.DataFrame]) -> tuple[RankSummary, ...]:
     last_step = by_rank["step"].max().to_dict()
     step_host = by_rank["host"].last().to_dict()
     info_host = infos.groupby("rank")["host"].last().to_dict()
-    # The last recorded loss per rank, NaN/Inf kept (groupby.last() would skip a NaN).
-    with_loss = steps.dropna(subset=["loss"]).groupby("rank").tail(1)
-    loss_last = dict(zip(with_loss["rank"].tolist(), with_loss["loss"].tolist(), strict=True))
+    loss_last = _last_loss(steps)
     ck_ms = (ckpts.groupby("rank")["duration_ns"].sum() / _NS_PER_MS).to_dict()
     ck_count = ckpts.groupby("rank").size().to_dict()
     sums = _ranked(frames, "collective_summary", ["rank", "num_collectives", "num_p2p"])
@@ -312,6 +310,27 @@ def _ranks(frames: dict[str, pd.DataFrame]) -> tuple[RankSummary, ...]:
             )
         )
     return tuple(out)
+
+
+def _last_loss(steps: pd.DataFrame) -> dict[int, float]:
+    """The last recorded loss per rank (rows in order), NaN/Inf kept (``groupby.last()`` would
+    skip a NaN). From positions, not rows: a row filter and a group-by held ~0.5 GB at 131,072
+    ranks x 50 steps."""
+    loss = steps["loss"]
+    pos = np.flatnonzero(loss.notna().to_numpy(dtype=bool))
+    if not len(pos):
+        return {}
+    ranks = steps["rank"].to_numpy()[pos]
+    lo, hi = int(ranks.min()), int(ranks.max())
+    if lo >= 0 and hi <= 4 * len(ranks) + 4096:  # dense ranks: one pass, no sort
+        last = np.full(hi + 1, -1, dtype=np.int64)
+        np.maximum.at(last, ranks, np.arange(len(ranks)))
+        held = np.flatnonzero(last >= 0)
+        at = last[held]
+    else:  # the first of each rank in reverse order is its last
+        held, first = np.unique(ranks[::-1], return_index=True)
+        at = len(ranks) - 1 - first
+    return dict(zip(held.tolist(), loss.array.take(pos[at]).tolist(), strict=True))
 
 
 def _peer_medians(values: dict[int, float]) -> dict[int, float]:

@@ -147,8 +147,11 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     for rank in sorted(set(slow) - named):
         cand = node_groups.single(rank, hosts, layout)
         out.append(_rank_finding([slow[rank]], cand, features, hosts, layout, cfg))
+    # the ranks' own tables are not needed after this: their peers' wait and spread go (each
+    # step x rank table is ~50 MB at 131,072 ranks), their peers' compute serves the stalls
+    del frames
     # Ranks that lose their time in bursts: not slower in most steps, slower on average.
-    stall_frames = node_stall.StallFrames(compute, wait, job_step, classes)
+    stall_frames = node_stall.StallFrames(compute, wait, job_step, classes, peers)
     for stall in node_stall.find_stalls(
         stall_frames,
         skip=set(slow) | named,
@@ -180,7 +183,7 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     # slow against the ranks doing the same work are left out of their group's median.
     rest = [int(r) for r in compute.columns if int(r) not in slow]
     for partition in node_groups.partitions(layout, rest):
-        for found in find_slow(group_frames(frames, partition), cfg):
+        for found in find_slow(group_frames((compute, wait), job_step, partition), cfg):
             out.append(_layout_finding(found, partition, features, hosts, layout, cfg))
     return out
 

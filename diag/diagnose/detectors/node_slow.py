@@ -131,13 +131,19 @@ def class_spread(ratio: pd.DataFrame, classes: Mapping[Any, Any] | None) -> pd.D
         low = np.sort(v, axis=1)[:, : (len(cols) + 1) // 2]  # each step's lower half
         mad = np.median(np.abs(low - np.median(low, axis=1, keepdims=True)), axis=1)
         out[cols] = float(np.median(_LOW_MAD_SIGMA * mad))
+    # one number per column, read-only: a broadcast view, not a step x rank table of copies
     return pd.DataFrame(
-        np.broadcast_to(out, values.shape).copy(), index=ratio.index, columns=ratio.columns
+        np.broadcast_to(out, values.shape), index=ratio.index, columns=ratio.columns, copy=False
     )
 
 
-def group_frames(frames: Frames, partition: node_groups.Partition) -> Frames:
-    """Per group of ``partition``: the median over its ranks, its peer groups' median."""
+def group_frames(
+    compute_wait: tuple[pd.DataFrame, pd.DataFrame],
+    job_step: pd.Series,
+    partition: node_groups.Partition,
+) -> Frames:
+    """Per group of ``partition``: the median over its ranks (of the ranks' ``compute_wait``
+    tables, steps x ranks), its peer groups' median."""
 
     def per_group(wide: pd.DataFrame) -> pd.DataFrame:
         cols = {k: wide[list(ranks)].median(axis=1) for k, ranks in partition.members.items()}
@@ -147,12 +153,12 @@ def group_frames(frames: Frames, partition: node_groups.Partition) -> Frames:
         cols = {k: grouped[list(p)].median(axis=1) for k, p in partition.peers.items() if p}
         return pd.DataFrame(cols, index=grouped.index).reindex(columns=grouped.columns)
 
-    compute, wait = per_group(frames.compute), per_group(frames.wait)
+    compute, wait = (per_group(table) for table in compute_wait)
     peers = of_peers(compute)
     # Groups whose peers are each other (the stages; the TP positions of one stage) are a class.
     classes = {k: min([k, *p], key=str) for k, p in partition.peers.items()}
     spread = class_spread(compute / peers, classes)
-    return Frames(compute, wait, peers, of_peers(wait), frames.job_step, spread)
+    return Frames(compute, wait, peers, of_peers(wait), job_step, spread)
 
 
 def set_slow(frames: Frames, ranks: tuple[int, ...], cfg: NodeConfig) -> Slow | None:
@@ -189,23 +195,29 @@ def find_slow(frames: Frames, cfg: NodeConfig) -> list[Slow]:
     # A step is flagged when the rank is slower than its peers both relatively and absolutely:
     # on a busy node scheduler jitter makes 2 ms of compute look 2x slow now and then.
     floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * frames.job_step.to_numpy())
-    flagged_frame = (ratio >= cfg.min_ratio) & ((compute - peers).ge(floor, axis=0))
+    # Step x rank tables at 131,072 ranks are ~50 MB each: the arithmetic below works in place
+    # on as few of them as it can (the same values as the plain expressions).
+    over = ratio.to_numpy() - 1.0
+    excess = compute.to_numpy(dtype=float) - peers.to_numpy(dtype=float)
+    flagged = ratio.to_numpy() >= cfg.min_ratio
+    flagged &= excess >= floor[:, None]
+    unknown = None
     if frames.spread is not None:  # and beyond what its class's own spread makes common
         spread = frames.spread.to_numpy()
-        beyond = np.isnan(spread) | (ratio.to_numpy() - 1.0 >= cfg.min_z * spread)
-        flagged_frame &= beyond
-    flagged = flagged_frame.to_numpy()
+        unknown = np.isnan(spread)
+        flagged &= unknown | (over >= cfg.min_z * spread)
     # How far beyond the flag each step is (the least of its criteria): a few steps far beyond
     # it, rarer on noise than the whole window, say so sooner (features.quick_runs).
     with np.errstate(divide="ignore", invalid="ignore"):
-        over = ratio.to_numpy() - 1.0
-        strength = np.minimum(
-            over / (cfg.min_ratio - 1.0), (compute - peers).to_numpy() / floor[:, None]
-        )
+        strength = over / (cfg.min_ratio - 1.0)
+        excess /= floor[:, None]
+        np.minimum(strength, excess, out=strength)
+        del excess
         if frames.spread is not None:
-            strength = np.where(
-                np.isnan(spread), strength, np.minimum(strength, over / (cfg.min_z * spread))
-            )
+            assert unknown is not None
+            over /= cfg.min_z * spread  # over is not needed after this
+            np.minimum(strength, over, out=strength, where=~unknown)
+        del over
     quick = quick_runs(
         strength, flagged, alpha=cfg.quick_alpha, min_run=cfg.quick_min_run, max_run=cfg.min_run - 1
     )

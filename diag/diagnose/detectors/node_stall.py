@@ -99,6 +99,8 @@ class StallFrames:
     wait: pd.DataFrame
     job_step: pd.Series
     classes: Mapping[int, int] | None
+    #: ``peer_median(compute, classes)`` where the caller has it already (else computed here)
+    peers: pd.DataFrame | None = None
 
 
 def find_stalls(
@@ -114,7 +116,7 @@ def find_stalls(
     compute = frames.compute
     if compute.shape[1] < 2 or len(compute) < 2 * min_steps:
         return []
-    peers = peer_median(compute, frames.classes)
+    peers = frames.peers if frames.peers is not None else peer_median(compute, frames.classes)
     excess = compute - peers
     lead = excess.to_numpy(dtype=float) - peer_median(excess, frames.classes).to_numpy()
     slowest = _slowest(compute, frames.classes)

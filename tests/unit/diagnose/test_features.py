@@ -206,6 +206,15 @@ def test_peer_median_is_the_median_of_the_other_ranks(values: np.ndarray) -> Non
         for j in range(len(row)):
             want = np.median(np.delete(row, j))
             assert (np.isnan(want) and np.isnan(got[i, j])) or got[i, j] == want, (i, j)
+    # worked on in blocks of rows (one row, two rows at a time): the same table
+    from unittest import mock
+
+    import diag.diagnose.features as features_mod
+
+    for cells in (1, 2 * values.shape[1]):
+        with mock.patch.object(features_mod, "_PEER_BLOCK_CELLS", cells):
+            blocked = peer_median(pd.DataFrame(values)).to_numpy()
+        np.testing.assert_array_equal(blocked, got)
 
 
 def _steps_by_pandas(df: pd.DataFrame) -> pd.DataFrame:

@@ -137,3 +137,30 @@ def test_a_ranks_last_step_is_its_last_by_step_not_by_arrival_time(tmp_path: Pat
     (rank,) = summarize(store).ranks
     assert rank.last_step == 6 and rank.steps == 7
     assert rank.loss_last == pytest.approx(0.5) and rank.host == "n1"
+
+
+@pytest.mark.parametrize("spacing", [1, 1_000_000])  # dense ranks, and ranks far apart
+def test_the_last_loss_of_each_rank_is_its_last_row_with_one_nan_kept(spacing: int) -> None:
+    """A rank's last loss is its last row that has one (a NaN is a value: kept; <NA> is none),
+    as pandas' group-by of the rows with a loss says, whatever the ranks' order and spacing."""
+    import numpy as np
+    import pandas as pd
+
+    from diag.store.summary import _last_loss
+
+    rng = np.random.default_rng(spacing)
+    for _ in range(50):
+        n = int(rng.integers(0, 40))
+        values = rng.normal(size=n)
+        values[rng.random(n) < 0.2] = np.nan
+        steps = pd.DataFrame(
+            {
+                "rank": rng.integers(0, 8, n) * spacing,
+                "loss": pd.arrays.FloatingArray(values, rng.random(n) < 0.3),
+            }
+        )
+        rows = steps.dropna(subset=["loss"]).groupby("rank").tail(1)
+        want = dict(zip(rows["rank"].tolist(), rows["loss"].tolist(), strict=True))
+        got = _last_loss(steps)
+        assert got.keys() == want.keys()
+        assert all(got[r] == want[r] or (math.isnan(got[r]) and math.isnan(want[r])) for r in want)
