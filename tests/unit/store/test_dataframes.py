@@ -115,8 +115,10 @@ def test_concat_frames_frees_each_part_column_by_column() -> None:
     assert all(ref() is None for ref in seen)  # no part outlives the call
 
 
-def test_take_rows_is_take_with_a_fresh_index() -> None:
+def test_take_columns_is_take_with_a_fresh_index() -> None:
     df = pd.concat(_parts(3), ignore_index=True)
     order = pd.Series(range(len(df))).sample(frac=1.0, random_state=0).to_numpy()
     want = df.take(order).reset_index(drop=True)
-    pd.testing.assert_frame_equal(frames.take_rows(df, order), want)
+    held = frames.column_arrays(df)
+    pd.testing.assert_frame_equal(frames.take_columns(held, order), want)
+    assert not held  # emptied: each column let go of as it was taken

@@ -505,3 +505,45 @@ def test_a_nullable_column_no_row_sets_is_not_held_until_one_does(tmp_path: Path
         store.flush()
     again = RunStore.open(tmp_path)
     assert again.resident_frame("step")["device_wait_ns"].tolist() == [pd.NA, pd.NA, 7_000_000]
+
+
+def test_unique_sorted_is_a_drop_of_repeated_keys_then_a_stable_sort_whatever_the_rows() -> None:
+    """The cheap checks (one key per row, the order told from neighbours) decide only whether
+    to copy: the rows are those of pandas' own de-duplication and sort, in any case (repeats,
+    ties in time, sources out of order, a missing source, a seq beyond 32 bits)."""
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from diag.store.run_store import _unique_sorted
+
+    rows = st.lists(
+        st.tuples(
+            st.integers(0, 4),
+            st.sampled_from(["a", "b", "c", None]),
+            st.sampled_from([0, 1, 2, 3, 2**33]),
+        ),
+        max_size=12,
+    )
+
+    @given(rows, st.booleans())
+    @settings(max_examples=300, deadline=None)
+    def check(got: list[tuple[int, str | None, int]], in_order: bool) -> None:
+        if in_order:
+            got = sorted(got, key=lambda r: (r[0], r[1] or "~", r[2]))
+        df = pd.DataFrame(
+            {
+                "ts_ns": np.array([r[0] for r in got], dtype=np.int64),
+                "source": pd.Categorical([r[1] for r in got], categories=["a", "b", "c"]),
+                "seq": np.array([r[2] for r in got], dtype=np.int64),
+                "value": np.arange(len(got)),
+            }
+        )
+        want = (
+            df.drop_duplicates(subset=["source", "seq"], keep="first")
+            .sort_values(["ts_ns", "source", "seq"], kind="stable")
+            .reset_index(drop=True)
+        )
+        pd.testing.assert_frame_equal(_unique_sorted(df.copy()), want)
+
+    check()
