@@ -8,13 +8,16 @@ their onsets inside the window: one slow rank (compute +``--rank-extra`` from st
 + 5) and one slow host (all 8 ranks' compute +``--host-extra`` from step ``steps // 2 - 5``).
 
 The events are real :class:`~diag.schema.StepEvent` s, encoded with
-:func:`diag.transport.codec.batch_to_proto` in batches of ``--batch`` events and fed through the
-real analyzer path, ``AnalyzerCore(RunStore.create(tmp)).ingest(batch)`` (decode, dedup, WAL with
-fsync, buffer), flushed to Parquet every ``--flush-every`` steps, once per ``--wire``: ``rows``
-(one proto message per event) and ``columns`` (the batch as column blocks,
+:func:`diag.transport.codec.batch_to_proto` in batches of ``--batch`` events by a generator
+process, which writes each batch's bytes to a file (``--batches DIR`` keeps the files for later
+runs); the analyzer's process then reads them, parses each (``EventBatch.FromString``, as its
+gRPC server does; timed apart as "parse") and feeds it through the real analyzer path,
+``AnalyzerCore(RunStore.create(tmp)).ingest(batch)`` (decode, dedup, WAL with fsync, buffer),
+flushed to Parquet every ``--flush-every`` steps, once per ``--wire``: ``rows`` (one proto message
+per event) and ``columns`` (the batch as column blocks,
 :func:`diag.transport.codec.with_columns`, as a daemon ships to an analyzer of schema >= 1.13),
-each into its own store, so the ingest rates compare in one run (the conversion is counted as
-encoding: the node pays it). Then, on the last wire's store, it times:
+each in a process and a store of its own, so the ingest rates compare in one run (the conversion
+is counted as encoding: the node pays it). Then, on the last wire's store, it times:
 
 - ``core.triage()`` end to end (features + every detector + the run summary; the first read of
   the Parquet parts is paid here);
@@ -39,7 +42,8 @@ beside the ``StepEvent``, encoded as column blocks in batches of the daemon's
 ``batch_max_events``: events and bytes per rank-step, and what that is at 131,072 ranks and one
 step a second (the reason node-side summaries are wanted, issue 17).
 
-Each world size runs in its own child process so each peak RSS is its own. Everything runs in one
+Each world size and wire runs in its own child process so each peak RSS is the analyzer's own
+(the generator's millions of event objects never share its heap). Everything runs in one
 Python thread, so on one core. Measured numbers only, no asserts. The goal this measures against:
 an analysis window over 16,384 ranks in <= 5 s on one core.
 
