@@ -526,16 +526,20 @@ def test_unique_sorted_is_a_drop_of_repeated_keys_then_a_stable_sort_whatever_th
         max_size=12,
     )
 
-    @given(rows, st.booleans())
+    @given(rows, st.booleans(), st.booleans())
     @settings(max_examples=300, deadline=None)
-    def check(got: list[tuple[int, str | None, int]], in_order: bool) -> None:
+    def check(got: list[tuple[int, str | None, int]], in_order: bool, narrow: bool) -> None:
         if in_order:
             got = sorted(got, key=lambda r: (r[0], r[1] or "~", r[2]))
+        seqs = [r[2] for r in got]
         df = pd.DataFrame(
             {
                 "ts_ns": np.array([r[0] for r in got], dtype=np.int64),
                 "source": pd.Categorical([r[1] for r in got], categories=["a", "b", "c"]),
-                "seq": np.array([r[2] for r in got], dtype=np.int64),
+                # as the cache holds it: int32 where every value fits
+                "seq": np.array(
+                    seqs, dtype=np.int32 if narrow and max(seqs, default=0) < 2**31 else np.int64
+                ),
                 "value": np.arange(len(got)),
             }
         )
