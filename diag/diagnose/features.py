@@ -270,7 +270,10 @@ def _step_by_rank(steps: pd.DataFrame, column: str, cells: _Grid | None = None) 
     aggfunc="last").dropna()``, by one scatter into an array instead of a group-by). ``cells``:
     :func:`_grid_of` ``steps`` when it is unique on (step, rank): the scatter is then the only
     copy of the column."""
-    values = steps[column].to_numpy(dtype=float, na_value=np.nan)
+    col = steps[column]
+    # a float column as it is (a read-only view; NaN is its missing value): a conversion with
+    # ``na_value`` copies it
+    values = col.to_numpy() if col.dtype == np.float64 else col.to_numpy(float, na_value=np.nan)
     valid = ~np.isnan(values)
     if not valid.any():
         table = steps.pivot_table(index="step", columns="rank", values=column, aggfunc="last")
@@ -278,7 +281,11 @@ def _step_by_rank(steps: pd.DataFrame, column: str, cells: _Grid | None = None) 
     if cells is not None:
         num_steps, num_ranks = len(cells.step_ids), len(cells.rank_ids)
         if cells.cell is None:
-            flat = np.array(values, dtype=float)  # its own copy: the table is the caller's
+            # the column itself, reshaped: no copy (at 131,072 ranks x 50 steps ~50 MB for each
+            # of the five tables the detectors share). Read-only (``to_numpy`` of a column under
+            # copy-on-write); the steps table is never changed once built, and :meth:`wide`
+            # hands out slices that pandas copies before any write.
+            flat = values
         else:
             flat = np.full(num_steps * num_ranks, np.nan)
             flat[cells.cell] = values  # a NaN value leaves its cell NaN, as no value would
@@ -295,6 +302,7 @@ def _step_by_rank(steps: pd.DataFrame, column: str, cells: _Grid | None = None) 
             full,
             index=pd.Index(cells.step_ids[rows], name="step"),
             columns=pd.Index(cells.rank_ids[cols], name="rank"),
+            copy=False,  # the array is this table's own, or a view of the column (above)
         )
         return table if complete.all() else table[complete]
     values = values[valid]

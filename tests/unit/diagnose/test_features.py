@@ -185,6 +185,21 @@ def test_wide_is_the_pivot_it_replaced_and_each_reader_gets_its_own() -> None:
     pd.testing.assert_frame_equal(f.wide("compute_ms"), want, check_exact=True)
 
 
+def test_a_full_runs_wide_table_is_its_steps_column_and_a_readers_write_stays_its_own() -> None:
+    """Every (step, rank) present, in order: the table is the steps' column reshaped, not a
+    copy (five of them at 131,072 ranks were ~250 MB); a reader that writes to it gets its own."""
+    steps = pd.DataFrame(
+        {"step": np.repeat(np.arange(4), 3), "rank": np.tile(np.arange(3), 4),
+         "compute_ms": np.arange(12, dtype=float)}
+    )  # fmt: skip
+    f = Features(steps=steps, ckpt=pd.DataFrame(), host=pd.DataFrame(), proc=pd.DataFrame())
+    table = f.wide("compute_ms")
+    assert np.shares_memory(table.to_numpy(), f.steps["compute_ms"].to_numpy())
+    assert table.to_numpy().tolist() == np.arange(12.0).reshape(4, 3).tolist()
+    table.iloc[0, 0] = -1.0
+    assert f.steps["compute_ms"].iloc[0] == 0.0 and f.wide("compute_ms").iloc[0, 0] == 0.0
+
+
 @given(
     st.integers(1, 6).flatmap(
         lambda rows: st.integers(2, 9).flatmap(
