@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from diag.diagnose.features import Features, last_positions
+from diag.diagnose.features import Features, ranked_last_positions
 from diag.findings import Evidence, Finding
 
 
@@ -61,16 +61,14 @@ class Context:
             # the rows first (the last of each (rank, step), sorted by rank then step), then the
             # three columns at those rows: a filter, a de-duplication and a sort of the columns
             # held three copies of them (at 131,072 ranks x 50 steps, ~0.5 GB)
-            rank = ev["rank"].to_numpy(dtype="int64")
-            step = ev["step"].to_numpy(dtype="int64")
-            ranked = np.flatnonzero(rank >= 0)
-            rows = ranked[last_positions(rank[ranked], step[ranked])]
-            del ranked
+            rank = ev["rank"].to_numpy()  # as the store holds them (int32): no copy
+            step = ev["step"].to_numpy()
+            rows = ranked_last_positions((rank, step), rank)
             loss = pd.DataFrame({"loss": ev["loss"].array.take(rows)})
             table = pd.DataFrame(
                 {
-                    "rank": rank[rows],
-                    "step": step[rows],
+                    "rank": rank[rows].astype(np.int64),
+                    "step": step[rows].astype(np.int64),
                     "loss": float_column(loss, "loss"),
                     "present": ~loss["loss"].isna().to_numpy(),
                 }
