@@ -73,10 +73,11 @@ def test_slow_link_is_named_from_node_summaries(
     # the raw rows of its group around the onset; they came back under the daemons' sources
     control = json.loads((tmp_path / "run" / "control.json").read_text())
     fetches = control.get("fetches", [])
-    # (a busy host can make an earlier live pass see a passing slowdown and ask for its steps too)
-    onset = [f for f in fetches if f["first_step"] <= ONSET <= f["last_step"]]
+    # (a busy host can make an earlier live pass see a passing slowdown and ask for its steps too:
+    # some of the ranks, over a window that may hold the onset; seen beside a busy loop)
+    covering = [f for f in fetches if f["first_step"] <= ONSET <= f["last_step"]]
+    onset = [f for f in covering if set(f["ranks"]) == set(range(case.world_size))]
     assert onset, control
-    assert set(onset[0]["ranks"]) == set(range(case.world_size)), control
     asked = np.zeros(case.steps + 1, dtype=bool)
     for f in fetches:
         asked[f["first_step"] : f["last_step"] + 1] = True
