@@ -604,11 +604,11 @@ def _unique_sorted(df: pd.DataFrame) -> pd.DataFrame:
     unique = _unique_keys(df)
     if unique and _in_order(df):
         return df  # the common case (parts of one analyzer, newer after older): no copy
-    if unique:
-        keep = np.ones(len(df), dtype=bool)
-    else:
+    keys = df[_SORT]
+    if not unique:
         keep = ~df.duplicated(subset=_KEY, keep="first").to_numpy(dtype=bool)
-    keys = df.loc[keep, _SORT] if not keep.all() else df[_SORT]
+        if not keep.all():
+            keys = df.loc[keep, _SORT]
     order = keys.sort_values(_SORT, kind="stable").index.to_numpy(dtype=np.int64)
     del keys
     if np.array_equal(order, np.arange(len(df))):
