@@ -332,11 +332,12 @@ class RunStore:
 
     def _resident(self, kind: str, df: pd.DataFrame) -> pd.DataFrame:
         """``df`` as the cache holds it: without the columns of ``kind`` that stay on disk and
-        the :data:`OPTIONAL` ones with no value, its index columns 32-bit where they fit
-        (:func:`dataframes.narrow_index`); the rest shared (copy-on-write)."""
+        the :data:`OPTIONAL` ones with no value, its index columns and ``kind``'s
+        :data:`~diag.store.dataframes.NARROW` ones 32-bit where they fit
+        (:func:`dataframes.narrow_ints`); the rest shared (copy-on-write)."""
         gone = [c for c in self._detached.get(kind, ()) if c in df.columns]
         gone += [c for c in OPTIONAL.get(kind, ()) if c in df.columns and not df[c].notna().any()]
-        return dataframes.narrow_index(df.drop(columns=gone) if gone else df)
+        return dataframes.narrow_ints(kind, df.drop(columns=gone) if gone else df)
 
     def frame(self, kind: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """Every row of ``kind`` (parts and buffer), unique on (source, seq), sorted by
@@ -369,13 +370,15 @@ class RunStore:
             held = held.assign(**unset)
         if list(held.columns) != want:
             held = held[want]
-        return dataframes.widen_index(kind, held)
+        return dataframes.widen_ints(kind, held)
 
     def resident_frame(self, kind: str) -> pd.DataFrame:
         """:meth:`frame` of the columns the store keeps in memory (:meth:`resident_columns`):
         what the analysis reads; nothing is read back from disk for it. Its index columns
-        (``rank``, ``local_rank``, ``step``, ``seq``) are int32 where every value fits, and an
-        :data:`OPTIONAL` column is missing while no row has a value."""
+        (``rank``, ``local_rank``, ``step``, ``seq``) and ``kind``'s
+        :data:`~diag.store.dataframes.NARROW` ones (a step's phase times and counts) are int32
+        where every value fits (convert before adding them), and an :data:`OPTIONAL` column is
+        missing while no row has a value."""
         if kind not in schema.EVENT_TYPES:
             raise InputError(f"unknown event kind {kind!r}")
         stored = self._stored_frame(kind)

@@ -482,6 +482,40 @@ def test_the_cache_holds_index_columns_in_32_bits_and_frames_hand_out_the_schema
     assert store.frame("step")["seq"].tolist() == held["seq"].tolist()
 
 
+def test_a_steps_phase_times_are_held_in_32_bits_where_they_fit_and_read_exactly(
+    tmp_path: Path,
+) -> None:
+    """A step's phase times and counts (``NARROW``) are int32 in the cache while every value
+    fits (a 2.1 s phase does not: that column alone stays 64-bit, merged with narrower parts);
+    frames hand out int64, the features read the same milliseconds from both widths, and a sum
+    of two near-limit phases does not wrap in the features (converted first)."""
+    from diag.diagnose.features import Features
+
+    limit = 2**31 - 1
+    store = RunStore.create(tmp_path)
+    a = Source(rank=0)
+    first = replace(a.step(0), duration_ns=limit, compute_ns=limit, cpu_wait_ns=0)
+    store.append([first, a.step(1)])
+    store.flush()
+    held = store.resident_frame("step")
+    narrowed = [c for c in dataframes.NARROW["step"] if c in held.columns]
+    assert narrowed and {str(held[c].dtype) for c in narrowed} == {"int32"}
+    assert {str(store.frame("step")[c].dtype) for c in dataframes.NARROW["step"]} == {"int64"}
+    long_ckpt = replace(a.step(2), checkpoint_ns=3 * 10**9)  # 3 s: beyond 32 bits
+    store.append([long_ckpt])
+    store.flush()
+    held = store.resident_frame("step")
+    assert str(held["checkpoint_ns"].dtype) == "int64" and str(held["duration_ns"].dtype) == "int32"
+    assert held["checkpoint_ns"].tolist()[-1] == 3 * 10**9
+    whole = store.frame("step")
+    for c in narrowed:
+        assert whole[c].tolist() == held[c].tolist(), c
+    steps = Features.from_store(store).steps
+    assert steps["duration_ms"].iloc[0] == limit / 1e6
+    assert steps["compute_ms"].iloc[0] == limit / 1e6
+    assert steps["ckpt_ms"].iloc[-1] == 3000.0
+
+
 def test_a_nullable_column_no_row_sets_is_not_held_until_one_does(tmp_path: Path) -> None:
     """On a CPU job every step's device_wait_ns is <NA>: the cache does not hold it (the
     analysis checks for it) and a frame fills it with <NA>; once a step has one, the older
