@@ -126,7 +126,13 @@ def _ckpt_per_step(features: Features, steps: pd.Index) -> pd.Series:
     alone (a group-by on both keys built a (step, rank) index of every row: at 131,072 ranks
     x 50 steps the detector's peak, ~200 MB)."""
     st = features.steps
-    own = pd.Series(st["ckpt_ms"].to_numpy(dtype=float)).groupby(st["step"].to_numpy()).max()
+    step = st["step"].to_numpy()
+    if len(step):  # sorted by step: one reduction per run of equal steps, no group-by's keys
+        starts = np.flatnonzero(np.concatenate(([True], step[1:] != step[:-1])))
+        peak = np.fmax.reduceat(st["ckpt_ms"].to_numpy(dtype=float), starts)  # NaN: none
+        own = pd.Series(peak, index=step[starts].astype(np.int64))
+    else:
+        own = pd.Series(dtype=float)
     events = features.ckpt.groupby(["step", "rank"])["duration_ms"].sum()
     from_events = events.groupby(level="step").max() if len(events) else pd.Series(dtype=float)
     both = pd.concat([own, from_events], axis=1).max(axis=1).clip(lower=0.0)

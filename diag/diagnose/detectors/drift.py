@@ -75,8 +75,8 @@ def detect(features: Features, cfg: DriftConfig | None = None) -> list[Finding]:
 
 def _loss_spike(ctx: Context, cfg: DriftConfig) -> Finding | None:
     t = ctx.loss_table
-    found = drift_rules.spikes_table(
-        pd.DataFrame({"group": t["rank"], "step": t["step"], "value": t["loss"]}),
+    found = drift_rules.spikes_table(  # the loss table's columns, not a copy (150 MB at 131k x 50)
+        pd.DataFrame({"group": t["rank"], "step": t["step"], "value": t["loss"]}, copy=False),
         window=cfg.loss_window, min_history=cfg.loss_min_history, k=cfg.loss_k,
         min_ratio=cfg.loss_min_ratio, rel_floor=cfg.rel_floor,
     )  # fmt: skip

@@ -64,15 +64,20 @@ class Context:
             rank = ev["rank"].to_numpy()  # as the store holds them (int32): no copy
             step = ev["step"].to_numpy()
             rows = ranked_last_positions((rank, step), rank)
-            loss = pd.DataFrame({"loss": ev["loss"].array.take(rows)})
+            loss = ev["loss"].array.take(rows)
+            present = ~np.asarray(loss.isna())
+            values = loss.to_numpy(dtype=float, na_value=np.nan)
+            del loss
             table = pd.DataFrame(
                 {
-                    "rank": rank[rows].astype(np.int64),
-                    "step": step[rows].astype(np.int64),
-                    "loss": float_column(loss, "loss"),
-                    "present": ~loss["loss"].isna().to_numpy(),
-                }
+                    "rank": rank[rows],  # as the store holds them (int32 where they fit)
+                    "step": step[rows],
+                    "loss": values,
+                    "present": present,
+                },
+                copy=False,  # the arrays are the table's own: a block of them was a copy
             )
+            del rows, values, present
         ranks = tuple(int(r) for r in pd.unique(table["rank"]))
         ck = features.ckpt
         loads: list[tuple[int, str]] = []
