@@ -159,6 +159,9 @@ class Features:
     def from_store(cls, store: RunStore) -> Features:
         """Features of a run store; :class:`~diag.errors.InputError` if a part is unreadable."""
         step_events = store.resident_frame("step")
+        # the phase profiles before the steps table: their transients (~160 MB at 131,072 ranks x
+        # 50 steps) were on top of it
+        profiles = profiles_from_steps(step_events)
         probes = store.frame("probe_result")
         steps = without_probe_steps(_steps(step_events), probes)
         groups = store.frame("process_group")
@@ -191,7 +194,7 @@ class Features:
             collector_errors=store.frame("collector_error"),
             tcp=store.frame("tcp_peer"),
             probes=probes,
-            layout=_layout(step_events, groups, collectives, hosts),
+            layout=_layout(step_events, groups, collectives, hosts, profiles),
         )
         made._memo["hosts"] = hosts
         return made
@@ -234,11 +237,15 @@ class Features:
 class _Grid:
     """Where each row of a steps table unique on (step, rank) goes in its step x rank tables:
     the sorted steps and ranks, and each row's cell (``None``: row ``i`` is cell ``i``, a table
-    sorted by (step, rank) with every cell present, as :func:`_steps` builds a full run's)."""
+    sorted by (step, rank) with every cell present, as :func:`_steps` builds a full run's).
+    ``dense``: the number of leading steps that are such a block when the steps after them are
+    all partial (a live pass's newest steps, which ranks' rows reach at different times): the
+    tables are then those steps' rows, reshaped, wherever they hold no NaN."""
 
     step_ids: np.ndarray
     rank_ids: np.ndarray
     cell: np.ndarray | None
+    dense: int = 0
 
 
 def _grid_of(steps: pd.DataFrame) -> _Grid | None:
@@ -248,20 +255,35 @@ def _grid_of(steps: pd.DataFrame) -> _Grid | None:
     step, rank = steps["step"].to_numpy(), steps["rank"].to_numpy()
     step_ids, rank_ids = np.sort(pd.unique(step)), np.sort(pd.unique(rank))
     num_steps, num_ranks = len(step_ids), len(rank_ids)
-    if len(step) == num_steps * num_ranks:  # every cell, in order? checked a step at a time
-        shape = (num_steps, num_ranks)
-        if (step.reshape(shape) == step_ids[:, None]).all() and (
-            rank.reshape(shape) == rank_ids[None, :]
-        ).all():
-            return _Grid(step_ids, rank_ids, None)
+    if len(step) == num_steps * num_ranks and _block(step, rank, step_ids, rank_ids):
+        return _Grid(step_ids, rank_ids, None, num_steps)
     step_codes, step_ids = pd.factorize(step, sort=True)
     rank_codes, rank_ids = pd.factorize(rank, sort=True)
     cell = step_codes.astype(np.int64) * len(rank_ids) + rank_codes
-    del step_codes, rank_codes
+    del rank_codes
     size = len(step_ids) * len(rank_ids)
+    per_step = np.bincount(step_codes, minlength=len(step_ids))
+    del step_codes
     if np.bincount(cell, minlength=size).max(initial=0) > 1:
         return None
-    return _Grid(np.asarray(step_ids), np.asarray(rank_ids), cell)
+    # the complete steps first and only partial ones after them, in order: a block of rows
+    full = per_step == len(rank_ids)
+    dense = int(np.argmin(full)) if not full.all() else len(full)
+    if full[dense:].any() or not _block(
+        step[: dense * len(rank_ids)], rank[: dense * len(rank_ids)], step_ids[:dense], rank_ids
+    ):
+        dense = 0
+    return _Grid(np.asarray(step_ids), np.asarray(rank_ids), cell, dense)
+
+
+def _block(step: np.ndarray, rank: np.ndarray, step_ids: np.ndarray, rank_ids: np.ndarray) -> bool:
+    """Whether rows (``step``, ``rank``) are every (step, rank) of the ids, sorted: checked a
+    step at a time."""
+    shape = (len(step_ids), len(rank_ids))
+    return bool(
+        (step.reshape(shape) == step_ids[:, None]).all()
+        and (rank.reshape(shape) == rank_ids[None, :]).all()
+    )
 
 
 def _step_by_rank(steps: pd.DataFrame, column: str, cells: _Grid | None = None) -> pd.DataFrame:
@@ -278,6 +300,18 @@ def _step_by_rank(steps: pd.DataFrame, column: str, cells: _Grid | None = None) 
     if not valid.any():
         table = steps.pivot_table(index="step", columns="rank", values=column, aggfunc="last")
         return table.dropna().astype(float).sort_index()
+    if cells is not None and cells.cell is not None and cells.dense:
+        block = values[: cells.dense * len(cells.rank_ids)]
+        if not np.isnan(block).any():
+            # the complete steps' rows, reshaped (a view): the partial steps after them have a
+            # missing cell on some rank each, so the scatter below drops them, and with no NaN
+            # among these every one of their steps and ranks stays, as it would there
+            return pd.DataFrame(
+                block.reshape(cells.dense, len(cells.rank_ids)),
+                index=pd.Index(cells.step_ids[: cells.dense], name="step"),
+                columns=pd.Index(cells.rank_ids, name="rank"),
+                copy=False,
+            )
     if cells is not None:
         num_steps, num_ranks = len(cells.step_ids), len(cells.rank_ids)
         if cells.cell is None:
@@ -325,11 +359,22 @@ def _step_by_rank(steps: pd.DataFrame, column: str, cells: _Grid | None = None) 
 
 
 def _rank_hosts(steps: pd.DataFrame) -> dict[int, str]:
-    """rank -> host, of each rank's latest step."""
+    """rank -> host, of each rank's latest step (its last row: ``steps`` is sorted by step)."""
     if steps.empty:
         return {}
-    last = steps.groupby("rank")["host"].last()
-    return {int(r): str(h) for r, h in last.items()}
+    rank = steps["rank"].to_numpy()
+    low, high = int(rank.min()), int(rank.max())
+    if low < 0 or high > 4 * len(rank) + (1 << 20) or steps["host"].isna().any():
+        last = steps.groupby("rank")["host"].last()  # the general case: null hosts skipped
+        return {int(r): str(h) for r, h in last.items()}
+    # each rank's last row, by rank number: a group-by's keys and order were ~100 MB at
+    # 131,072 ranks x 50 steps (the features' peak)
+    index = np.int32 if len(rank) < 2**31 else np.int64
+    last_row: np.ndarray = np.full(high + 1, -1, dtype=index)
+    np.maximum.at(last_row, rank, np.arange(len(rank), dtype=index))
+    ranks = np.flatnonzero(last_row >= 0)
+    hosts = steps["host"].array.take(last_row[ranks])
+    return {int(r): str(h) for r, h in zip(ranks.tolist(), hosts, strict=True)}
 
 
 def _layout(
@@ -337,13 +382,14 @@ def _layout(
     groups: pd.DataFrame,
     coll: pd.DataFrame,
     hosts: dict[int, str],
+    profiles: pd.DataFrame | None = None,
 ) -> Layout:
     return infer(
         sorted(hosts),
         dict(hosts),
         groups=groups,
         collectives=coll,
-        profiles=profiles_from_steps(step_events),
+        profiles=profiles_from_steps(step_events) if profiles is None else profiles,
     )
 
 
@@ -356,22 +402,32 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
     step = df["step"].to_numpy()
     idx = ranked_last_positions((step, rank), rank)
 
-    def ns(name: str) -> np.ndarray:  # the chosen rows of an int64 column, as floats
-        return np.asarray(df[name].to_numpy()[idx], dtype=np.int64).astype(float)
+    def ns(name: str) -> np.ndarray:  # the chosen rows of an integer column, as floats
+        return df[name].to_numpy()[idx].astype(float)  # exact: int32, or int64 under 2**53
 
-    cpu_wait = np.clip(ns("cpu_wait_ns"), 0, None)  # runs before schema 1.2: the default, 0
+    def ms(name: str) -> np.ndarray:  # ... in milliseconds: one array, divided in place
+        out = ns(name)
+        out /= _NS_PER_MS
+        return out
+
+    cpu_wait = ns("cpu_wait_ns")
+    np.clip(cpu_wait, 0, None, out=cpu_wait)  # runs before schema 1.2: the default, 0
+    compute = ns("compute_ns")
+    compute -= cpu_wait
+    compute /= _NS_PER_MS
+    cpu_wait /= _NS_PER_MS
     host = df["host"] if df["host"].dtype == "category" else df["host"].astype(str)
     out = pd.DataFrame(
         {
             "rank": rank[idx].astype(np.int64, copy=False),
             "step": step[idx].astype(np.int64, copy=False),
             "host": host.array.take(idx),
-            "duration_ms": ns("duration_ns") / _NS_PER_MS,
-            "compute_ms": (ns("compute_ns") - cpu_wait) / _NS_PER_MS,
-            "cpu_wait_ms": cpu_wait / _NS_PER_MS,
-            "wait_ms": ns("collective_wait_ns") / _NS_PER_MS,
-            "data_ms": ns("data_wait_ns") / _NS_PER_MS,
-            "ckpt_ms": ns("checkpoint_ns") / _NS_PER_MS,
+            "duration_ms": ms("duration_ns"),
+            "compute_ms": compute,
+            "cpu_wait_ms": cpu_wait,
+            "wait_ms": ms("collective_wait_ns"),
+            "data_ms": ms("data_wait_ns"),
+            "ckpt_ms": ms("checkpoint_ns"),
             "start_ns": df["start_ns"].to_numpy(dtype=np.int64)[idx],
             "end_ns": df["end_ns"].to_numpy(dtype=np.int64)[idx],
         },

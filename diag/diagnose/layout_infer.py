@@ -80,10 +80,14 @@ def early_steps(steps: pd.Series, warmup_steps: int, min_steps: int = 10) -> pd.
     """Which rows of a frame (``steps``: its step column) are early analysed steps: after
     ``warmup_steps``, the first third of the rest (at least ``min_steps``). A work class is the
     job's from the start; a fault that begins later should not make one."""
-    distinct = np.sort(steps.unique())
+    return steps.isin(early(steps.unique(), warmup_steps, min_steps))
+
+
+def early(distinct: np.ndarray, warmup_steps: int, min_steps: int = 10) -> np.ndarray:
+    """The early analysed steps of a run whose steps are ``distinct`` (see :func:`early_steps`)."""
+    distinct = np.sort(distinct)
     rest = distinct[warmup_steps:] if len(distinct) > warmup_steps + min_steps else distinct
-    keep = rest[: max(min_steps, len(rest) // 3)]
-    return steps.isin(keep)
+    return rest[: max(min_steps, len(rest) // 3)]
 
 
 def profiles_from_steps(step_events: pd.DataFrame, warmup_steps: int = 5) -> pd.DataFrame:
@@ -95,10 +99,16 @@ def profiles_from_steps(step_events: pd.DataFrame, warmup_steps: int = 5) -> pd.
     # the rows first, then each phase column alone: filtering the frame copied every column of
     # it (at 131,072 ranks x 50 steps, the features' peak: ~1 GB of step rows), and a frame of
     # the chosen rows' phases held five columns, and the deviations five more (~0.4 GB)
-    step = step_events["step"]
-    ranked = np.flatnonzero(step_events["rank"].to_numpy() >= 0)
-    chosen = ranked[early_steps(step.iloc[ranked], warmup_steps).to_numpy(dtype=bool)]
-    keys = step_events["rank"].to_numpy()[chosen]
+    # and the early rows as one mask over the columns as the store holds them: positions of
+    # every training rank's row and a Series of their steps were ~100 MB at that size
+    step, rank = step_events["step"].to_numpy(), step_events["rank"].to_numpy()
+    ranked = rank >= 0
+    every = bool(ranked.all())
+    distinct = pd.unique(step if every else step[ranked])
+    ranked &= np.isin(step, early(distinct, warmup_steps))
+    chosen = np.flatnonzero(ranked)
+    del ranked
+    keys = rank[chosen]
 
     def phase_ms(name: str) -> np.ndarray:
         return step_events[name].array.take(chosen).to_numpy(dtype=float, na_value=np.nan) / 1e6

@@ -172,7 +172,12 @@ def test_wide_is_the_pivot_it_replaced_and_each_reader_gets_its_own() -> None:
             {"step": np.repeat(np.arange(s), r), "rank": np.tile(np.arange(r), s),
              "compute_ms": values}
         )  # fmt: skip
+        # a live pass's table: complete steps, then partial ones (a rank's rows not in yet),
+        # or a partial step among complete ones
+        partial = dense[(dense["step"] < s - 1) | (dense["rank"] < r - 1)] if r > 1 else dense
+        middle = dense[(dense["step"] != s // 2) | (dense["rank"] != 0)]
         tables += [steps, unique, dense]
+        tables += [t.reset_index(drop=True) for t in (partial, middle) if len(t)]
     for steps in tables:
         f = Features(steps=steps, ckpt=pd.DataFrame(), host=pd.DataFrame(), proc=pd.DataFrame())
         want = steps.pivot_table(index="step", columns="rank", values="compute_ms", aggfunc="last")
@@ -196,6 +201,23 @@ def test_a_full_runs_wide_table_is_its_steps_column_and_a_readers_write_stays_it
     table = f.wide("compute_ms")
     assert np.shares_memory(table.to_numpy(), f.steps["compute_ms"].to_numpy())
     assert table.to_numpy().tolist() == np.arange(12.0).reshape(4, 3).tolist()
+    table.iloc[0, 0] = -1.0
+    assert f.steps["compute_ms"].iloc[0] == 0.0 and f.wide("compute_ms").iloc[0, 0] == 0.0
+
+
+def test_a_live_passs_wide_table_is_its_complete_steps_rows_reshaped() -> None:
+    """The newest steps partial (their rows arrive rank by rank): the table is the complete
+    steps' rows of the column, reshaped (each of the five was a copy at 131,072 ranks: ~310 MB
+    in a live pass of 59 steps); the partial steps are not in it, as a pivot drops them."""
+    step = np.repeat(np.arange(5), 3)
+    steps = pd.DataFrame(
+        {"step": step, "rank": np.tile(np.arange(3), 5), "compute_ms": np.arange(15, dtype=float)}
+    ).iloc[:13]  # step 4 has rank 0 only... and step 3 all three: the last two rows are gone
+    steps = steps[(steps["step"] < 4) | (steps["rank"] == 0)].reset_index(drop=True)
+    f = Features(steps=steps, ckpt=pd.DataFrame(), host=pd.DataFrame(), proc=pd.DataFrame())
+    table = f.wide("compute_ms")
+    assert table.index.tolist() == [0, 1, 2, 3] and table.columns.tolist() == [0, 1, 2]
+    assert np.shares_memory(table.to_numpy(), f.steps["compute_ms"].to_numpy())
     table.iloc[0, 0] = -1.0
     assert f.steps["compute_ms"].iloc[0] == 0.0 and f.wide("compute_ms").iloc[0, 0] == 0.0
 
@@ -294,3 +316,21 @@ def test_steps_table_is_pandas_convert_dedup_then_sort(rows: list) -> None:
         cols[name] = ["j"] * n
     df = dataframes.columns_to_frame("step", cols)
     pd.testing.assert_frame_equal(_steps(df), _steps_by_pandas(df))
+
+
+def test_each_ranks_host_is_its_last_rows_as_the_group_by_had_it() -> None:
+    """``hosts_of`` picks each rank's last row by position (a group-by's keys were ~100 MB at
+    131,072 ranks): the same as ``groupby("rank")["host"].last()``, null hosts and all."""
+    from diag.diagnose.features import _rank_hosts
+
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        n = int(rng.integers(1, 50))
+        hosts = rng.choice(["a", "b", "c", None], n, p=[0.3, 0.3, 0.3, 0.1] if rng.random() < 0.3
+                           else [1 / 3, 1 / 3, 1 / 3, 0.0])  # fmt: skip
+        steps = pd.DataFrame(
+            {"rank": rng.integers(0, 9, n), "step": np.sort(rng.integers(0, 5, n)),
+             "host": pd.Categorical(hosts)}
+        )  # fmt: skip
+        want = {int(r): str(h) for r, h in steps.groupby("rank")["host"].last().items()}
+        assert _rank_hosts(steps) == want
