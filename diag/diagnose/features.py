@@ -419,8 +419,8 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
     host = df["host"] if df["host"].dtype == "category" else df["host"].astype(str)
     out = pd.DataFrame(
         {
-            "rank": rank[idx].astype(np.int64, copy=False),
-            "step": step[idx].astype(np.int64, copy=False),
+            "rank": rank[idx],  # as the store holds them: int32 where they fit
+            "step": step[idx],
             "host": host.array.take(idx),
             "duration_ms": ms("duration_ns"),
             "compute_ms": compute,
@@ -553,6 +553,11 @@ def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) ->
     sort was a third of the node detector), picked by whether the rank sits at or before them
     (the same values, and the same arithmetic, as ``np.median`` of the row without that
     rank)."""
+    return pd.DataFrame(peer_medians(wide, classes), index=wide.index, columns=wide.columns)
+
+
+def peer_medians(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) -> np.ndarray:
+    """:func:`peer_median` as an array of its own (a caller may work in it in place)."""
     if classes is not None:
         grouped = np.full(wide.shape, np.nan)
         members: dict[int, list[int]] = {}
@@ -561,8 +566,8 @@ def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) ->
                 members.setdefault(classes[int(col)], []).append(j)
         for cols in members.values():
             if len(cols) >= 2:
-                grouped[:, cols] = peer_median(wide.iloc[:, cols]).to_numpy()
-        return pd.DataFrame(grouped, index=wide.index, columns=wide.columns)
+                grouped[:, cols] = peer_medians(wide.iloc[:, cols])
+        return grouped
     values = wide.to_numpy(dtype=float)
     num_rows, n = values.shape
     if n < 2 or not num_rows:
@@ -575,7 +580,7 @@ def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) ->
         block = max(1, _PEER_BLOCK_CELLS // n)
         for start in range(0, num_rows, block):
             out[start : start + block] = _peer_rows(values[start : start + block])
-    return pd.DataFrame(out, index=wide.index, columns=wide.columns)
+    return out
 
 
 #: Cells of the step x rank table :func:`peer_median` works on at a time.

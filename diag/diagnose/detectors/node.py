@@ -117,14 +117,11 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     job_step = features.wide("duration_ms", cfg.warmup_steps).reindex_like(compute).median(axis=1)
     classes = layout.work_class if layout.known else None
     peers = peer_median(compute, classes)
-    frames = Frames(
-        compute,
-        wait,
-        peers,
-        peer_median(wait, classes),
-        job_step,
-        class_spread(compute / peers, {c: (classes or {}).get(int(c), 0) for c in compute.columns}),
+    # the spread before the wait's peers: its ratio table and sorts were on top of them
+    spread = class_spread(
+        compute / peers, {c: (classes or {}).get(int(c), 0) for c in compute.columns}
     )
+    frames = Frames(compute, wait, peers, peer_median(wait, classes), job_step, spread)
     slow = {s.rank: s for s in find_slow(frames, cfg)}
     hosts = features.hosts_of()
     out = []

@@ -95,6 +95,11 @@ class Slow:
         return int(self.key)
 
 
+#: Cells of a step x column table worked on at once where a whole table's temporaries are not
+#: needed (~8 MB of floats).
+_BLOCK_CELLS = 1 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class Frames:
     """What slow columns are found on: per step and column (a rank or a group), its compute and
@@ -133,8 +138,13 @@ def class_spread(ratio: pd.DataFrame, classes: Mapping[Any, Any] | None) -> pd.D
         del whole
         if not len(v):
             continue
-        low = np.sort(v, axis=1)[:, : (len(cols) + 1) // 2]  # each step's lower half
-        mad = np.median(np.abs(low - np.median(low, axis=1, keepdims=True)), axis=1)
+        half, block = (len(cols) + 1) // 2, max(1, _BLOCK_CELLS // len(cols))
+        mads = []
+        for lo in range(0, len(v), block):  # a block of steps at a time: each step's own
+            low = np.sort(v[lo : lo + block], axis=1)[:, :half]  # each step's lower half
+            mads.append(np.median(np.abs(low - np.median(low, axis=1, keepdims=True)), axis=1))
+            del low
+        mad = np.concatenate(mads)
         out[cols] = float(np.median(_LOW_MAD_SIGMA * mad))
     # one number per column, read-only: a broadcast view, not a step x rank table of copies
     return pd.DataFrame(
@@ -196,27 +206,34 @@ def set_slow(frames: Frames, ranks: tuple[int, ...], cfg: NodeConfig) -> Slow | 
 
 def find_slow(frames: Frames, cfg: NodeConfig) -> list[Slow]:
     compute, peers = frames.compute, frames.peers
-    ratio = compute / peers
     # A step is flagged when the rank is slower than its peers both relatively and absolutely:
     # on a busy node scheduler jitter makes 2 ms of compute look 2x slow now and then.
     floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * frames.job_step.to_numpy())
     # Step x rank tables at 131,072 ranks are ~50 MB each: the arithmetic below works in place
-    # on as few of them as it can (the same values as the plain expressions).
-    over = ratio.to_numpy() - 1.0
+    # on as few of them as it can (the same values as the plain expressions), and the ratio is
+    # not kept: a found column's is taken again (_slow_one)
+    with np.errstate(divide="ignore", invalid="ignore"):  # as pandas divides: inf, NaN
+        over = compute.to_numpy(dtype=float) / peers.to_numpy(dtype=float)
+    flagged = over >= cfg.min_ratio
+    over -= 1.0
     excess = compute.to_numpy(dtype=float) - peers.to_numpy(dtype=float)
-    flagged = ratio.to_numpy() >= cfg.min_ratio
     flagged &= excess >= floor[:, None]
     unknown = None
     if frames.spread is not None:  # and beyond what its class's own spread makes common
         spread = frames.spread.to_numpy()
+        if spread.ndim == 2 and len(spread) and spread.strides[0] == 0:
+            spread = spread[:1]  # one value a column (class_spread's view): a row, broadcast
         unknown = np.isnan(spread)
         flagged &= unknown | (over >= cfg.min_z * spread)
     # How far beyond the flag each step is (the least of its criteria): a few steps far beyond
     # it, rarer on noise than the whole window, say so sooner (features.quick_runs).
     with np.errstate(divide="ignore", invalid="ignore"):
-        strength = over / (cfg.min_ratio - 1.0)
         excess /= floor[:, None]
-        np.minimum(strength, excess, out=strength)
+        strength = excess  # the least of the criteria, in place, a block of steps at a time
+        block = max(1, _BLOCK_CELLS // max(1, over.shape[1]))
+        for lo in range(0, len(over), block):
+            rows = slice(lo, lo + block)
+            np.minimum(over[rows] / (cfg.min_ratio - 1.0), strength[rows], out=strength[rows])
         del excess
         if frames.spread is not None:
             assert unknown is not None
@@ -226,11 +243,12 @@ def find_slow(frames: Frames, cfg: NodeConfig) -> list[Slow]:
     quick = quick_runs(
         strength, flagged, alpha=cfg.quick_alpha, min_run=cfg.quick_min_run, max_run=cfg.min_run - 1
     )
+    del strength
     slow = []
     # Only columns with a persistent run of flagged steps can be slow: find them all at once.
     persistent = persistent_columns(flagged, cfg.window, cfg.min_frac, cfg.min_run, quick)
     for j in np.flatnonzero(persistent):
-        found = _slow_one(int(j), frames, ratio, flagged[:, j], quick[:, j], cfg)
+        found = _slow_one(int(j), frames, flagged[:, j], quick[:, j], cfg)
         if found is not None:
             slow.append(found)
     return slow
@@ -239,7 +257,6 @@ def find_slow(frames: Frames, cfg: NodeConfig) -> list[Slow]:
 def _slow_one(
     j: int,
     frames: Frames,
-    ratio_frame: pd.DataFrame,
     flags: np.ndarray,
     quick: np.ndarray,
     cfg: NodeConfig,
@@ -248,7 +265,7 @@ def _slow_one(
     run = persistence(flags, cfg.window, cfg.min_frac, cfg.min_run, quick)
     if run is None:
         return None
-    ratio = ratio_frame.iloc[:, j]
+    ratio = frames.compute.iloc[:, j] / frames.peers.iloc[:, j]
     run = _refine_onset(run, flags, ratio.to_numpy(), cfg)
     compute, wait, job_step = frames.compute.iloc[:, j], frames.wait.iloc[:, j], frames.job_step
     steps = frames.compute.index.to_numpy()

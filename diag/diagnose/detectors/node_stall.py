@@ -57,7 +57,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from diag.diagnose.features import peer_median
+from diag.diagnose.features import peer_median, peer_medians
 
 #: A pause: a step in which the rank's lead over its peers is at least this share of the job step.
 PAUSE_FRAC = 0.5
@@ -118,7 +118,10 @@ def find_stalls(
         return []
     peers = frames.peers if frames.peers is not None else peer_median(compute, frames.classes)
     excess = compute - peers
-    lead = excess.to_numpy(dtype=float) - peer_median(excess, frames.classes).to_numpy()
+    # the excess less its peers' median, in the median's own array (step x rank tables are
+    # ~50 MB at 131,072 ranks)
+    lead = peer_medians(excess, frames.classes)
+    np.subtract(excess.to_numpy(dtype=float), lead, out=lead)
     slowest = _slowest(compute, frames.classes)
     size = _class_size(compute, frames.classes)
     ex = excess.to_numpy(dtype=float)
@@ -156,11 +159,12 @@ def find_stalls(
     for j in candidates:
         key = key_of[int(j)]
         cols = members[key]
+        every = len(cols) == compute.shape[1]  # one class: the tables themselves, no copies
         if key not in class_pauses:
-            class_pauses[key] = pauses[:, cols].sum(axis=1)
+            class_pauses[key] = (pauses if every else pauses[:, cols]).sum(axis=1)
         if len(cols) > EXACT_PEERS:  # one rank less moves the median of many by a hair
             if key not in class_wait:
-                class_wait[key] = np.nanmedian(wait[:, cols], axis=1)
+                class_wait[key] = np.nanmedian(wait if every else wait[:, cols], axis=1)
             peers_wait = class_wait[key]
         else:
             peers_wait = np.nanmedian(wait[:, [k for k in cols if k != j]], axis=1)
@@ -352,11 +356,14 @@ def _slowest(compute: pd.DataFrame, classes: Mapping[int, int] | None) -> np.nda
     for cols in _members(compute, classes).values():
         # every rank in one class (no layout): the table itself, not a copy of all its columns
         v = values if cols == list(range(values.shape[1])) else values[:, cols]
-        filled = np.where(np.isnan(v), -np.inf, v)
-        top = np.argmax(filled, axis=1)
+        nan = np.isnan(v)
+        some = bool(nan.any())
+        top = np.argmax(np.where(nan, -np.inf, v) if some else v, axis=1)  # no copy without NaN
         hit = np.zeros(v.shape, dtype=bool)
         hit[np.arange(len(v)), top] = True
-        out[:, cols] = hit & ~np.isnan(v)
+        if some:
+            hit &= ~nan
+        out[:, cols] = hit
     return out
 
 
