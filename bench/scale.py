@@ -13,7 +13,9 @@ process, which writes each batch's bytes to a file (``--batches DIR`` keeps the 
 runs); the analyzer's process then reads them, parses each (``EventBatch.FromString``, as its
 gRPC server does; timed apart as "parse") and feeds it through the real analyzer path,
 ``AnalyzerCore(RunStore.create(tmp)).ingest(batch)`` (decode, dedup, WAL with fsync, buffer),
-flushed to Parquet every ``--flush-every`` steps, once per ``--wire``: ``rows`` (one proto message
+flushed to Parquet as the analyzer's flush thread does (after each ``--flush-every-s`` seconds
+of parsing and ingesting, its ``flush_interval_s``; ``--flush-every N``: every N-th step, as
+up to session 14), once per ``--wire``: ``rows`` (one proto message
 per event) and ``columns`` (the batch as column blocks,
 :func:`diag.transport.codec.with_columns`, as a daemon ships to an analyzer of schema >= 1.13),
 each in a process and a store of its own, so the ingest rates compare in one run (the conversion
@@ -24,8 +26,8 @@ is counted as encoding: the node pays it). Then, on the last wire's store, it ti
 - the split, each timed on its own afterwards (parts cached, as the analyzer's periodic triage
   sees them): ``Features.from_store``, each entry of ``DETECTORS``, and ``summarize`` (the run
   section triage attaches). "analysis" = features + detectors;
-- the next live-triage pass: one more step of every rank ingested (buffered, not flushed, as in
-  a live run) and ``core.live_triage()`` (the screen, :mod:`diag.analyzer.screen`: it keeps the
+- the next live-triage pass: one more step of every rank ingested (on the same flush cadence,
+  as in a live run) and ``core.live_triage()`` (the screen, :mod:`diag.analyzer.screen`: it keeps the
   last full pass's findings when the new steps show nothing new), and a full ``core.triage()``
   on the same store for comparison;
 - then a third rank computes ``--rank-extra`` ms longer for 8 more steps: the next
@@ -79,6 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diag import schema
 from diag.analyzer.core import AnalyzerCore
+from diag.config import AnalyzerConfig
 from diag.diagnose.detectors.registry import DEFAULT_CONFIGS, DETECTORS
 from diag.diagnose.features import Features
 from diag.proto import diag_pb2 as pb
@@ -333,18 +336,19 @@ def ingest_window(args: argparse.Namespace, gen_dir: str, wire: str, tmp: str) -
     parse_s = ingest_s = flush_s = 0.0
     num_events = num_bytes = 0
     core = AnalyzerCore(RunStore.create(tmp))
-    last_step = -1
+    cadence = Cadence(args)
     for step, payload in read_batches(batch_file(gen_dir, wire)):
-        if step != last_step and last_step >= 0 and step % args.flush_every == 0:
+        if cadence.due(step):
             _, dt = timed(core.flush)
             flush_s += dt
-        last_step = step
         batch, dt = timed(pb.EventBatch.FromString, payload)
         parse_s += dt
+        cadence.ran(dt)
         num_bytes += len(payload)
         del payload
         result, dt = timed(core.ingest, batch)
         ingest_s += dt
+        cadence.ran(dt)
         num_events += result.num_accepted
     _, dt = timed(core.flush)
     flush_s += dt
@@ -358,9 +362,40 @@ def ingest_window(args: argparse.Namespace, gen_dir: str, wire: str, tmp: str) -
     }
 
 
-def ship_file(core: AnalyzerCore, path: str) -> None:
-    for _, payload in read_batches(path):
+def ship_file(core: AnalyzerCore, path: str, args: argparse.Namespace) -> None:
+    """The batches of ``path`` parsed and ingested, flushed on the bench's cadence."""
+    cadence = Cadence(args)
+    for step, payload in read_batches(path):
+        if cadence.due(step):
+            core.flush()
+        t = time.perf_counter()
         core.ingest(pb.EventBatch.FromString(payload))
+        cadence.ran(time.perf_counter() - t)
+
+
+class Cadence:
+    """When the bench flushes, as the analyzer's flush thread does: once ``--flush-every-s``
+    seconds of parsing and ingesting (the analyzer's ``flush_interval_s``, 1 s) have passed since
+    the last flush (a thread beside the ingest in the analyzer; here between two batches), or,
+    with ``--flush-every N``, at every N-th step."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.every_steps = int(getattr(args, "flush_every", 0) or 0)
+        self.every_s = float(getattr(args, "flush_every_s", AnalyzerConfig().flush_interval_s))
+        self.last_step = -1
+        self.busy_s = 0.0
+
+    def ran(self, seconds: float) -> None:
+        self.busy_s += seconds
+
+    def due(self, step: int) -> bool:
+        new_step, self.last_step = step != self.last_step and self.last_step >= 0, step
+        if self.every_steps > 0:
+            return new_step and step % self.every_steps == 0
+        if self.busy_s < self.every_s:
+            return False
+        self.busy_s = 0.0
+        return True
 
 
 class StageMemory:
@@ -467,7 +502,7 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         # one more step arrives (buffered, as in a live run): the next live-triage pass
         if mem is not None:
             mem.enter("pass 2, live, one more step")
-        ship_file(core, batch_file(args.gen_dir, "next"))
+        ship_file(core, batch_file(args.gen_dir, "next"), args)
         _, res["next_pass_s"] = timed(core.live_triage)
         res["next_pass_verdict"] = core.last_verdict.reason if core.last_verdict else ""
         res["next_pass_screened"] = core.num_screened_passes
@@ -477,7 +512,7 @@ def run_one(args: argparse.Namespace, ranks: int) -> dict:
         if mem is not None:
             mem.enter("pass 4, live, 8 more steps")
         # a third rank slows down: the screen must make the next live pass a full one
-        ship_file(core, batch_file(args.gen_dir, "news"))
+        ship_file(core, batch_file(args.gen_dir, "news"), args)
         news, res["news_pass_s"] = timed(core.live_triage)
         res["news_verdict"] = core.last_verdict.reason if core.last_verdict else ""
         res["news_named"] = any(win.news_rank in f.ranks for f in news.findings)
@@ -694,7 +729,19 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[1024, 16384])
     ap.add_argument("--steps", type=int, default=50, help="steps in the window (default 50)")
     ap.add_argument("--batch", type=int, default=4096, help="events per ingested batch")
-    ap.add_argument("--flush-every", type=int, default=10, help="flush to Parquet every N steps")
+    ap.add_argument(
+        "--flush-every-s",
+        type=float,
+        default=AnalyzerConfig().flush_interval_s,
+        help="flush to Parquet after this many seconds of parsing and ingesting, as the "
+        "analyzer's flush thread does every flush_interval_s (default %(default)s)",
+    )
+    ap.add_argument(
+        "--flush-every",
+        type=int,
+        default=0,
+        help="flush at every N-th step instead (0: by time; sessions up to 14 used 10)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--host-extra", type=float, default=25.0, help="slow host: extra compute ms")
     ap.add_argument("--rank-extra", type=float, default=40.0, help="slow rank: extra compute ms")
@@ -757,7 +804,9 @@ def main() -> None:
         print(json.dumps({"shipped": shipped})) if args.json else report_shipped(shipped)
     for ranks in args.ranks:
         base = [sys.executable, __file__, "--ranks", str(ranks)]
-        for opt in ("steps", "batch", "flush_every", "seed", "host_extra", "rank_extra"):
+        for opt in (
+            "steps", "batch", "flush_every", "flush_every_s", "seed", "host_extra", "rank_extra"
+        ):  # fmt: skip
             base += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
         base += ["--summaries"] if args.summaries else []
 

@@ -487,6 +487,7 @@ class AnalyzerCore:
         with self._lock:
             taken = self.screen.take()
         verdict = self.screen.decide(taken)
+        del taken  # its rows are the screen's now: not held through a full pass (~64 B a row)
         self.last_verdict = verdict
         latest = self.latest_triage
         if verdict.full or latest is None:
@@ -528,6 +529,7 @@ class AnalyzerCore:
         # the pass's big arrays are fresh mappings that would not reuse them
         release_free_memory()
         self.screen.mark(taken)  # what the screen knew of the rows this pass reads
+        del taken
         # The summary first: its temporaries are given back before the features are built,
         # instead of adding to theirs (32,768 ranks x 50 steps: the pass's peak 1,183 -> 1,168 MiB)
         check("the summary")
