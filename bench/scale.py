@@ -26,9 +26,10 @@ is counted as encoding: the node pays it). Then, on the last wire's store, it ti
 - the split, each timed on its own afterwards (parts cached, as the analyzer's periodic triage
   sees them): ``Features.from_store``, each entry of ``DETECTORS``, and ``summarize`` (the run
   section triage attaches). "analysis" = features + detectors;
-- the next live-triage pass: one more step of every rank ingested (on the same flush cadence,
-  as in a live run) and ``core.live_triage()`` (the screen, :mod:`diag.analyzer.screen`: it keeps the
-  last full pass's findings when the new steps show nothing new), and a full ``core.triage()``
+- the next live-triage pass: one more step of every rank ingested (on the same flush
+  cadence, as in a live run) and ``core.live_triage()`` (the screen,
+  :mod:`diag.analyzer.screen`: it keeps the last full pass's findings when the new steps show
+  nothing new), and a full ``core.triage()``
   on the same store for comparison;
 - then a third rank computes ``--rank-extra`` ms longer for 8 more steps: the next
   ``core.live_triage()``, the screen's reason for a full pass, and whether it names that rank;
