@@ -333,10 +333,16 @@ def _corrected(z: float, tests: int) -> float:
 
 def _t_stat(x: np.ndarray) -> np.ndarray:
     """Per column: mean / standard error over the rows (NaN rows left out), 0 where undefined."""
-    n = np.sum(~np.isnan(x), axis=0)
+    nan = np.isnan(x)
+    some = bool(nan.any())
+    n = np.sum(~nan, axis=0)
+    del nan
+    # without a NaN, the plain mean and deviation (the same sums): the nan* forms copy the table
+    # with NaN as 0 first (a step x rank table, ~50 MB at 131,072 ranks)
+    mean_of, std_of = (np.nanmean, np.nanstd) if some else (np.mean, np.std)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.nanmean(x, axis=0) if len(x) else np.zeros(x.shape[1])
-        sd = np.nanstd(x, axis=0, ddof=1) if len(x) > 1 else np.zeros(x.shape[1])
+        mean = mean_of(x, axis=0) if len(x) else np.zeros(x.shape[1])
+        sd = std_of(x, axis=0, ddof=1) if len(x) > 1 else np.zeros(x.shape[1])
         t = mean / (sd / np.sqrt(np.maximum(n, 1)))
     return np.nan_to_num(np.where(n >= 2, t, 0.0), nan=0.0, posinf=0.0, neginf=0.0)
 
