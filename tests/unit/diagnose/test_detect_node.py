@@ -78,3 +78,28 @@ def test_clean_run_has_no_warning(tmp_path: Path, seed: int) -> None:
     sc = Scenario(ranks=8, ranks_per_host=4, seed=seed, ckpt_every=20, ckpt_ms=5, ckpt_bytes=10**8)
     findings = run_all(_features(sc, tmp_path))
     assert [f.id for f in findings if f.severity != "info"] == []
+
+
+@pytest.mark.parametrize(
+    "sc",
+    [
+        Scenario(ranks=8, slow_ranks=(2,), onset_step=50, severity=0.2),
+        Scenario(ranks=8, slow_ranks=(4, 5), onset_step=40, severity=0.15, seed=1),
+        Scenario(ranks=8, stall_ranks=(3,), onset_step=30, severity=0.3, seed=2),
+        Scenario(ranks=8, moving_imbalance=0.3, seed=3),
+    ],
+    ids=["rank", "host", "stall", "noise"],
+)
+def test_the_findings_do_not_depend_on_the_block_the_tables_are_worked_in(
+    tmp_path: Path, sc: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node detector works its step x rank tables a block of steps at a time (~1 M cells, so
+    a 131,072-rank table is never copied whole): blocks of a few cells give the same findings,
+    number for number, as one block of the whole table."""
+    from diag.diagnose import features as features_mod
+    from diag.diagnose.detectors import node_slow
+
+    whole = node.detect(_features(sc, tmp_path / "a"))
+    monkeypatch.setattr(node_slow, "_BLOCK_CELLS", 7)
+    monkeypatch.setattr(features_mod, "_PEER_BLOCK_CELLS", 5)
+    assert node.detect(_features(sc, tmp_path / "b")) == whole
