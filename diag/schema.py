@@ -62,6 +62,10 @@ class Event:
 
 
 ENVELOPE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Event))
+#: The envelope's text fields that repeat a handful of values on every row (a source per
+#: process, a host per node, one job): the analyzer interns them as it decodes a column block
+#: and the store keeps them as ``category`` in memory.
+LABEL_FIELDS: frozenset[str] = frozenset({"source", "host", "job_id"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

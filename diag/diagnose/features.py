@@ -24,6 +24,7 @@ import pandas as pd
 
 from diag.diagnose.layout import Layout
 from diag.diagnose.layout_infer import infer, profiles_from_steps
+from diag.store.groupwise import last_by
 from diag.store.run_store import RunStore
 
 _NS_PER_MS = 1e6
@@ -362,18 +363,11 @@ def _rank_hosts(steps: pd.DataFrame) -> dict[int, str]:
     """rank -> host, of each rank's latest step (its last row: ``steps`` is sorted by step)."""
     if steps.empty:
         return {}
-    rank = steps["rank"].to_numpy()
-    low, high = int(rank.min()), int(rank.max())
-    if low < 0 or high > 4 * len(rank) + (1 << 20) or steps["host"].isna().any():
-        last = steps.groupby("rank")["host"].last()  # the general case: null hosts skipped
+    if steps["host"].isna().any():
+        last = steps.groupby("rank")["host"].last()  # a null host skipped, as the group-by does
         return {int(r): str(h) for r, h in last.items()}
-    # each rank's last row, by rank number: a group-by's keys and order were ~100 MB at
-    # 131,072 ranks x 50 steps (the features' peak)
-    index = np.int32 if len(rank) < 2**31 else np.int64
-    last_row: np.ndarray = np.full(high + 1, -1, dtype=index)
-    np.maximum.at(last_row, rank, np.arange(len(rank), dtype=index))
-    ranks = np.flatnonzero(last_row >= 0)
-    hosts = steps["host"].array.take(last_row[ranks])
+    ranks, rows = last_by(steps["rank"].to_numpy())
+    hosts = steps["host"].array.take(rows)
     return {int(r): str(h) for r, h in zip(ranks.tolist(), hosts, strict=True)}
 
 

@@ -44,7 +44,7 @@ from diag.store.memory import release_free_memory
 _DTYPES = {int: "int64", float: "float64", str: "str", bool: "bool"}
 _NULLABLE = {int: "Int64", float: "Float64"}
 #: String fields kept as ``category`` in memory: each repeats a handful of values on every row.
-LABELS = frozenset({"source", "host", "job_id"})
+LABELS = schema.LABEL_FIELDS
 #: The envelope's index columns, which a store's cache holds as 32-bit integers where every
 #: value fits (:func:`narrow_ints`): half of int64's memory, 100 MB of the step cache at
 #: 131,072 ranks x 50 steps. Frames handed out by ``RunStore.frame`` have them as int64 again.

@@ -16,6 +16,23 @@ import numpy as np
 import pandas as pd
 
 
+def last_by(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(groups, positions)``: the sorted distinct integer ``keys`` and the position of each
+    one's last row. Dense keys (ranks) in one pass with no sort or hash table (a group-by's
+    keys and order were ~100 MB at 131,072 ranks x 50 steps); others by one sort."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo, hi = int(keys.min()), int(keys.max())
+    if lo >= 0 and hi <= 4 * len(keys) + 4096:
+        index = np.int32 if len(keys) < 2**31 else np.int64
+        last: np.ndarray = np.full(hi + 1, -1, dtype=index)
+        np.maximum.at(last, keys, np.arange(len(keys), dtype=index))
+        groups = np.flatnonzero(last >= 0)
+        return groups, last[groups].astype(np.int64)
+    groups, first = np.unique(keys[::-1], return_index=True)  # a key's first, reversed: last
+    return groups, len(keys) - 1 - first
+
+
 def medians_by(keys: np.ndarray, columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict]:
     """``(groups, {name: medians})``: the sorted distinct ``keys`` and, per column (floats, NaN
     missing, as long as ``keys``), each group's median, aligned with ``groups``."""

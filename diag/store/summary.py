@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from diag.store.dataframes import empty_frame
-from diag.store.groupwise import medians_frame
+from diag.store.groupwise import last_by, medians_frame
 from diag.store.run_store import RunStore
 
 _NS_PER_MS = 1e6
@@ -320,16 +320,7 @@ def _last_loss(steps: pd.DataFrame) -> dict[int, float]:
     pos = np.flatnonzero(loss.notna().to_numpy(dtype=bool))
     if not len(pos):
         return {}
-    ranks = steps["rank"].to_numpy()[pos]
-    lo, hi = int(ranks.min()), int(ranks.max())
-    if lo >= 0 and hi <= 4 * len(ranks) + 4096:  # dense ranks: one pass, no sort
-        last = np.full(hi + 1, -1, dtype=np.int64)
-        np.maximum.at(last, ranks, np.arange(len(ranks)))
-        held = np.flatnonzero(last >= 0)
-        at = last[held]
-    else:  # the first of each rank in reverse order is its last
-        held, first = np.unique(ranks[::-1], return_index=True)
-        at = len(ranks) - 1 - first
+    held, at = last_by(steps["rank"].to_numpy()[pos])
     return dict(zip(held.tolist(), loss.array.take(pos[at]).tolist(), strict=True))
 
 

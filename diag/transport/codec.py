@@ -283,7 +283,9 @@ def block_columns(block: pb.EventColumns) -> tuple[str, dict[str, Any]]:
         dtype = dtypes[name]
         if dtype is not None:
             columns[name] = np.array(raw, dtype=dtype)
-        elif name in LABELS:  # one string object per distinct value, not one per row
+        elif name in schema.LABEL_FIELDS:
+            # one string object per distinct value, not one per row: at 16,384 ranks ~180 of
+            # the ~470 bytes a buffered step row held were these strings
             columns[name] = list(map(sys.intern, raw))
         else:
             columns[name] = list(raw)
@@ -393,11 +395,6 @@ def _tuple_getter(names: Sequence[str]) -> Callable[[object], tuple[object, ...]
 assert schema.ENVELOPE_FIELDS[5:8] == ("source", "seq", "step")
 #: kind -> every column of the kind in order (the envelope's fields, then the payload's)
 _COLUMNS = {kind: (*schema.ENVELOPE_FIELDS, *_PAYLOAD[kind]) for kind in schema.EVENT_TYPES}
-#: The envelope's text fields that repeat a handful of values on every row (a source per
-#: process, a host per node, one job): a column block's are interned as decoded, so the rows an
-#: analyzer buffers share one string per value (at 16,384 ranks ~180 of the ~470 bytes a
-#: buffered step row held were these strings, a new object per row).
-LABELS = frozenset({"source", "host", "job_id"})
 #: kind -> its optional fields (each with an ``_absent`` mask in a column block)
 _OPTIONAL_COLUMNS = {
     kind: tuple(n for n in _COLUMNS[kind] if n in _OPTIONAL[kind]) for kind in schema.EVENT_TYPES
