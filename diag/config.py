@@ -44,6 +44,12 @@ class HookConfig:
     # share of the GIL near gil_share while it is busy (diag.hook.gil_share); 0 = unpaced
     gil_share: float = 0.25
     gil_slice_s: float = 0.001
+    # harvest the Flight Recorder through torch's control-plane server on a private Unix socket
+    # (its C++ threads build the dump without the GIL; diag.hook.fr_server) instead of
+    # _dump_fr_trace, which holds the GIL while it dumps the whole ring. Off by default: the
+    # server adds torch's HTTP thread pool and c10d log lines to every rank, and on a 2-core
+    # host its dump competes with the job for the cores (README, session 16)
+    fr_dump_server: bool = False
     health_interval_s: float = 5.0
     reconnect_interval_s: float = 1.0
     capture_collectives: bool = True

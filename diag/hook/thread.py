@@ -4,8 +4,9 @@ Every ``flush_interval_s`` it drains the record queue, reports the process group
 reported yet (:class:`~diag.schema.ProcessGroupInfo`: the job's layout, groups created after
 install included), in its first cycle and then every ``health_interval_s`` it emits a
 :class:`~diag.schema.HookHealth`, and it writes what it built to the daemon socket. It harvests
-the Flight Recorder (``_dump_fr_trace`` without stack traces, parsed by the restricted
-unpickler) when about half its ring buffer is new or ``fr_poll_interval_s`` passed
+the Flight Recorder (as JSON from torch's control-plane server, whose threads dump without the
+GIL: :mod:`diag.hook.fr_server`; else ``_dump_fr_trace`` without stack traces, parsed by the
+restricted unpickler) when about half its ring buffer is new or ``fr_poll_interval_s`` passed
 (:mod:`diag.hook.fr_pacing`: it looks as often as the job's measured collectives need, between
 its cycles too). On stop it does a final drain, harvest and health event and one last flush,
 then closes the daemon connection. The last health event says
@@ -49,11 +50,12 @@ from typing import Any, Protocol
 
 from diag import schema
 from diag.config import HookConfig
-from diag.flight_recorder import load_fr_dump
+from diag.flight_recorder import load_fr_dump, load_fr_json
 from diag.hook import kernels as hook_kernels
 from diag.hook.device_timer import DeviceStep, DeviceTimer
 from diag.hook.events import EventFactory, fr_dtype_name
 from diag.hook.fr_pacing import FrPacer, probe_total
+from diag.hook.fr_server import FrServer
 from diag.hook.fr_state import FrState, PyCall, StepWindows
 from diag.hook.gil_share import GilShare
 from diag.hook.groups import ProcessGroups
@@ -73,6 +75,8 @@ DEVICE_WAIT_NS = 2_000_000_000
 #: harvest that covers it, up to ``fr_poll_interval_s``: thousands of 1 ms steps); device times
 #: of steps already emitted without them are dropped as soon as that is known
 DEVICE_KEEP = 8192
+#: how long a harvest waits for the control-plane server's dump before it dumps in-process
+FR_SERVER_TIMEOUT_S = 5.0
 
 
 def fr_buffer_size() -> int:
@@ -152,6 +156,9 @@ class HookThread(threading.Thread):
         c10d = getattr(torch._C, "_distributed_c10d", None)
         self._dump_fn = getattr(c10d, "_dump_fr_trace", None)
         self.fr_ok = bool(self.cfg.capture_collectives and self._dump_fn is not None)
+        #: where harvests come from when it runs (started by the thread: :meth:`_start`)
+        self.fr_server: FrServer | None = None
+        self.num_server_dumps = 0  # harvests served by it (the rest: _dump_fr_trace)
         self._stop_evt = threading.Event()
         self._exiting = True  # the last cycle's health says final (set by stop() before _stop_evt)
         self._pending_steps: deque[tuple[Any, ...]] = deque()
@@ -201,6 +208,8 @@ class HookThread(threading.Thread):
             self._serve()
         except BaseException as exc:  # last resort: the thread ends; say why while it still can
             self._died(exc)
+        finally:
+            self._server_off(None)
 
     def _serve(self) -> None:
         self._guarded(self._start)
@@ -217,8 +226,11 @@ class HookThread(threading.Thread):
 
     def _start(self) -> None:
         self._rank_info()
+        if self.fr_ok and self.cfg.fr_dump_server:
+            self.fr_server = FrServer.start(self.torch)
         if self.fr_ok:  # the first dump can take seconds: pay it here, not mid-run
             self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
+            self._server_dump()
 
     def _wait(self, next_cycle: float) -> bool:
         """Sleep until the next cycle, or sooner when the Flight Recorder's pace needs a look
@@ -506,13 +518,44 @@ class HookThread(threading.Thread):
             if gc_was_enabled:
                 gc.enable()
 
+    def _server_dump(self) -> dict[str, Any] | None:
+        """A dump from the control-plane server (built by its threads without the GIL, decoded
+        here in paced pieces); ``None`` without a server, or when it failed (it is stopped
+        then, once, with the reason logged: later harvests use ``_dump_fr_trace``)."""
+        if self.fr_server is None:
+            return None
+        try:
+            body = self.fr_server.fetch(FR_SERVER_TIMEOUT_S)
+            self.gil.tick()
+            dump = load_fr_json(body, tick=self.gil.tick)
+        except Exception as exc:
+            self._server_off(exc)
+            return None
+        self.num_server_dumps += 1
+        return dump
+
+    def _server_off(self, exc: Exception | None) -> None:
+        """Stop the control-plane server (``exc``: why, logged once; None: the thread ends)."""
+        server, self.fr_server = self.fr_server, None
+        if server is None:
+            return
+        if exc is not None:
+            log.info(
+                "diag hook: Flight Recorder server failed (%s: %s); dumping in-process",
+                type(exc).__name__,
+                exc,
+            )
+        server.close()
+
     def _harvest_once(self, *, final: bool) -> None:
         dump_wall_ns = time.time_ns()
         try:
-            raw = self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
-            self.gil.tick()  # the dump held the GIL throughout (C++): let the job run first
-            dump = load_fr_dump(raw, validate=False)
-            del raw
+            dump = self._server_dump()
+            if dump is None:
+                raw = self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
+                self.gil.tick()  # the dump held the GIL throughout (C++): let the job run first
+                dump = load_fr_dump(raw, validate=False, tick=self.gil.tick)  # in slices
+                del raw
             self.gil.tick()
         except Exception as exc:
             self._fr_off(f"Flight Recorder dump failed: {type(exc).__name__}: {exc}")
