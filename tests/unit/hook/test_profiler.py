@@ -365,6 +365,17 @@ def test_summarize_categories_top_n_and_collectives() -> None:
     assert (out.num_ops, out.num_kernels) == (7, 2)
 
 
+def test_summarize_pauses_every_chunk_of_events() -> None:
+    # the hook thread passes its GIL pacing's tick with a small chunk (a window of ~10k events
+    # had run in 2,000-event pieces, each holding the GIL for ~6-10 ms)
+    events = [FakeEvent(f"op{i % 3}", "cpu_op", 10 + i) for i in range(100)]
+    pauses: list[int] = []
+    fine = summarize(events, 10_000, record_shapes=False, pause=lambda: pauses.append(1), chunk=32)
+    assert len(pauses) == 3  # after events 32, 64 and 96
+    coarse = summarize(events, 10_000, record_shapes=False, pause=lambda: None)
+    assert fine.rows == coarse.rows and fine.num_ops == coarse.num_ops == 100
+
+
 class OldTorchEvent(FakeEvent):
     """A ``_KinetoEvent`` of torch < 2.12 (2.11 on an H200): no ``activity_type()``; whether it
     is a user annotation and its device say what it is."""
