@@ -15,11 +15,11 @@ measured block, after the settle steps: harvests, encoding, sending). The step s
 calibrated on the training thread's CPU time, so "~50 ms" is 50 ms of work however busy the
 host is. Each block installs the hook anew, so its step count restarts and the default
 schedule's first profiler window (hook step 20) falls in every block: the hook's steps are also
-split into the *steady state* (neither a window step nor the step after one, when the hook
-thread summarizes it), window steps and after-window steps, and the steady state's median and
-p99 are set against the no-hook arm's. Last, the bytes and events the hook shipped to the daemon
-socket per step (framing included; its blocks' every step, settle and windows too). Measured
-numbers only, no asserts.
+split into the *steady state*, window steps and after-window steps (the step after a window and
+every later one begun before the hook thread had finished summarizing it: ``window_kinds``), and
+the steady state's median and p99 are set against the no-hook arm's. Last, the bytes and
+events the hook shipped to the daemon socket per step (framing included; its blocks' every
+step, settle and windows too). Measured numbers only, no asserts.
 
 Thread tier (``--tier thread``): the base tier's arms at a ~1 ms step in 30+ short blocks (60
 steps each), for the figure the VM's drift blurs least: the training thread's CPU time per step
@@ -109,6 +109,25 @@ class FrameSink(threading.Thread):
                 self.num_events += len(codec.decode_batch(frame)[1])
 
 
+def window_kinds(
+    indices: list[int], begun: list[int], costs: list[tuple[str, int, int, int]]
+) -> list[str]:
+    """Each step of a hook's block as "window" (a profiler window's step), "after" (the step
+    after one, and every later step begun before the hook thread had finished that window's
+    summary: ``costs``' done times) or "steady" (``indices``: the hook's step numbers,
+    ``begun``: each step's ``perf_counter_ns`` at its start)."""
+    done = {int(c[0][1:]): c[3] for c in costs}
+    out = []
+    for index, t0 in zip(indices, begun, strict=True):
+        if index in done:
+            out.append("window")
+        elif any(w < index and (index == w + 1 or t0 < end) for w, end in done.items()):
+            out.append("after")
+        else:
+            out.append("steady")
+    return out
+
+
 def percentile(values: list[int], q: float) -> float:
     ordered = sorted(values)
     return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
@@ -133,22 +152,19 @@ def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
                 step()
             block: list[int] = []
             indices: list[int] = []
+            begun: list[int] = []
             for _ in range(steps_per_block):
                 indices.append(h.tracker.step if h is not None else -1)
+                begun.append(time.perf_counter_ns())
                 block.append(step())
             if h is not None:
                 hook.uninstall()
                 measured = set(indices)  # a window cut short by the uninstall is left out
                 mine = [c for c in h.thread.window_costs if int(c[0][1:]) in measured]
                 costs.extend(mine)
-                starts = {int(wid[1:]) for wid, _, _ in mine}
-                for index, t in zip(indices, block, strict=True):
-                    if index in starts:
-                        window_t.append(t)
-                    elif index - 1 in starts:
-                        after_t.append(t)
-                    else:
-                        ordinary_t.append(t)
+                kinds = window_kinds(indices, begun, mine)
+                for kind, t in zip(kinds, block, strict=True):
+                    {"window": window_t, "after": after_t}.get(kind, ordinary_t).append(t)
             times[on].extend(block)
             block_median[on] = statistics.median(block)
         pairs.append(block_median[True] / block_median[False] - 1)
@@ -170,7 +186,7 @@ def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
     thread_ns = statistics.median(c[2] for c in costs)
     extra = med_win - med_ord
     print(f"  (b) window step median {med_win / 1e6:8.3f} ms vs ordinary {med_ord / 1e6:8.3f} ms: "
-          f"{100 * (med_win / med_ord - 1):+.2f} %   step after a window "
+          f"{100 * (med_win / med_ord - 1):+.2f} %   steps after a window (until summarized) "
           f"{med_after / 1e6:8.3f} ms ({100 * (med_after / med_ord - 1):+.2f} %)")  # fmt: skip
     print(f"  per window: step extra {extra / 1e6:.3f} ms, of which profiler enable+disable "
           f"{train_ns / 1e6:.3f} ms (hook's timing); hook-thread processing {thread_ns / 1e6:.3f} "
@@ -224,9 +240,10 @@ def base_tier(
             if installed is not None and installed.thread.ident is not None:
                 clock = time.pthread_getcpuclockid(installed.thread.ident)
                 arm.hook_cpu_ns -= time.clock_gettime_ns(clock)
-            block, indices = [], []
+            block, indices, begun = [], [], []
             for _ in range(steps_per_block):
                 indices.append(installed.tracker.step if installed is not None else -1)
+                begun.append(time.perf_counter_ns())
                 block.append(step())
                 arm.cpus.append(cpu[0])
             if clock is not None:
@@ -239,10 +256,8 @@ def base_tier(
                 arm.shipped_events += sink.num_events - events0
                 arm.shipped_steps += settle + steps_per_block
             if installed is not None:  # each block restarts the hook's count: one window
-                starts = {int(wid[1:]) for wid, _, _ in installed.thread.window_costs}
-                for index, t in zip(indices, block, strict=True):
-                    kind = "window" if index in starts else "after"
-                    kind = kind if index in starts or index - 1 in starts else "steady"
+                costs = list(installed.thread.window_costs)
+                for kind, t in zip(window_kinds(indices, begun, costs), block, strict=True):
                     arm.split[kind].append(t)
             arm.times.extend(block)
             block_median[name] = statistics.median(block)
@@ -268,7 +283,7 @@ def base_tier(
         steady = arm.split["steady"]
         if steady:
             med_s, p99_s = statistics.median(steady), percentile(steady, 0.99)
-            print(f"  steady state (hook on, not a profiler window step nor the step after one: "
+            print(f"  steady state (hook on, neither a window step nor one before its summary: "
                   f"{len(steady)} of {len(on_t)} steps)")  # fmt: skip
             print(f"    median {name} {med_s / 1e6:8.3f} ms  "
                   f"overhead {100 * (med_s / med_off - 1):+.3f} %   p99 {name} {p99_s / 1e6:8.3f} "

@@ -199,10 +199,11 @@ class HookThread(threading.Thread):
             if self.cfg.trace_dir
             else None
         )
-        #: (window_id, training-thread ns, hook-thread ns) of the last windows processed: what
-        #: switching the profiler cost the training thread, and what summarizing and writing the
-        #: trace took here (wall time, pauses included).
-        self.window_costs: deque[tuple[str, int, int]] = deque(maxlen=64)
+        #: (window_id, training-thread ns, hook-thread ns, done at) of the last windows
+        #: processed: what switching the profiler cost the training thread, what summarizing and
+        #: writing the trace took here (wall time, pauses included), and when that was done
+        #: (``time.perf_counter_ns()``: the steps before it may have waited for this thread).
+        self.window_costs: deque[tuple[str, int, int, int]] = deque(maxlen=64)
 
     # ----------------------------------------------------------------- loop
     def run(self) -> None:
@@ -382,9 +383,8 @@ class HookThread(threading.Thread):
                 if not done:
                     profiler.busy = False
             self.sender.add(events)
-            self.window_costs.append(
-                (window.plan.window_id, window.train_ns, time.perf_counter_ns() - t0)
-            )
+            t1 = time.perf_counter_ns()
+            self.window_costs.append((window.plan.window_id, window.train_ns, t1 - t0, t1))
 
     # ------------------------------------------------------------- records
     def _drain(self) -> None:
