@@ -4,7 +4,8 @@ A world-size-1 gloo job (FileStore) trains a small DDP MLP whose forward also do
 compute, so a step takes about 50 ms (and, in a second series, about 5 ms). Every step runs DDP's
 gradient all-reduce (C++) and one Python-level ``dist.all_reduce``. Blocks of steps alternate
 between hook installed and uninstalled (ABBA order); the hook sends to a real Unix socket read by
-a frame sink thread here, so encoding and sending are paid too.
+a frame sink process (decoding, as the node daemon does, outside the job's process), so encoding
+and sending are paid too.
 
 Prints, per step size, the median step time with and without the hook, the median overhead
 (relative to the no-hook median, and the median of per-block-pair overheads), and the worst case
@@ -63,11 +64,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import socket
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,37 +76,78 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diag.config import HookConfig
 from diag.hook import core as hook
-from diag.transport import codec
-from diag.transport import framing as frames
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead_attach import Attacher
 from overhead_metrics import metrics_tier
 from overhead_numerics import numerics_tier
 
+_SINK_CODE = """
+import socket, sys, threading
+from diag.transport import codec
+from diag.transport import framing as frames
+counts = [0, 0]  # bytes, events
+lock = threading.Lock()
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(sys.argv[1])
+server.listen()
+def read(conn):
+    decoder = frames.FrameDecoder()
+    while data := conn.recv(1 << 16):
+        n = 0
+        for frame in decoder.feed(data):
+            n += len(codec.decode_batch(frame)[1])
+        with lock:
+            counts[0] += len(data)
+            counts[1] += n
+def serve():
+    while True:
+        conn, _ = server.accept()
+        threading.Thread(target=read, args=(conn,), daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+print("ready", flush=True)
+for _ in sys.stdin:
+    with lock:
+        print(counts[0], counts[1], flush=True)
+"""
 
-class FrameSink(threading.Thread):
-    """Accepts hook connections on a Unix socket and decodes every frame (counts events)."""
+
+class FrameSink:
+    """Accepts hook connections on a Unix socket and decodes every frame (counts events) in a
+    process of its own, as the node daemon does: decoding in the job's process held the GIL
+    the training thread waits for (a batch of a few hundred events, ~5-10 ms), the hook arm's
+    steady-state tail up to 2026-12-06."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(daemon=True)
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(path)
-        self.server.listen()
-        self.num_events = 0
-        self.num_bytes = 0  # frames as they come off the socket, framing included
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _SINK_CODE, path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self._proc.stdout is not None and self._proc.stdout.readline().strip() == "ready"
 
-    def run(self) -> None:
-        while True:
-            conn, _ = self.server.accept()
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+    def start(self) -> None:
+        """Kept for the callers: the process serves from its start."""
 
-    def _read(self, conn: socket.socket) -> None:
-        decoder = frames.FrameDecoder()
-        while data := conn.recv(1 << 16):
-            self.num_bytes += len(data)
-            for frame in decoder.feed(data):
-                self.num_events += len(codec.decode_batch(frame)[1])
+    def _counts(self) -> tuple[int, int]:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write("?\n")
+        self._proc.stdin.flush()
+        nbytes, nevents = self._proc.stdout.readline().split()
+        return int(nbytes), int(nevents)
+
+    @property
+    def num_bytes(self) -> int:
+        """Frames as they came off the socket, framing included."""
+        return self._counts()[0]
+
+    @property
+    def num_events(self) -> int:
+        return self._counts()[1]
 
 
 def window_kinds(
