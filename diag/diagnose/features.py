@@ -547,7 +547,10 @@ def peer_median(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) ->
     sort was a third of the node detector), picked by whether the rank sits at or before them
     (the same values, and the same arithmetic, as ``np.median`` of the row without that
     rank)."""
-    return pd.DataFrame(peer_medians(wide, classes), index=wide.index, columns=wide.columns)
+    # the array is the table's own: no copy of it (a step x rank table, ~50 MB at 131,072 ranks)
+    return pd.DataFrame(
+        peer_medians(wide, classes), index=wide.index, columns=wide.columns, copy=False
+    )
 
 
 def peer_medians(wide: pd.DataFrame, classes: Mapping[int, int] | None = None) -> np.ndarray:

@@ -121,7 +121,8 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     spread = class_spread(
         compute / peers, {c: (classes or {}).get(int(c), 0) for c in compute.columns}
     )
-    frames = Frames(compute, wait, peers, peer_median(wait, classes), job_step, spread)
+    # the wait's peers once a found rank needs them: not beside find_slow's temporaries
+    frames = Frames(compute, wait, peers, lambda: peer_median(wait, classes), job_step, spread)
     slow = {s.rank: s for s in find_slow(frames, cfg)}
     hosts = features.hosts_of()
     out = []

@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from diag.diagnose.features import Features
@@ -432,6 +433,12 @@ def _span(steps: pd.DataFrame, first_last: tuple[int, int]) -> tuple[int, int] |
     inside = (step >= first_last[0]) & (step <= first_last[1])
     if not inside.any():
         return None
-    # two columns, not the whole frame (at 32k ranks a row selection of every column: 0.1 s)
-    start, end = steps["start_ns"].to_numpy()[inside], steps["end_ns"].to_numpy()[inside]
-    return int(start.min()), int(end.max())
+    # two columns, not the whole frame (at 32k ranks a row selection of every column: 0.1 s),
+    # reduced where inside, not gathered (at 131,072 ranks the gather was 60 MB, the node
+    # detector's peak)
+    start, end = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    if start.dtype.kind != "i" or end.dtype.kind != "i":
+        return int(start[inside].min()), int(end[inside].max())
+    first = start.min(where=inside, initial=np.iinfo(start.dtype).max)
+    last = end.max(where=inside, initial=np.iinfo(end.dtype).min)
+    return int(first), int(last)

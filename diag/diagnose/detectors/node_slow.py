@@ -5,8 +5,8 @@ are shared with the data detector."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -104,14 +104,27 @@ _BLOCK_CELLS = 1 << 20
 class Frames:
     """What slow columns are found on: per step and column (a rank or a group), its compute and
     wait, its peers' median compute and wait, the job step, and the spread of its class's
-    ratios to their peers (NaN: too few to tell)."""
+    ratios to their peers (NaN: too few to tell). ``peers_wait`` may be given as the function
+    that makes it (:meth:`wait_of_peers` calls it once, when a found column needs it): at
+    131,072 ranks the table is ~50 MB, not needed while :func:`find_slow` screens every column
+    with its own temporaries."""
 
     compute: pd.DataFrame
     wait: pd.DataFrame
     peers: pd.DataFrame
-    peers_wait: pd.DataFrame
+    peers_wait: pd.DataFrame | Callable[[], pd.DataFrame]
     job_step: pd.Series
     spread: pd.DataFrame | None = None
+    _made: dict[str, pd.DataFrame] = field(default_factory=dict, compare=False, repr=False)
+
+    def wait_of_peers(self) -> pd.DataFrame:
+        """The peers' median wait per step and column."""
+        if isinstance(self.peers_wait, pd.DataFrame):
+            return self.peers_wait
+        made = self._made.get("peers_wait")
+        if made is None:
+            made = self._made["peers_wait"] = self.peers_wait()
+        return made
 
 
 def class_spread(ratio: pd.DataFrame, classes: Mapping[Any, Any] | None) -> pd.DataFrame:
@@ -188,7 +201,7 @@ def set_slow(frames: Frames, ranks: tuple[int, ...], cfg: NodeConfig) -> Slow | 
     def one(series: pd.Series) -> pd.DataFrame:
         return series.to_frame(name=ranks[0])
 
-    wait, peers_wait = frames.wait[cols].median(axis=1), frames.peers_wait[cols].median(axis=1)
+    wait, peers_wait = frames.wait[cols].median(axis=1), frames.wait_of_peers()[cols].median(axis=1)
     spread = frames.spread[cols].median(axis=1) if frames.spread is not None else None
     found = find_slow(
         Frames(
@@ -273,7 +286,7 @@ def _slow_one(
     culprit_ms = float(compute.iloc[anomaly].median())
     peers_ms = float(frames.peers.iloc[:, j].iloc[anomaly].median())
     excess = culprit_ms - peers_ms
-    peers_wait = frames.peers_wait.iloc[:, j]
+    peers_wait = frames.wait_of_peers().iloc[:, j]
     wait_after = float(peers_wait.iloc[anomaly].median())
     gap = float(ratio.iloc[anomaly].median()) - 1.0
     before_gap = float(ratio.iloc[: run.onset_pos].median()) - 1.0 if run.onset_pos else 0.0
