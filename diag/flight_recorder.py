@@ -1,9 +1,10 @@
 """PyTorch Flight Recorder (FR) dumps: a safe loader and the mapping of entries to collectives.
 
 A Flight Recorder dump is a pickle of plain containers (``torch._C._distributed_c10d.
-_dump_fr_trace()`` or the ``_dump_<rank>`` files NCCL jobs write on a timeout). Pickles can run
-code, so :func:`load_fr_dump` admits only dicts, lists, tuples, sets, strings, bytes, numbers, bools
-and ``None``: any class reference, extension code or persistent id is refused with
+_dump_fr_trace()`` or the ``_dump_<rank>`` files NCCL jobs write on a timeout); the hook's
+opt-in control-plane harvest reads the same recorder as JSON (:func:`load_fr_json`). Pickles
+can run code, so :func:`load_fr_dump` admits only dicts, lists, tuples, sets, strings, bytes,
+numbers, bools and ``None``: any class reference, extension code or persistent id is refused with
 :class:`~diag.errors.InputError` (one line), as is truncated or corrupt data.
 
 :func:`entry_to_collective` is pure: one FR entry (plus the dump's ``pg_config``) becomes the
@@ -156,10 +157,7 @@ def load_fr_dump(
     except InputError:
         raise
     except Exception as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(
-            f"not a readable Flight Recorder dump ({len(data)} bytes): {msg}"
-        ) from None
+        raise _unreadable("dump", data, exc) from None
     if not isinstance(obj, dict):
         raise InputError(f"Flight Recorder dump is a {type(obj).__name__}, expected a dict")
     if validate:
@@ -167,6 +165,12 @@ def load_fr_dump(
     if "entries" in obj and not isinstance(obj["entries"], list):
         raise InputError("Flight Recorder dump 'entries' is not a list")
     return obj
+
+
+def _unreadable(what: str, data: bytes, exc: Exception) -> InputError:
+    """The one-line error of a dump its parser refused."""
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return InputError(f"not a readable Flight Recorder {what} ({len(data)} bytes): {msg}")
 
 
 #: Entry fields a JSON dump writes as ``0`` where a pickle has ``None`` (not seen by FR).
@@ -194,10 +198,7 @@ def load_fr_json(data: bytes, *, tick: Callable[[], None] | None = None) -> dict
         if obj is None:
             obj = json.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(
-            f"not a readable Flight Recorder JSON dump ({len(data)} bytes): {msg}"
-        ) from None
+        raise _unreadable("JSON dump", data, exc) from None
     if not isinstance(obj, dict):
         raise InputError(f"Flight Recorder JSON dump is a {type(obj).__name__}, not an object")
     entries = obj.setdefault("entries", [])

@@ -4,12 +4,12 @@ Every ``flush_interval_s`` it drains the record queue, reports the process group
 reported yet (:class:`~diag.schema.ProcessGroupInfo`: the job's layout, groups created after
 install included), in its first cycle and then every ``health_interval_s`` it emits a
 :class:`~diag.schema.HookHealth`, and it writes what it built to the daemon socket. It harvests
-the Flight Recorder (as JSON from torch's control-plane server, whose threads dump without the
-GIL: :mod:`diag.hook.fr_server`; else ``_dump_fr_trace`` without stack traces, parsed by the
-restricted unpickler) when about half its ring buffer is new or ``fr_poll_interval_s`` passed
-(:mod:`diag.hook.fr_pacing`: it looks as often as the job's measured collectives need, between
-its cycles too). On stop it does a final drain, harvest and health event and one last flush,
-then closes the daemon connection. The last health event says
+the Flight Recorder (``_dump_fr_trace`` without stack traces, parsed by the restricted
+unpickler; with ``fr_dump_server``, as JSON from torch's control-plane server, whose threads
+dump without the GIL: :mod:`diag.hook.fr_server`) when about half its ring buffer is new or
+``fr_poll_interval_s`` passed (:mod:`diag.hook.fr_pacing`: it looks as often as the job's
+measured collectives need, between its cycles too). On stop it does a final drain, harvest and
+health event and one last flush, then closes the daemon connection. The last health event says
 ``final`` (the process is exiting normally) unless the stop is a detach (:meth:`HookThread.stop`
 with ``exiting=False``: the hook leaves a job that runs on).
 
