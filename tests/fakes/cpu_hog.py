@@ -3,10 +3,27 @@
 Linux's autogroup scheduling (on by default) gives every session an equal share of a CPU, and
 torchrun starts each worker in a session of its own: so a plain busy loop sharing a rank's core
 gets about half of it when both want it, and a rank that sleeps most of its step in collectives
-barely feels it. A foreign job with more weight (a higher-priority service, a batch job given a
-larger share) is what takes a core from a rank: :func:`start_hog` runs the loop in a session of
-its own whose autogroup nice is ``group_nice`` (-12: about 94% of the core against one nice-0
-session). Setting a negative nice needs root; :func:`unavailable_reason` says why not otherwise.
+barely feels it. A heavier autogroup (``/proc/self/autogroup`` nice -12: about 94% of the core
+against one nice-0 session, on paper) is not a steady competitor either: a group's weight on a
+CPU comes from load averages the kernel updates lazily, and measured here (kernel 6.18) a rank
+beside such a hog ran undelayed for the hog's first 0.8 s, and in one run of eight its delay
+vanished 0.9 s after it began, for the rest of the job (56 steps: too short an episode to be a
+finding, so the test saw none).
+
+:func:`start_hog` runs a real-time (``SCHED_FIFO``) loop instead, as a higher-priority service
+on the rank's core would: it spins ``spin_ms`` and sleeps ``rest_ms``, so it takes about
+``spin / (spin + rest)`` of the core (~90% by default) whatever the other tasks' weights, from
+its first cycle to its last; the rank runs in the rests. Its rests keep it under the kernel's
+real-time throttle (95% of each second), and the core's kernel threads run in them too. That
+needs root and real-time bandwidth; :func:`unavailable_reason` says why not otherwise.
+
+The spin is short (1 ms, about a fair scheduler's slice) so that the rank is held up in every
+phase in proportion to the CPU it needs there, as a competitor the scheduler interleaves with it
+would. A coarse one (20 ms spins) is another fault: the rank's thread, ready as a collective
+returns or as its batch is made, waits a whole spin, so the delay lands in the collective's and
+the loader's time as much as in its compute (the step's run-queue delay then exceeded its
+compute time in some steps, and its data wait rose 20 ms/step: a ``data`` finding beside the
+contention).
 """
 
 from __future__ import annotations
@@ -14,39 +31,53 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 CODE = """
-import os, sys
+import os, time
 os.sched_setaffinity(0, {{{cpu}}})
-with open("/proc/self/autogroup", "w") as f:
-    f.write("{nice}")
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
 print("hog running", flush=True)
+spin, rest = {spin_s}, {rest_s}
 while True:
-    pass
+    end = time.perf_counter() + spin
+    while time.perf_counter() < end:
+        pass
+    time.sleep(rest)
 """
+
+RT_RUNTIME = Path("/proc/sys/kernel/sched_rt_runtime_us")
 
 
 def unavailable_reason() -> str | None:
     if os.geteuid() != 0:
-        return "not root: cannot give the hog's session a negative nice"
-    if not os.path.exists("/proc/self/autogroup"):
-        return "no autogroup scheduling (/proc/self/autogroup)"
+        return "not root: cannot run the hog at real-time priority"
+    if not hasattr(os, "SCHED_FIFO"):
+        return "no real-time scheduling (os.SCHED_FIFO)"
+    try:
+        if int(RT_RUNTIME.read_text()) == 0:
+            return f"no real-time bandwidth ({RT_RUNTIME} is 0)"
+    except (OSError, ValueError):
+        pass  # not exposed: the hog's own start says whether it may
     if len(os.sched_getaffinity(0)) < 2:
         return "fewer than 2 CPUs"
     return None
 
 
-def start_hog(cpu: int, group_nice: int = -12) -> subprocess.Popen[str]:
+def start_hog(cpu: int, spin_ms: float = 1.0, rest_ms: float = 0.1) -> subprocess.Popen[str]:
     """The hog, started in a new session pinned to ``cpu``; returns once it is running."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", CODE.format(cpu=cpu, nice=group_nice)],
+        [sys.executable, "-c", CODE.format(cpu=cpu, spin_s=spin_ms / 1e3, rest_s=rest_ms / 1e3)],
         stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if "hog running" not in line:
+        rest = proc.stdout.read() if proc.poll() is not None else ""
         proc.kill()
-        raise RuntimeError(f"the hog did not start: {line!r}")
+        proc.wait()
+        raise RuntimeError(f"the hog did not start: {(line + rest).strip()[-300:]!r}")
     return proc

@@ -2,19 +2,21 @@
 ``node`` on that rank, with the hog named (pid, command line, CPU share, the CPU it ran on).
 
 The ranks are pinned (rank 2 alone on CPU 1, the others on CPU 0: ``tests/fakes/pinned_worker``);
-when the job reaches step 40 a busy loop pinned to CPU 1 starts in a session of its own with a
-heavier autogroup weight (:mod:`tests.fakes.cpu_hog`: why a plain busy loop hardly slows a
-torchrun worker), and runs to the end. Before the fix the job got slower and nothing was reported
-(the run-queue delay that singled rank 2 out was subtracted from its compute). Once under
-``diag run``, once under ``diag attach``. A CPU-bound neighbour on the machine contends the other
-ranks too: a finding that names it (a process outside the job) is true and allowed, even above
-the hog's.
+when the job reaches step 40 a loop pinned to CPU 1 starts at real-time priority, taking ~90% of
+the core from its first cycle (:mod:`tests.fakes.cpu_hog`: why a plain busy loop hardly slows a
+torchrun worker, and why a heavier autogroup was no steady competitor), and runs to the end.
+Before the fix the job got slower and nothing was reported (the run-queue delay that singled
+rank 2 out was subtracted from its compute). Once under ``diag run``, once under ``diag
+attach``. A CPU-bound neighbour on the machine contends the other ranks too: a finding that
+names it (a process outside the job) is true and allowed, even above the hog's. Every failure
+says what the hog took and each rank's delay, compute and wait before and after it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import signal
 import subprocess
@@ -90,12 +92,48 @@ def _step_end(run_dir: Path, step: int) -> int:
     return int(steps[(steps["rank"] == 2) & (steps["step"] == step)]["end_ns"].min())
 
 
-def _check(run_dir: Path, hog_pid: int, started_ns: int) -> None:
+def _hog_cpu_s(pid: int) -> float:
+    """CPU seconds the hog has used (``/proc/<pid>/stat`` utime + stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stop_hog(hog: subprocess.Popen[str], started_ns: int) -> str:
+    """Kill the hog; what it took of its core (a failure's first question: did it compete?)."""
+    try:
+        used = _hog_cpu_s(hog.pid)
+        took = f"the hog used {used:.1f} CPU s in {(time.time_ns() - started_ns) / 1e9:.1f} s"
+    except (OSError, IndexError, ValueError) as exc:
+        took = f"the hog's CPU time unread ({exc})"
+    hog.kill()
+    hog.wait()
+    return took
+
+
+def _figures(run_dir: Path, started_ns: int) -> str:
+    """Per rank, before and after the hog: steps recorded, mean run-queue delay, mean compute,
+    median collective wait (ms); what a failure needs to tell a missed hog from a weak one."""
+    steps = RunStore.open(run_dir).frame("step")
+    lines = []
+    after = steps["end_ns"] > started_ns
+    for when, rows in (("before", ~after), ("after", after)):
+        g = steps[rows].groupby("rank")
+        lines.append(
+            f"{when} the hog: steps {g['step'].count().to_dict()} cpu_wait "
+            f"{(g['cpu_wait_ns'].mean() / 1e6).round(1).to_dict()} compute "
+            f"{(g['compute_ns'].mean() / 1e6).round(1).to_dict()} wait "
+            f"{(g['collective_wait_ns'].median() / 1e6).round(1).to_dict()}"
+        )
+    return "\n".join(lines)
+
+
+def _check(run_dir: Path, hog_pid: int, started_ns: int, took: str = "") -> None:
     findings = _triage(run_dir)
     shown = "\n".join(
-        f"{f['cause']} {f['severity']} {f['ranks']}: {f['summary']}" for f in findings
+        [f"{f['cause']} {f['severity']} {f['ranks']}: {f['summary']}" for f in findings]
+        + [took, _figures(run_dir, started_ns)]
     )
-    assert findings, "no finding"
+    assert findings, f"no finding\n{shown}"
     # A CPU-bound neighbour on the machine (another job, a test runner) contends the ranks it
     # shares a CPU with: a contention finding naming a process outside the job is true, and may
     # rank above the hog's; every other finding must come after the hog's.
@@ -173,18 +211,17 @@ def test_a_hog_on_one_rank_cpu_under_diag_run(tmp_path: Path) -> None:
     with open(log, "wb") as sink:
         job = subprocess.Popen(diag("run", "--out", str(run_dir), "--live", "off", "--", *job_cmd),
                                env=_env(), stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
-    hog = None
+    hog, took = None, ""
     try:
         _wait_for(log, f"rank 0 step {STEPS_BEFORE} ")
         hog, started_ns = cpu_hog.start_hog(cpu=1), time.time_ns()
         assert job.wait(timeout=7 * STEPS_AFTER) == 0, log.read_text()[-2000:]
     finally:
         if hog is not None:
-            hog.kill()
-            hog.wait()
+            took = _stop_hog(hog, started_ns)
         if job.poll() is None:
             job.kill()
-    _check(run_dir, hog.pid, started_ns)
+    _check(run_dir, hog.pid, started_ns, took)
 
 
 def test_a_hog_on_one_rank_cpu_under_diag_attach(tmp_path: Path) -> None:
@@ -195,6 +232,7 @@ def test_a_hog_on_one_rank_cpu_under_diag_attach(tmp_path: Path) -> None:
         job = subprocess.Popen(torchrun(4, "--steps", "100000", *ARGS, script=PINNED),
                                env=_env(), stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
     hog = attach = None
+    took = ""
     try:
         _wait_for(log, "rank 0 step 0 ")
         with open(err_log, "wb") as err:
@@ -213,17 +251,16 @@ def test_a_hog_on_one_rank_cpu_under_diag_attach(tmp_path: Path) -> None:
         # The hog goes before the detach: with it, rank 2 got a few % of its core and diag
         # attach, at nice 19 for its live triage, took over 120 s to detach (busy CI run 111,
         # a CPU-bound neighbour besides); the diagnosis is of the STEPS_AFTER steps above.
-        hog.kill()
-        hog.wait()
+        took = _stop_hog(hog, started_ns)
         attach.send_signal(signal.SIGTERM)  # detach (as Ctrl-C does)
         assert attach.wait(timeout=180) == 0, err_log.read_text()
     finally:
         if attach is not None and attach.poll() is None:
             attach.kill()
             attach.wait()
-        if hog is not None:
+        if hog is not None and hog.poll() is None:
             hog.kill()
             hog.wait()
         job.terminate()
         job.wait(timeout=60)
-    _check(out, hog.pid, started_ns)
+    _check(out, hog.pid, started_ns, took)
