@@ -57,6 +57,9 @@ STOPPED_EVIDENCE = "stopped_samples"
 RANK_SHARE = "rank_excess_share"
 #: contention's count of competitors outside the job (diag.diagnose.detectors.contention)
 FOREIGN_PROCESSES = "foreign_processes"
+#: a process contention names, its CPU share (100 per core): the first ``FOREIGN_PROCESSES``
+#: of them are outside the job, the rest the job's own or diag's
+HOST_PROCESS_CPU = "host_process_cpu_pct"
 #: a pause suggestion's chance (diag.diagnose.detectors.node): short of the stall test
 PAUSE_CHANCE = "pause_chance"
 

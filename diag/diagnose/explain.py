@@ -11,7 +11,8 @@ all of these hold:
    for a CPU on a busy host, which reads as contention (``node``)), both are slowdowns, and
    ``A`` is at least as severe as ``B``; and a competitor for a rank's CPU (``node``
    contention naming processes outside the job: evidence ``foreign_processes`` > 0) starves a
-   loader that computes on that CPU, so its rank waits longer for data (``data``);
+   loader that computes on that CPU, so its rank waits longer for data (``data``; accounted in
+   time, below, at any severity);
 2. **the same culprits**: ``B``'s ranks are among ``A``'s, or ``B``'s hosts among ``A``'s;
 3. **the same time**: both have an onset and they are at most ``onset_steps`` (10) steps apart
    (a node detector window: an echo starts with its cause, within the steps it takes to see it);
@@ -20,18 +21,27 @@ all of these hold:
    before the loader's onset on: the loader's own CPU demand builds up, and contention is dated
    on bursty run-queue delay in 10-step blocks, often well after (CI: a CPU-bound loader from
    step 30, its rank's contention dated 45) and sometimes a block or two before (CI: dated 19);
+   a loader never explains contention by a competitor that *arrived* with it (a process outside
+   the job whose CPU share over the anomaly is at least twice its share before the onset: a
+   new competitor is a cause the loader cannot have made, since the daemon counts the ranks'
+   descendants as the job's; a CPU-bound neighbour there all along is named too, and there the
+   loader's own demand is what changed). The competitor starves the loader instead (below): a
+   real-time hog on rank 2's core made its data wait 20 ms/step longer beside 29 ms/step of
+   run-queue delay, and the larger "data" finding had taken the contention in;
 4. **its loss accounted for**: ``B``'s slowdown is at most ``A``'s x ``(1 + slack)`` (0.25):
    what ``B`` says the job loses is what ``A`` already says it loses, up to measurement error
    (an echo cannot lose more than its cause; a second fault on the same ranks can).
 
-A loader starved by a competitor is accounted in time, not in slowdowns (the two findings
-measure them over different windows; CI beside a busy loop: contention from step 43 at 1.82x, the
-starved loader's wait from step 70 at 5.55x): ``B``'s onset is no earlier than ``onset_steps``
-before ``A``'s (the competitor comes first), and every rank's extra data wait per step
-(evidence ``data_ms`` over its reference) is at most its extra run-queue delay per step
-(evidence ``cpu_wait_ms`` over its peers') x ``(1 + slack)``: a loader that waits no longer than
-its CPU was taken from it. A sleeping loader beside a hog waits longer than that and stays a
-finding of its own.
+A loader starved by a competitor is accounted in time, not in slowdowns or severities (the two
+findings measure them over different windows; CI beside a busy loop: contention from step 43 at
+1.82x, the starved loader's wait from step 70 at 5.55x; beside a real-time hog, contention a
+warning at 27% of each step, the loader's wait from 24 steps later "critical" at 3.64x): ``B``'s
+onset is no earlier than ``onset_steps`` before ``A``'s (the competitor comes first), and every
+rank's extra data wait per step (evidence ``data_ms`` over its reference) is at most its extra
+run-queue delay per step (evidence ``cpu_wait_ms`` over its peers') x ``(1 + slack)``: a loader
+that waits no longer than its CPU was taken from it. ``A`` then takes ``B``'s severity when it
+is the higher. A sleeping loader beside a hog waits longer than that and stays a finding of its
+own.
 
 ``A`` keeps its culprit, cause, onset, slowdown and confidence, takes the more severe severity,
 and gains one evidence item per folded finding (metric ``explains``: subject the folded id,
@@ -46,7 +56,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from diag.diagnose.coverage import FOREIGN_PROCESSES
+from diag.diagnose.coverage import FOREIGN_PROCESSES, HOST_PROCESS_CPU
 from diag.findings import SEVERITIES, Evidence, Finding, ranked
 
 #: explainer cause -> the causes of the findings it can explain on its own culprits.
@@ -74,16 +84,18 @@ def explains(a: Finding, b: Finding, cfg: ExplainConfig | None = None) -> bool:
         return False
     if b.cause not in ECHOES.get(a.cause, ()):
         return False
-    if SEVERITIES.index(a.severity) < SEVERITIES.index(b.severity):
-        return False
     same_ranks = bool(b.ranks) and set(b.ranks) <= set(a.ranks)
     same_hosts = bool(b.hosts) and set(b.hosts) <= set(a.hosts)
     if not (same_ranks or same_hosts):
         return False
     if a.onset_step is None or b.onset_step is None:
         return False
-    if (a.cause, b.cause) == ("node", "data"):
+    if (a.cause, b.cause) == ("node", "data"):  # accounted in time, whatever the severities
         return _starved_loader(a, b, cfg)
+    if SEVERITIES.index(a.severity) < SEVERITIES.index(b.severity):
+        return False
+    if a.cause == "data" and arrived_competitor(b):
+        return False
     own_load = a.cause == "data" and any(
         e.metric == FOREIGN_PROCESSES and e.value == 0 for e in b.evidence
     )
@@ -96,6 +108,23 @@ def explains(a: Finding, b: Finding, cfg: ExplainConfig | None = None) -> bool:
     if not (math.isfinite(a.slowdown) and math.isfinite(b.slowdown)):
         return False
     return b.slowdown <= a.slowdown * (1.0 + cfg.slack)
+
+
+def arrived_competitor(f: Finding) -> bool:
+    """Whether contention finding ``f`` names a process outside the job that arrived with it:
+    its CPU share over the anomaly at least twice its share before the onset. The contention
+    detector lists the processes it names (``host_process_cpu_pct``) outside the job first, as
+    many as its ``foreign_processes`` count; a finding with no onset has no share before."""
+    count = next((int(e.value) for e in f.evidence if e.metric == FOREIGN_PROCESSES), 0)
+    named = [e for e in f.evidence if e.metric == HOST_PROCESS_CPU][:count]
+    return any(
+        e.reference is not None
+        and math.isfinite(e.value)
+        and math.isfinite(e.reference)
+        and e.value > 0
+        and 2.0 * e.reference <= e.value
+        for e in named
+    )
 
 
 def _starved_loader(a: Finding, b: Finding, cfg: ExplainConfig) -> bool:

@@ -89,7 +89,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from diag.diagnose.coverage import FOREIGN_PROCESSES
+from diag.diagnose.coverage import FOREIGN_PROCESSES, HOST_PROCESS_CPU
 from diag.diagnose.features import (
     Features,
     change_point,
@@ -777,7 +777,8 @@ def _finding(
     before_span = _span(features.steps, before) if before is not None and befores else None
     procs = _processes(features, host, ranks, span, before_span) if span else []
     # foreign processes first: the job's own (a loader worker, the launcher) and diag's are
-    # evidence too, but not the competitor to name
+    # evidence too, but not the competitor to name (a contract: the first FOREIGN_PROCESSES
+    # items of the evidence's HOST_PROCESS_CPU are the ones outside the job; explain reads it)
     procs = sorted(procs, key=lambda p: _of_the_job(p, features, ranks))
     named = [p for p in procs if p.pct >= cfg.min_process_pct][: cfg.max_processes]
     foreign = [p for p in named if not _of_the_job(p, features, ranks)]
@@ -892,7 +893,7 @@ def _evidence(group: list[_Rank], who: str, named: list[_Process], host: str) ->
         )
     out += [
         Evidence(
-            metric="host_process_cpu_pct",
+            metric=HOST_PROCESS_CPU,
             subject=f"pid {p.pid} on {host}: {p.cmd}",
             value=p.pct,
             reference=p.pct_before,

@@ -130,3 +130,51 @@ def test_a_competitor_on_a_ranks_cpu_explains_its_starved_loader() -> None:
     other = replace(data, ranks=(1,), evidence=(replace(waited, subject="rank 1"),))
     assert not explains(hog, other)
     assert not explains(hog, replace(data, evidence=()))  # no measure of its wait: undecided
+
+
+def test_a_competitor_that_arrived_is_the_cause_even_beside_a_larger_loader_finding() -> None:
+    # a real-time hog on rank 2's core from step 45: its loader's wait rose with it (+20 ms/step
+    # beside +29 ms/step of run-queue delay) and, dated two steps later at 4.17x, the "data"
+    # finding was the larger one and had taken the contention in
+    starved = Evidence(metric="cpu_wait_ms", subject="rank 2", value=34.8, reference=5.9)
+    foreign = Evidence(metric="foreign_processes", subject="host vm", value=1.0)
+    arrived = Evidence(metric="host_process_cpu_pct", subject="pid 9 on vm: hog", value=91.0,
+                       reference=0.0)  # fmt: skip
+    diag_own = Evidence(metric="host_process_cpu_pct", subject="pid 7 on vm: diag daemon",
+                        value=30.0, reference=0.0)  # fmt: skip
+    hog = _f("contention-rank2", "node", "critical", ranks=(2,), hosts=("vm",), slowdown=0.7,
+             onset_step=45, evidence=(starved, arrived, diag_own, foreign))  # fmt: skip
+    waited = Evidence(metric="data_ms", subject="rank 2", value=21.0, reference=1.0)
+    data = _f("data-rank2", "data", "critical", ranks=(2,), hosts=("vm",), slowdown=3.17,
+              onset_step=47, evidence=(waited,))  # fmt: skip
+    assert not explains(data, hog) and explains(hog, data)
+    (out,) = fold([data, hog])
+    assert out.id == "contention-rank2"
+    assert [e.subject for e in out.evidence if e.metric == EXPLAINS] == ["data-rank2"]
+    # a CPU-bound neighbour there all along (its share before about the same): the loader's own
+    # demand is what changed, and the loader explains its rank's wait for a CPU; only the
+    # processes outside the job count (the first foreign_processes of them): diag's own daemon,
+    # new since the onset, does not make a competitor arrive
+    steady = replace(arrived, reference=80.0)
+    busy = replace(hog, evidence=(starved, steady, diag_own, foreign))
+    assert explains(data, busy)
+
+
+def test_a_starved_loader_is_folded_into_its_competitor_whatever_their_severities() -> None:
+    # beside a real-time hog: contention from step 49 a warning at 27% of each step, the loader's
+    # wait from step 73 "critical" at 3.64x (another window); its 20 ms/step of extra data wait
+    # is within the 35.7 ms/step its CPU was taken
+    starved = Evidence(metric="cpu_wait_ms", subject="rank 2", value=40.3, reference=4.6)
+    foreign = Evidence(metric="foreign_processes", subject="host vm", value=1.0)
+    hog = _f("contention-rank2", "node", "warning", ranks=(2,), hosts=("vm",), slowdown=0.27,
+             onset_step=49, evidence=(starved, foreign))  # fmt: skip
+    waited = Evidence(metric="data_ms", subject="rank 2", value=21.0, reference=1.0)
+    data = _f("data-rank2", "data", "critical", ranks=(2,), hosts=("vm",), slowdown=2.64,
+              onset_step=73, evidence=(waited,))  # fmt: skip
+    assert explains(hog, data)
+    (out,) = fold([data, hog])
+    assert (out.id, out.severity) == ("contention-rank2", "critical")
+    assert [e.subject for e in out.evidence if e.metric == EXPLAINS] == ["data-rank2"]
+    # a node finding that names no competitor outside the job (a slow device) explains no wait
+    slow = _f("node-rank2", "node", "warning", ranks=(2,), hosts=("vm",), slowdown=0.27)
+    assert not explains(slow, replace(data, onset_step=42))
