@@ -139,13 +139,40 @@ class CpuHog:
         for rank, pid in self.pids.items():  # threads started since (a loader's, gloo's)
             _pin(pid, {cpu_of(rank, self.num_cpus)})
         cpu = cpu_of(int(_rank(self.case)), self.num_cpus)
-        code = f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
-        self.proc = subprocess.Popen([sys.executable, "-c", code])  # a foreign process
+        self.proc = subprocess.Popen([sys.executable, "-c", self.code(cpu)])  # a foreign process
+
+    def code(self, cpu: int) -> str:
+        """The competitor's program: a plain busy loop on ``cpu`` (a fair share of it)."""
+        return f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
 
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
+
+
+class RtHog(CpuHog):
+    """A higher-priority service in bursts on the culprit's CPU: a ``SCHED_FIFO`` loop that
+    spins ``spin_ms`` and sleeps ``rest_ms`` (~90% of the core, in 20 ms bursts that no fair
+    share interleaves: a rank ready during one waits it out, in whatever phase). Needs root and
+    real-time bandwidth."""
+
+    spin_ms, rest_ms = 20.0, 2.0
+
+    def __init__(self, case: Case) -> None:
+        if os.geteuid() != 0 or not hasattr(os, "SCHED_FIFO"):
+            raise Unsupported("real-time hog mechanism: needs root and SCHED_FIFO")
+        super().__init__(case)
+
+    def code(self, cpu: int) -> str:
+        return (
+            f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+            "os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))\n"
+            "while True:\n"
+            f"    end = time.perf_counter() + {self.spin_ms / 1e3}\n"
+            "    while time.perf_counter() < end:\n        pass\n"
+            f"    time.sleep({self.rest_ms / 1e3})\n"
+        )
 
 
 def _hog_culprits(case: Case) -> Case:
@@ -249,6 +276,10 @@ MECHANISMS: dict[str, Mechanism] = {
         Mechanism(name="node.cpu_hog", cause="node", split=HELDOUT,
                   nature="a foreign process burning the CPU the culprit ranks are pinned to",
                   actor=CpuHog, prepare=_hog_culprits, replaces_base=True),
+        Mechanism(name="node.rt_hog", cause="node", split=HELDOUT,
+                  nature="a real-time process on the culprit ranks' CPU in 20 ms bursts (~90% "
+                  "of it): a higher-priority service no fair share interleaves with the rank",
+                  actor=RtHog, prepare=_hog_culprits, replaces_base=True),
         Mechanism(name="node.cpu_quota", cause="node", split=HELDOUT,
                   nature="a cgroup CPU quota (a quarter of a core) on the culprit's process",
                   actor=CpuQuota, replaces_base=True),

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from diag.diagnose.coverage import FOREIGN_PROCESSES
+from diag.diagnose.coverage import FOREIGN_PROCESSES, HOST_PROCESS_CPU
 from diag.findings import Finding
 from diag.selftest import realized
 from diag.selftest.cases import CLEAN, FAULT_CAUSES, Case
@@ -100,7 +100,7 @@ def _line(f: Finding | None) -> str:
 
 
 #: Mechanisms whose fault is itself a process outside the job competing for a rank's CPU.
-FOREIGN_MECHANISMS = frozenset({"node.cpu_hog"})
+FOREIGN_MECHANISMS = frozenset({"node.cpu_hog", "node.rt_hog"})
 
 
 def the_machines(case: Case, f: Finding) -> bool:
@@ -117,7 +117,7 @@ def the_machines(case: Case, f: Finding) -> bool:
     foreign = [e.value for e in f.evidence if e.metric == FOREIGN_PROCESSES]
     if foreign:
         return foreign[0] > 0
-    return any(e.metric == "host_process_cpu_pct" for e in f.evidence)
+    return any(e.metric == HOST_PROCESS_CPU for e in f.evidence)
 
 
 def judge(case: Case, findings: Sequence[Finding], cost: float | None = None) -> Outcome:

@@ -21,9 +21,10 @@ def test_the_machines_own_load_is_left_out_of_the_judging() -> None:
     )  # fmt: skip
     case = Case(cause="kernel", severity=0.3, ranks=(2,), onset_step=40, kernel="aten::mm")
     assert judge(case, [hog, fault]).ok
-    hogged = Case(cause="node", severity=0.3, ranks=(0, 2), onset_step=40, mechanism="node.cpu_hog")
-    outcome = judge(hogged, [hog, fault])
-    assert outcome.top.startswith("node critical ranks=[0, 2]")  # there the hog is the fault
+    for mechanism in ("node.cpu_hog", "node.rt_hog"):  # there the hog is the fault
+        hogged = Case(cause="node", severity=0.3, ranks=(0, 2), onset_step=40, mechanism=mechanism)
+        outcome = judge(hogged, [hog, fault])
+        assert outcome.top.startswith("node critical ranks=[0, 2]"), mechanism
 
 
 def test_contention_with_no_process_outside_the_job_is_judged() -> None:
