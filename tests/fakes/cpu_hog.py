@@ -28,6 +28,7 @@ contention).
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -49,6 +50,7 @@ while True:
 RT_RUNTIME = Path("/proc/sys/kernel/sched_rt_runtime_us")
 
 
+@functools.cache
 def unavailable_reason() -> str | None:
     if os.geteuid() != 0:
         return "not root: cannot run the hog at real-time priority"
@@ -58,9 +60,16 @@ def unavailable_reason() -> str | None:
         if int(RT_RUNTIME.read_text()) == 0:
             return f"no real-time bandwidth ({RT_RUNTIME} is 0)"
     except (OSError, ValueError):
-        pass  # not exposed: the hog's own start says whether it may
+        pass  # not exposed: the probe below says whether it may
     if len(os.sched_getaffinity(0)) < 2:
         return "fewer than 2 CPUs"
+    # root without CAP_SYS_NICE (a container's default) or a cgroup with no real-time
+    # bandwidth: the kernel refuses SCHED_FIFO; a short-lived process asks it
+    probe = "import os; os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))"
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["no reason given"])[-1]
+        return f"real-time scheduling refused here: {last}"
     return None
 
 
