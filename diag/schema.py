@@ -23,6 +23,8 @@ daemon sends only to an analyzer that says it reads them (``TimeReply.schema_ver
 1.16: ``ProfileWindow.settle_ns`` and ``unsettled`` (the stop's wait for gloo's workers).
 1.17: ``CollectiveSummary`` (a node daemon's summary of one rank's collectives of one group in one
 step, shipped in place of the raw ``CollectiveEvent`` rows at fleet scale).
+1.18: ``StepEvent.cpu_wait_data_ns`` (the part of a step's run-queue delay met while it waited for
+data or wrote a checkpoint, outside its compute).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.17"
+SCHEMA_VERSION = "1.18"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -86,8 +88,11 @@ class StepEvent(Event):
     ``cpu_wait_ns`` is how long the training thread was ready to run but waited for a CPU (Linux
     run-queue delay, 0 where unknown) outside its gradient-sync wait (a thread woken when the
     all-reduce completes may wait for a CPU too; that time is already in ``collective_wait_ns``):
-    part of ``compute_ns`` on a CPU-contended host that is the host's doing, not the rank's
-    device.
+    on a CPU-contended host, time that is the host's doing, not the rank's device. Of it,
+    ``cpu_wait_data_ns`` (schema 1.18) was met while the thread waited for its next batch or
+    wrote a checkpoint (inside ``data_wait_ns`` or ``checkpoint_ns``); the rest is part of
+    ``compute_ns``. Before 1.18 (0) all of it was taken to be: a competitor that held the
+    thread up while it made its batch then made its compute less than nothing.
 
     On a GPU (schema 1.11) the same split as the device saw it, from CUDA events the hook
     recorded on the current stream and read back without synchronizing
@@ -117,6 +122,7 @@ class StepEvent(Event):
     device_duration_ns: int | None = None
     device_compute_ns: int | None = None
     device_wait_ns: int | None = None
+    cpu_wait_data_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -444,11 +444,14 @@ def _step_rows(columns: Mapping[str, Any]) -> np.ndarray:
     cpu_wait = np.zeros(len(rank))
     if "cpu_wait_ns" in columns:  # schema 1.2
         cpu_wait = np.clip(np.nan_to_num(col("cpu_wait_ns")), 0, None)
+    in_data = np.zeros(len(rank))
+    if "cpu_wait_data_ns" in columns:  # schema 1.18: the delay met making a batch is not compute's
+        in_data = np.clip(np.nan_to_num(col("cpu_wait_data_ns")), 0, cpu_wait)
     duration = col("duration_ns") / _NS_PER_MS
     data = col("data_wait_ns") / _NS_PER_MS
     ckpt = col("checkpoint_ns") / _NS_PER_MS
     wait = col("collective_wait_ns") / _NS_PER_MS
-    compute = (col("compute_ns") - cpu_wait) / _NS_PER_MS
+    compute = (col("compute_ns") - (cpu_wait - in_data)) / _NS_PER_MS
     device_wait = columns.get("device_wait_ns")
     if isinstance(device_wait, list) and device_wait.count(None) == len(device_wait):
         device_wait = None  # no device timer (a CPU job): a list of None, skipped at C speed

@@ -408,6 +408,11 @@ def _steps(df: pd.DataFrame) -> pd.DataFrame:
     np.clip(cpu_wait, 0, None, out=cpu_wait)  # runs before schema 1.2: the default, 0
     compute = ns("compute_ns")
     compute -= cpu_wait
+    if "cpu_wait_data_ns" in df.columns:  # schema 1.18: the delay met making a batch (or
+        in_data = ns("cpu_wait_data_ns")  # writing a checkpoint) is not the compute's
+        np.clip(in_data, 0, cpu_wait, out=in_data)
+        compute += in_data
+        del in_data
     compute /= _NS_PER_MS
     cpu_wait /= _NS_PER_MS
     host = df["host"] if df["host"].dtype == "category" else df["host"].astype(str)

@@ -86,7 +86,8 @@ class EventFactory:
         """A :class:`~diag.schema.StepEvent` from a tracker ``("step", ...)`` record, with the
         step's device times where the hook has them (a :class:`~diag.hook.device_timer.
         DeviceStep`)."""
-        (_, step, start, end, data, fwd, bwd, opt, ckpt, other, wait, loss, n_bw, _n_py, runq) = rec
+        (_, step, start, end, data, fwd, bwd, opt, ckpt, other, wait, loss, n_bw, _n_py) = rec[:14]
+        runq, runq_data = rec[14:16]
         duration = end - start
         return self.make(
             schema.StepEvent,
@@ -106,6 +107,7 @@ class EventFactory:
             num_backward=n_bw,
             num_collectives=num_coll,
             cpu_wait_ns=runq,
+            cpu_wait_data_ns=runq_data,
             device_duration_ns=None if device is None else device.duration_ns,
             device_compute_ns=None if device is None else device.compute_ns,
             device_wait_ns=None if device is None else device.wait_ns,

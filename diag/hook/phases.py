@@ -52,7 +52,10 @@ STEP_FIELDS = (
     "num_backward",
     "num_collectives",
     "cpu_wait_ns",
+    "cpu_wait_data_ns",
 )
+#: top-level regions whose run-queue delay is theirs, not the step's compute's
+_OUTSIDE_COMPUTE = (DATA, CHECKPOINT)
 
 
 class StepTracker:
@@ -77,7 +80,7 @@ class StepTracker:
         self.step = 0  # index of the step in progress
         self.started = False
         self._start = 0
-        self._stack: list[list[int]] = []  # [phase, t0, child_ns]
+        self._stack: list[list[int]] = []  # [phase, t0, child_ns, run-queue clock at t0 or -1]
         self._reset(0)
 
     def _reset(self, now: int) -> None:
@@ -91,6 +94,7 @@ class StepTracker:
         self._grad_sync_ns = 0
         self.runq_in_wait = 0  # run-queue delay inside collective waits (woken, awaiting a CPU)
         self.runq_own = 0  # run-queue delay during diag's own work (a profiler window's stop)
+        self.runq_in_data = 0  # ... while waiting for a batch or writing a checkpoint
         self._loss: Any = None
         self._num_backward = 0
         self._num_coll = 0
@@ -123,7 +127,12 @@ class StepTracker:
             if phase == BACKWARD and not self._seen_backward:
                 self._seen_backward = True
                 self._forward_ns = self._fwd_gap
-        stack.append([phase, now, 0])
+        # the run-queue clock around a top-level data or checkpoint region (two reads, ~0.5 us):
+        # delay met there is not the compute's
+        runq = -1
+        if not stack and phase in _OUTSIDE_COMPUTE and self._runqueue is not None:
+            runq = self._runqueue()
+        stack.append([phase, now, 0, runq])
         return True
 
     def exit(self, phase: int, now: int) -> None:
@@ -133,6 +142,8 @@ class StepTracker:
             region = stack.pop()
             dur = now - region[1]
             self._acc[region[0]] += dur - region[2]
+            if region[3] >= 0 and self._runqueue is not None:
+                self.runq_in_data += max(0, self._runqueue() - region[3])
             if stack:
                 stack[-1][2] += dur
             else:
@@ -184,7 +195,7 @@ class StepTracker:
         runq_now = self._runq0 if self._runqueue is None else self._runqueue()
         # Only the delay outside collective waits: a thread woken when an all-reduce completes
         # may wait for a CPU before it runs on, and that time is already counted as wait.
-        runq = max(0, runq_now - self._runq0 - self.runq_in_wait - self.runq_own)
+        runq = min(max(0, runq_now - self._runq0 - self.runq_in_wait - self.runq_own), duration)
         self._emit(
             (
                 "step",
@@ -201,7 +212,8 @@ class StepTracker:
                 self._loss,
                 self._num_backward,
                 self._num_coll,
-                min(runq, duration),
+                runq,
+                min(self.runq_in_data, runq),
             )
         )
         self.step += 1

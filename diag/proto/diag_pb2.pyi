@@ -27,7 +27,7 @@ class Envelope(_message.Message):
     def __init__(self, ts_ns: _Optional[int] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., job_id: _Optional[str] = ..., source: _Optional[str] = ..., seq: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class StepEvent(_message.Message):
-    __slots__ = ("start_ns", "end_ns", "duration_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns", "checkpoint_ns", "other_ns", "compute_ns", "collective_wait_ns", "loss", "num_backward", "num_collectives", "cpu_wait_ns", "device_duration_ns", "device_compute_ns", "device_wait_ns")
+    __slots__ = ("start_ns", "end_ns", "duration_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns", "checkpoint_ns", "other_ns", "compute_ns", "collective_wait_ns", "loss", "num_backward", "num_collectives", "cpu_wait_ns", "device_duration_ns", "device_compute_ns", "device_wait_ns", "cpu_wait_data_ns")
     START_NS_FIELD_NUMBER: _ClassVar[int]
     END_NS_FIELD_NUMBER: _ClassVar[int]
     DURATION_NS_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class StepEvent(_message.Message):
     DEVICE_DURATION_NS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_WAIT_NS_FIELD_NUMBER: _ClassVar[int]
+    CPU_WAIT_DATA_NS_FIELD_NUMBER: _ClassVar[int]
     start_ns: int
     end_ns: int
     duration_ns: int
@@ -64,7 +65,8 @@ class StepEvent(_message.Message):
     device_duration_ns: int
     device_compute_ns: int
     device_wait_ns: int
-    def __init__(self, start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., data_wait_ns: _Optional[int] = ..., forward_ns: _Optional[int] = ..., backward_ns: _Optional[int] = ..., optimizer_ns: _Optional[int] = ..., checkpoint_ns: _Optional[int] = ..., other_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., collective_wait_ns: _Optional[int] = ..., loss: _Optional[float] = ..., num_backward: _Optional[int] = ..., num_collectives: _Optional[int] = ..., cpu_wait_ns: _Optional[int] = ..., device_duration_ns: _Optional[int] = ..., device_compute_ns: _Optional[int] = ..., device_wait_ns: _Optional[int] = ...) -> None: ...
+    cpu_wait_data_ns: int
+    def __init__(self, start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., data_wait_ns: _Optional[int] = ..., forward_ns: _Optional[int] = ..., backward_ns: _Optional[int] = ..., optimizer_ns: _Optional[int] = ..., checkpoint_ns: _Optional[int] = ..., other_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., collective_wait_ns: _Optional[int] = ..., loss: _Optional[float] = ..., num_backward: _Optional[int] = ..., num_collectives: _Optional[int] = ..., cpu_wait_ns: _Optional[int] = ..., device_duration_ns: _Optional[int] = ..., device_compute_ns: _Optional[int] = ..., device_wait_ns: _Optional[int] = ..., cpu_wait_data_ns: _Optional[int] = ...) -> None: ...
 
 class CollectiveEvent(_message.Message):
     __slots__ = ("op", "pg_name", "pg_desc", "pg_size", "seq_id", "p2p_seq_id", "is_p2p", "num_bytes", "dtype", "enqueue_ns", "start_ns", "end_ns", "duration_ns", "state", "origin")
@@ -813,7 +815,7 @@ class Event(_message.Message):
     def __init__(self, env: _Optional[_Union[Envelope, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., collective: _Optional[_Union[CollectiveEvent, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointEvent, _Mapping]] = ..., gpu: _Optional[_Union[GpuSample, _Mapping]] = ..., xid: _Optional[_Union[XidEvent, _Mapping]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., proc: _Optional[_Union[ProcSample, _Mapping]] = ..., hook_health: _Optional[_Union[HookHealth, _Mapping]] = ..., collector_error: _Optional[_Union[CollectorError, _Mapping]] = ..., clock: _Optional[_Union[ClockSync, _Mapping]] = ..., rank_info: _Optional[_Union[RankInfo, _Mapping]] = ..., run: _Optional[_Union[RunEvent, _Mapping]] = ..., profile_window: _Optional[_Union[ProfileWindow, _Mapping]] = ..., kernel: _Optional[_Union[KernelSummary, _Mapping]] = ..., hang: _Optional[_Union[HangReport, _Mapping]] = ..., stack: _Optional[_Union[StackDump, _Mapping]] = ..., exception: _Optional[_Union[ExceptionEvent, _Mapping]] = ..., rank_exit: _Optional[_Union[RankExit, _Mapping]] = ..., numerics: _Optional[_Union[NumericsSample, _Mapping]] = ..., nonfinite: _Optional[_Union[NonFinite, _Mapping]] = ..., fingerprint: _Optional[_Union[ParamFingerprint, _Mapping]] = ..., batch_stats: _Optional[_Union[BatchStats, _Mapping]] = ..., probe_result: _Optional[_Union[ProbeResultEvent, _Mapping]] = ..., process_group: _Optional[_Union[ProcessGroupInfo, _Mapping]] = ..., host_process: _Optional[_Union[HostProcess, _Mapping]] = ..., tcp_peer: _Optional[_Union[TcpPeerSample, _Mapping]] = ..., nic: _Optional[_Union[NicSample, _Mapping]] = ..., hook_silent: _Optional[_Union[HookSilent, _Mapping]] = ..., collective_summary: _Optional[_Union[CollectiveSummary, _Mapping]] = ...) -> None: ...
 
 class StepEventColumns(_message.Message):
-    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "start_ns", "end_ns", "duration_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns", "checkpoint_ns", "other_ns", "compute_ns", "collective_wait_ns", "loss", "loss_absent", "num_backward", "num_collectives", "cpu_wait_ns", "device_duration_ns", "device_duration_ns_absent", "device_compute_ns", "device_compute_ns_absent", "device_wait_ns", "device_wait_ns_absent")
+    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "start_ns", "end_ns", "duration_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns", "checkpoint_ns", "other_ns", "compute_ns", "collective_wait_ns", "loss", "loss_absent", "num_backward", "num_collectives", "cpu_wait_ns", "device_duration_ns", "device_duration_ns_absent", "device_compute_ns", "device_compute_ns_absent", "device_wait_ns", "device_wait_ns_absent", "cpu_wait_data_ns")
     TS_NS_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -844,6 +846,7 @@ class StepEventColumns(_message.Message):
     DEVICE_COMPUTE_NS_ABSENT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_WAIT_NS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_WAIT_NS_ABSENT_FIELD_NUMBER: _ClassVar[int]
+    CPU_WAIT_DATA_NS_FIELD_NUMBER: _ClassVar[int]
     ts_ns: _containers.RepeatedScalarFieldContainer[int]
     host: _containers.RepeatedScalarFieldContainer[str]
     rank: _containers.RepeatedScalarFieldContainer[int]
@@ -874,7 +877,8 @@ class StepEventColumns(_message.Message):
     device_compute_ns_absent: _containers.RepeatedScalarFieldContainer[bool]
     device_wait_ns: _containers.RepeatedScalarFieldContainer[int]
     device_wait_ns_absent: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., start_ns: _Optional[_Iterable[int]] = ..., end_ns: _Optional[_Iterable[int]] = ..., duration_ns: _Optional[_Iterable[int]] = ..., data_wait_ns: _Optional[_Iterable[int]] = ..., forward_ns: _Optional[_Iterable[int]] = ..., backward_ns: _Optional[_Iterable[int]] = ..., optimizer_ns: _Optional[_Iterable[int]] = ..., checkpoint_ns: _Optional[_Iterable[int]] = ..., other_ns: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[_Iterable[int]] = ..., collective_wait_ns: _Optional[_Iterable[int]] = ..., loss: _Optional[_Iterable[float]] = ..., loss_absent: _Optional[_Iterable[bool]] = ..., num_backward: _Optional[_Iterable[int]] = ..., num_collectives: _Optional[_Iterable[int]] = ..., cpu_wait_ns: _Optional[_Iterable[int]] = ..., device_duration_ns: _Optional[_Iterable[int]] = ..., device_duration_ns_absent: _Optional[_Iterable[bool]] = ..., device_compute_ns: _Optional[_Iterable[int]] = ..., device_compute_ns_absent: _Optional[_Iterable[bool]] = ..., device_wait_ns: _Optional[_Iterable[int]] = ..., device_wait_ns_absent: _Optional[_Iterable[bool]] = ...) -> None: ...
+    cpu_wait_data_ns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., start_ns: _Optional[_Iterable[int]] = ..., end_ns: _Optional[_Iterable[int]] = ..., duration_ns: _Optional[_Iterable[int]] = ..., data_wait_ns: _Optional[_Iterable[int]] = ..., forward_ns: _Optional[_Iterable[int]] = ..., backward_ns: _Optional[_Iterable[int]] = ..., optimizer_ns: _Optional[_Iterable[int]] = ..., checkpoint_ns: _Optional[_Iterable[int]] = ..., other_ns: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[_Iterable[int]] = ..., collective_wait_ns: _Optional[_Iterable[int]] = ..., loss: _Optional[_Iterable[float]] = ..., loss_absent: _Optional[_Iterable[bool]] = ..., num_backward: _Optional[_Iterable[int]] = ..., num_collectives: _Optional[_Iterable[int]] = ..., cpu_wait_ns: _Optional[_Iterable[int]] = ..., device_duration_ns: _Optional[_Iterable[int]] = ..., device_duration_ns_absent: _Optional[_Iterable[bool]] = ..., device_compute_ns: _Optional[_Iterable[int]] = ..., device_compute_ns_absent: _Optional[_Iterable[bool]] = ..., device_wait_ns: _Optional[_Iterable[int]] = ..., device_wait_ns_absent: _Optional[_Iterable[bool]] = ..., cpu_wait_data_ns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CollectiveEventColumns(_message.Message):
     __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "op", "pg_name", "pg_desc", "pg_size", "seq_id", "p2p_seq_id", "is_p2p", "num_bytes", "dtype", "enqueue_ns", "start_ns", "start_ns_absent", "end_ns", "end_ns_absent", "duration_ns", "duration_ns_absent", "state", "origin")

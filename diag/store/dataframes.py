@@ -59,7 +59,7 @@ NARROW: Mapping[str, tuple[str, ...]] = {
     "step": (
         "duration_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns",
         "checkpoint_ns", "other_ns", "compute_ns", "collective_wait_ns", "num_backward",
-        "num_collectives", "cpu_wait_ns",
+        "num_collectives", "cpu_wait_ns", "cpu_wait_data_ns",
     ),
 }  # fmt: skip
 _INT32 = np.iinfo(np.int32)

@@ -488,17 +488,24 @@ def _hosts_by_rank(*frames: pd.DataFrame) -> dict[int, str]:
 def _own_work_balance(steps: pd.DataFrame) -> pd.DataFrame:
     """Per step: ``ratio`` = max / median and ``excess_ns`` = max - median over the ranks of
     their own work before a collective: ``compute_ns`` less ``cpu_wait_ns`` (a rank descheduled
-    on a busy host is not a late rank), plus ``data_wait_ns`` and ``checkpoint_ns``."""
+    on a busy host is not a late rank), plus ``data_wait_ns`` and ``checkpoint_ns`` less the
+    part of that delay met there (``cpu_wait_data_ns``, schema 1.18)."""
     if steps.empty:
         return pd.DataFrame(columns=["ratio", "excess_ns"], dtype=float)
     s = steps[(steps["rank"] >= 0) & (steps["compute_ns"] > 0)]
     own = s["compute_ns"].astype(float)
+    queued = pd.Series(0.0, index=s.index)
+    in_data = pd.Series(0.0, index=s.index)
     if "cpu_wait_ns" in s:
-        own = own - s["cpu_wait_ns"].astype(float).fillna(0).clip(lower=0)
-    own = own.clip(lower=0)
+        queued = s["cpu_wait_ns"].astype(float).fillna(0).clip(lower=0)
+    if "cpu_wait_data_ns" in s:
+        in_data = s["cpu_wait_data_ns"].astype(float).fillna(0).clip(lower=0, upper=queued)
+    own = (own - (queued - in_data)).clip(lower=0)
+    io = pd.Series(0.0, index=s.index)
     for col in ("data_wait_ns", "checkpoint_ns"):
         if col in s:
-            own = own + s[col].astype(float).fillna(0).clip(lower=0)
+            io = io + s[col].astype(float).fillna(0).clip(lower=0)
+    own = own + (io - in_data).clip(lower=0)
     agg = own.groupby(s["step"]).agg(["max", "median"])
     ratio = (agg["max"] / agg["median"]).where(agg["median"] > 0)
     return pd.DataFrame({"ratio": ratio, "excess_ns": agg["max"] - agg["median"]})

@@ -261,13 +261,15 @@ def _steps_by_pandas(df: pd.DataFrame) -> pd.DataFrame:
 
     df = df[df["rank"] >= 0]
     cpu_wait = df["cpu_wait_ns"].fillna(0).astype(float).clip(lower=0)
+    # the delay met making a batch is not the compute's (schema 1.18), at most the step's
+    in_data = df["cpu_wait_data_ns"].fillna(0).astype(float).clip(lower=0).clip(upper=cpu_wait)
     out = pd.DataFrame(
         {
             "rank": df["rank"].astype("int64"),
             "step": df["step"].astype("int64"),
             "host": df["host"],
             "duration_ms": df["duration_ns"].astype(float) / 1e6,
-            "compute_ms": (df["compute_ns"].astype(float) - cpu_wait) / 1e6,
+            "compute_ms": (df["compute_ns"].astype(float) - (cpu_wait - in_data)) / 1e6,
             "cpu_wait_ms": cpu_wait / 1e6,
             "wait_ms": df["collective_wait_ns"].astype(float) / 1e6,
             "data_ms": df["data_wait_ns"].astype(float) / 1e6,
@@ -290,6 +292,7 @@ def _steps_by_pandas(df: pd.DataFrame) -> pd.DataFrame:
             st.integers(-1, 3),  # rank (-1: not a training rank's step)
             st.integers(0, 10**9),  # compute_ns
             st.integers(-5, 10**8),  # cpu_wait_ns (a negative one is clipped)
+            st.integers(-5, 2 * 10**8),  # cpu_wait_data_ns (clipped to 0 and cpu_wait_ns)
             st.one_of(st.none(), st.integers(0, 10**8)),  # device_wait_ns
             st.sampled_from(["h0", "h1", "h2"]),
         ),
@@ -303,9 +306,10 @@ def test_steps_table_is_pandas_convert_dedup_then_sort(rows: list) -> None:
 
     n = len(rows)
     cols: dict[str, list] = {name: [0] * n for name in dataframes.dtypes("step")}
-    for i, (step, rank, compute, cpu_wait, device, host) in enumerate(rows):
+    for i, (step, rank, compute, cpu_wait, in_data, device, host) in enumerate(rows):
         cols["step"][i], cols["rank"][i], cols["host"][i] = step, rank, host
         cols["compute_ns"][i], cols["cpu_wait_ns"][i] = compute, cpu_wait
+        cols["cpu_wait_data_ns"][i] = in_data
         cols["duration_ns"][i] = compute + 3 * i
         cols["collective_wait_ns"][i] = 2 * i
         cols["start_ns"][i], cols["end_ns"][i] = 10 * i, 10 * i + 7

@@ -61,15 +61,40 @@ def test_wait_loss_and_counts() -> None:
 
 
 def test_run_queue_delay_per_step_from_the_injected_clock() -> None:
-    delays = iter([100, 130, 500])  # cumulative run-queue ns, read at each step boundary
+    runq = [100]  # cumulative run-queue ns
     out: list[tuple[Any, ...]] = []
-    t = StepTracker(out.append, clock=lambda: 0, runqueue=lambda: next(delays))
+    t = StepTracker(out.append, clock=lambda: 0, runqueue=lambda: runq[0])
     t.enter(DATA, 0)  # step 0 begins (reads 100)
     t.exit(DATA, 10)
+    runq[0] = 130
     t.end_step(1000)  # reads 130: the end of step 0 and the start of step 1
+    runq[0] = 500
     t.end_step(1100)  # reads 500: 370 ns, more than the 100 ns step: clamped to the step
     steps = [dict(zip(STEP_FIELDS, rec[1:], strict=True)) for rec in out if rec[0] == "step"]
     assert [s["cpu_wait_ns"] for s in steps] == [30, 100]
+    assert [s["cpu_wait_data_ns"] for s in steps] == [0, 0]
+
+
+def test_run_queue_delay_met_while_waiting_for_data_is_told_apart() -> None:
+    # A competitor that holds the thread up while it makes its batch (or writes a checkpoint):
+    # part of the step's run-queue delay, but not of its compute, which a reader takes it from
+    runq = [0]
+    out: list[tuple[Any, ...]] = []
+    t = StepTracker(out.append, clock=lambda: 0, runqueue=lambda: runq[0])
+    t.enter(DATA, 0)
+    runq[0] += 400  # waiting for a CPU while it makes the batch
+    t.exit(DATA, 500)
+    t.enter(BACKWARD, 500)
+    runq[0] += 100  # ... and in its compute
+    t.exit(BACKWARD, 900)
+    t.enter(CHECKPOINT, 900)
+    t.enter(DATA, 910)  # nested: the checkpoint's region counts it already
+    runq[0] += 30
+    t.exit(DATA, 920)
+    t.exit(CHECKPOINT, 950)
+    t.end_step(1000)
+    (step,) = [dict(zip(STEP_FIELDS, rec[1:], strict=True)) for rec in out if rec[0] == "step"]
+    assert (step["cpu_wait_ns"], step["cpu_wait_data_ns"]) == (530, 430)
 
 
 def test_run_queue_clock_reads_this_threads_schedstat(tmp_path: Any) -> None:
@@ -87,11 +112,12 @@ def test_run_queue_clock_reads_this_threads_schedstat(tmp_path: Any) -> None:
 
 
 def test_run_queue_delay_inside_a_collective_wait_is_not_counted_twice() -> None:
-    delays = iter([0, 900])
+    runq = [0]
     out: list[tuple[Any, ...]] = []
-    t = StepTracker(out.append, clock=lambda: 0, runqueue=lambda: next(delays))
+    t = StepTracker(out.append, clock=lambda: 0, runqueue=lambda: runq[0])
     t.enter(DATA, 0)
     t.exit(DATA, 10)
+    runq[0] = 900
     t.runq_in_wait += 600  # woken by the all-reduce, it waited 600 ns for a CPU: already wait
     t.end_step(5000)
     steps = [dict(zip(STEP_FIELDS, rec[1:], strict=True)) for rec in out if rec[0] == "step"]
