@@ -266,7 +266,10 @@ def block_columns(block: pb.EventColumns) -> tuple[str, dict[str, Any]]:
     """``(kind, columns)`` of one column block, every field of the kind in order: a number
     column as a numpy array (a list with ``None`` where an optional field is absent), a text
     column as a list; :class:`SchemaError` (one line) for a block of no known kind, a column
-    whose length is not the block's ``num_rows`` or an empty ``source``."""
+    whose length is not the block's ``num_rows`` or an empty ``source``. A column with no
+    values at all in a block with rows is a field its sender's schema did not have yet (a
+    daemon of an earlier minor version): every row gets the field's default, as a row-wise
+    event would; a field with no default (one every version has) must be there."""
     import numpy as np
 
     kind = block.WhichOneof("payload")
@@ -276,9 +279,19 @@ def block_columns(block: pb.EventColumns) -> tuple[str, dict[str, Any]]:
     msg = getattr(block, kind)
     columns: dict[str, Any] = {}
     dtypes = _COLUMN_DTYPES[kind]
+    newer = _NEWER_FIELDS[kind]
+    unknown: set[str] = set()
     for name in _COLUMNS[kind]:
         raw = getattr(msg, name)
         if len(raw) != n:
+            if len(raw) == 0 and name in newer:
+                default = newer[name]
+                if default is None or dtypes[name] is None:
+                    columns[name] = [default] * n
+                else:
+                    columns[name] = np.full(n, default, dtype=dtypes[name])
+                unknown.add(name)
+                continue
             raise SchemaError(f"{kind} column block: {name} has {len(raw)} values for {n} rows")
         dtype = dtypes[name]
         if dtype is not None:
@@ -291,7 +304,7 @@ def block_columns(block: pb.EventColumns) -> tuple[str, dict[str, Any]]:
             columns[name] = list(raw)
     for name in _OPTIONAL_COLUMNS[kind]:
         absent = getattr(msg, name + ABSENT_SUFFIX)
-        if not len(absent):
+        if not len(absent) or name in unknown:
             continue
         if len(absent) != n:
             raise SchemaError(
@@ -406,6 +419,16 @@ _COLUMN_DTYPES = {
             str(f.type).split("|")[0].strip()
         )
         for f in dataclasses.fields(cls)
+    }
+    for kind, cls in schema.EVENT_TYPES.items()
+}
+#: kind -> field -> its default, for the payload fields that have one: a column block from a
+#: sender of an earlier minor version lacks those added since (schema.py's versioning)
+_NEWER_FIELDS = {
+    kind: {
+        f.name: f.default
+        for f in dataclasses.fields(cls)
+        if f.name in _PAYLOAD[kind] and f.default is not dataclasses.MISSING
     }
     for kind, cls in schema.EVENT_TYPES.items()
 }

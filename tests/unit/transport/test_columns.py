@@ -143,6 +143,31 @@ def test_an_invalid_column_block_rejects_the_batch(break_it: str) -> None:
     assert "\n" not in str(cols_err.value)
 
 
+def test_a_block_from_an_earlier_minor_version_gets_the_new_fields_defaults() -> None:
+    # a 1.17 daemon's step blocks have no cpu_wait_data_ns (schema 1.18) and, had it been older
+    # still, no device_wait_ns (1.11, optional): every row gets the default, as a row-wise
+    # event missing them would
+    events = [
+        dataclasses.replace(e, cpu_wait_data_ns=5, device_wait_ns=9) if e.kind == "step" else e
+        for e in _events()
+    ]
+    sent = codec.with_columns(batch(events))
+    block = sent.columns[0]
+    assert block.WhichOneof("payload") == "step"
+    block.step.ClearField("cpu_wait_data_ns")
+    block.step.ClearField("device_wait_ns")
+    block.step.ClearField("device_wait_ns_absent")
+    cols = codec.columns_from_batch(sent).columns["step"]
+    n = block.num_rows
+    assert cols["cpu_wait_data_ns"].tolist() == [0] * n and cols["device_wait_ns"] == [None] * n
+    steps = [e for e in codec.events_from_batch(sent) if e.kind == "step"]
+    assert [(e.cpu_wait_data_ns, e.device_wait_ns) for e in steps] == [(0, None)] * n
+    # a field every version has is never made up
+    block.step.ClearField("start_ns")
+    with pytest.raises(SchemaError, match="start_ns has 0 values"):
+        codec.columns_from_batch(sent)
+
+
 @pytest.mark.parametrize(
     ("version", "reads"),
     [("1.13", True), ("1.14", True), ("1.12", False), ("2.13", False), ("", False), ("x", False)],
