@@ -10,7 +10,7 @@ import numpy as np
 
 from diag import schema
 from diag.analyzer.core import AnalyzerCore
-from diag.analyzer.screen import ScreenConfig, StepScreen
+from diag.analyzer.screen import ScreenConfig, StepScreen, _step_rows
 from diag.store.run_store import RunStore
 from diag.transport import codec
 from tests.fakes.scenarios import Scenario
@@ -263,3 +263,18 @@ def test_the_steps_left_open_keep_their_rows_and_nothing_else() -> None:
     for chunk in held:
         owner = chunk if chunk.base is None else chunk.base
         assert owner.nbytes == chunk.nbytes  # not a window onto all 40 steps' rows
+
+
+def test_the_delay_met_making_a_batch_is_not_taken_off_compute() -> None:
+    # schema 1.18: of a step's 30 ms of run-queue delay, 20 ms came while its batch was made
+    # (in data_wait_ns, not in compute_ns): compute is 40 - 10 ms, not 40 - 30; a sender before
+    # 1.18 (no column) takes it all off, as before
+    cols = {"rank": [0], "step": [3], "duration_ns": [80_000_000], "compute_ns": [40_000_000],
+            "cpu_wait_ns": [30_000_000], "data_wait_ns": [25_000_000], "checkpoint_ns": [0],
+            "collective_wait_ns": [15_000_000]}  # fmt: skip
+    (row,) = _step_rows(cols | {"cpu_wait_data_ns": [20_000_000]})
+    assert (row[2], row[3]) == (30.0, 30.0)  # compute_ms, cpu_wait_ms
+    (old,) = _step_rows(cols)
+    assert old[2] == 10.0
+    (clipped,) = _step_rows(cols | {"cpu_wait_data_ns": [90_000_000]})  # at most the whole delay
+    assert clipped[2] == 40.0
