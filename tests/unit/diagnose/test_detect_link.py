@@ -110,3 +110,20 @@ def test_a_real_busy_runs_doubled_cost_is_found_from_its_onset():
     (f,) = link.detect(coll, steps, CFG)
     assert f.cause == "link" and f.severity == "critical"
     assert f.onset_step is not None and 30 <= f.onset_step <= 33
+
+
+def test_own_work_is_compute_and_data_less_the_run_queue_delay_met_in_each() -> None:
+    # rank 1 waited 30 ms for a CPU, 20 of them while making its batch (schema 1.18): its own
+    # work is (15 - 10) + (25 - 20) = 10 ms, as much as rank 0's 5 + 5 that never waited.
+    # Before 1.18 the whole delay came off its compute (clipped at 0) and the 20 ms met making
+    # the batch stayed in its data wait: 0 + 25 ms, a rank 15 ms "late" that was only held up
+    steps = pd.DataFrame(
+        {
+            "rank": [0, 1], "step": [5, 5], "compute_ns": [5e6, 15e6], "cpu_wait_ns": [0, 30e6],
+            "cpu_wait_data_ns": [0, 20e6], "data_wait_ns": [5e6, 25e6], "checkpoint_ns": [0, 0],
+        }
+    )  # fmt: skip
+    balance = link._own_work_balance(steps)
+    assert balance.loc[5, "excess_ns"] == 0.0
+    before = link._own_work_balance(steps.drop(columns="cpu_wait_data_ns"))
+    assert before.loc[5, "excess_ns"] == 7.5e6  # max 25 against a median of (10 + 25) / 2
