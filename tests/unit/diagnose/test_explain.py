@@ -107,16 +107,36 @@ def test_the_loaders_own_load_is_explained_from_two_blocks_before_the_loader_on(
     assert not explains(data, replace(contention, onset_step=5))
 
 
+def _hog_and_loader(
+    cpu_wait: tuple[float, float],
+    data_wait: tuple[float, float],
+    hog: tuple[str, float, int],
+    loader: tuple[str, float, int],
+    named: tuple[Evidence, ...] = (),
+) -> tuple[Finding, Finding]:
+    """Contention on rank 2 of host vm by one process outside the job (``hog``: severity,
+    slowdown, onset; its run-queue delay ``cpu_wait`` as (value, reference), the processes it
+    names ``named``) and the data finding of that rank's loader (``loader`` the same; its wait
+    ``data_wait``)."""
+    starved = Evidence(metric="cpu_wait_ms", subject="rank 2", value=cpu_wait[0],
+                       reference=cpu_wait[1])  # fmt: skip
+    foreign = Evidence(metric="foreign_processes", subject="host vm", value=1.0)
+    waited = Evidence(metric="data_ms", subject="rank 2", value=data_wait[0],
+                      reference=data_wait[1])  # fmt: skip
+    contention = _f("contention-rank2", "node", hog[0], ranks=(2,), hosts=("vm",),
+                    slowdown=hog[1], onset_step=hog[2],
+                    evidence=(starved, *named, foreign))  # fmt: skip
+    data = _f("data-rank2", "data", loader[0], ranks=(2,), hosts=("vm",), slowdown=loader[1],
+              onset_step=loader[2], evidence=(waited,))  # fmt: skip
+    return contention, data
+
+
 def test_a_competitor_on_a_ranks_cpu_explains_its_starved_loader() -> None:
     # CI beside a busy loop: a hog on rank 2's CPU from step 43 (1.82x); the loader computing on
     # that CPU falls behind, its wait dated from step 70 at 5.55x (another window, another ratio)
-    starved = Evidence(metric="cpu_wait_ms", subject="rank 2", value=178.4, reference=18.2)
-    foreign = Evidence(metric="foreign_processes", subject="host vm", value=1.0)
-    hog = _f("contention-rank2", "node", "critical", ranks=(2,), hosts=("vm",), slowdown=0.82,
-             onset_step=43, evidence=(starved, foreign))  # fmt: skip
-    waited = Evidence(metric="data_ms", subject="rank 2", value=52.0, reference=6.1)
-    data = _f("data-rank2", "data", "critical", ranks=(2,), hosts=("vm",), slowdown=4.55,
-              onset_step=70, evidence=(waited,))  # fmt: skip
+    hog, data = _hog_and_loader((178.4, 18.2), (52.0, 6.1), ("critical", 0.82, 43),
+                                ("critical", 4.55, 70))  # fmt: skip
+    (starved, foreign), (waited,) = hog.evidence, data.evidence
     assert explains(hog, data)
     (out,) = fold([data, hog])
     assert out.id == "contention-rank2"
@@ -136,17 +156,12 @@ def test_a_competitor_that_arrived_is_the_cause_even_beside_a_larger_loader_find
     # a real-time hog on rank 2's core from step 45: its loader's wait rose with it (+20 ms/step
     # beside +29 ms/step of run-queue delay) and, dated two steps later at 4.17x, the "data"
     # finding was the larger one and had taken the contention in
-    starved = Evidence(metric="cpu_wait_ms", subject="rank 2", value=34.8, reference=5.9)
-    foreign = Evidence(metric="foreign_processes", subject="host vm", value=1.0)
     arrived = Evidence(metric="host_process_cpu_pct", subject="pid 9 on vm: hog", value=91.0,
                        reference=0.0)  # fmt: skip
     diag_own = Evidence(metric="host_process_cpu_pct", subject="pid 7 on vm: diag daemon",
                         value=30.0, reference=0.0)  # fmt: skip
-    hog = _f("contention-rank2", "node", "critical", ranks=(2,), hosts=("vm",), slowdown=0.7,
-             onset_step=45, evidence=(starved, arrived, diag_own, foreign))  # fmt: skip
-    waited = Evidence(metric="data_ms", subject="rank 2", value=21.0, reference=1.0)
-    data = _f("data-rank2", "data", "critical", ranks=(2,), hosts=("vm",), slowdown=3.17,
-              onset_step=47, evidence=(waited,))  # fmt: skip
+    hog, data = _hog_and_loader((34.8, 5.9), (21.0, 1.0), ("critical", 0.7, 45),
+                                ("critical", 3.17, 47), named=(arrived, diag_own))  # fmt: skip
     assert not explains(data, hog) and explains(hog, data)
     (out,) = fold([data, hog])
     assert out.id == "contention-rank2"
@@ -156,7 +171,7 @@ def test_a_competitor_that_arrived_is_the_cause_even_beside_a_larger_loader_find
     # processes outside the job count (the first foreign_processes of them): diag's own daemon,
     # new since the onset, does not make a competitor arrive
     steady = replace(arrived, reference=80.0)
-    busy = replace(hog, evidence=(starved, steady, diag_own, foreign))
+    busy = replace(hog, evidence=tuple(steady if e is arrived else e for e in hog.evidence))
     assert explains(data, busy)
 
 
@@ -164,13 +179,8 @@ def test_a_starved_loader_is_folded_into_its_competitor_whatever_their_severitie
     # beside a real-time hog: contention from step 49 a warning at 27% of each step, the loader's
     # wait from step 73 "critical" at 3.64x (another window); its 20 ms/step of extra data wait
     # is within the 35.7 ms/step its CPU was taken
-    starved = Evidence(metric="cpu_wait_ms", subject="rank 2", value=40.3, reference=4.6)
-    foreign = Evidence(metric="foreign_processes", subject="host vm", value=1.0)
-    hog = _f("contention-rank2", "node", "warning", ranks=(2,), hosts=("vm",), slowdown=0.27,
-             onset_step=49, evidence=(starved, foreign))  # fmt: skip
-    waited = Evidence(metric="data_ms", subject="rank 2", value=21.0, reference=1.0)
-    data = _f("data-rank2", "data", "critical", ranks=(2,), hosts=("vm",), slowdown=2.64,
-              onset_step=73, evidence=(waited,))  # fmt: skip
+    hog, data = _hog_and_loader((40.3, 4.6), (21.0, 1.0), ("warning", 0.27, 49),
+                                ("critical", 2.64, 73))  # fmt: skip
     assert explains(hog, data)
     (out,) = fold([data, hog])
     assert (out.id, out.severity) == ("contention-rank2", "critical")
