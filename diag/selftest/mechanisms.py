@@ -165,14 +165,22 @@ class RtHog(CpuHog):
         super().__init__(case)
 
     def code(self, cpu: int) -> str:
-        return (
-            f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
-            "os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))\n"
-            "while True:\n"
-            f"    end = time.perf_counter() + {self.spin_ms / 1e3}\n"
-            "    while time.perf_counter() < end:\n        pass\n"
-            f"    time.sleep({self.rest_ms / 1e3})\n"
-        )
+        return rt_hog_program(cpu, self.spin_ms, self.rest_ms)
+
+
+def rt_hog_program(cpu: int, spin_ms: float, rest_ms: float, ready: str = "") -> str:
+    """A Python program that runs on ``cpu`` at real-time priority (``SCHED_FIFO`` 1), spinning
+    ``spin_ms`` and sleeping ``rest_ms`` for ever; it prints ``ready`` (when given) once it has
+    that priority. Needs root (CAP_SYS_NICE) and real-time bandwidth."""
+    return (
+        f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+        "os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))\n"
+        + (f"print({ready!r}, flush=True)\n" if ready else "")
+        + "while True:\n"
+        f"    end = time.perf_counter() + {spin_ms / 1e3}\n"
+        "    while time.perf_counter() < end:\n        pass\n"
+        f"    time.sleep({rest_ms / 1e3})\n"
+    )
 
 
 def _hog_culprits(case: Case) -> Case:

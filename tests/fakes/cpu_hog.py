@@ -34,18 +34,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CODE = """
-import os, time
-os.sched_setaffinity(0, {{{cpu}}})
-os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-print("hog running", flush=True)
-spin, rest = {spin_s}, {rest_s}
-while True:
-    end = time.perf_counter() + spin
-    while time.perf_counter() < end:
-        pass
-    time.sleep(rest)
-"""
+from diag.selftest.mechanisms import rt_hog_program
 
 RT_RUNTIME = Path("/proc/sys/kernel/sched_rt_runtime_us")
 
@@ -75,8 +64,9 @@ def unavailable_reason() -> str | None:
 
 def start_hog(cpu: int, spin_ms: float = 1.0, rest_ms: float = 0.1) -> subprocess.Popen[str]:
     """The hog, started in a new session pinned to ``cpu``; returns once it is running."""
+    code = rt_hog_program(cpu, spin_ms, rest_ms, ready="hog running")
     proc = subprocess.Popen(
-        [sys.executable, "-c", CODE.format(cpu=cpu, spin_s=spin_ms / 1e3, rest_s=rest_ms / 1e3)],
+        [sys.executable, "-c", code],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
