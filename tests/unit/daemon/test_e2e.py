@@ -130,7 +130,12 @@ def test_outage_and_restart_every_event_arrives_once(
     procs = rec.of_kind(schema.ProcSample)
     assert procs and all(p.pid == me and p.rank == 0 for p in procs)
     clocks = rec.of_kind(schema.ClockSync)
-    assert clocks and all(abs(c.offset_ns - 2_000_000_000) < 100_000_000 for c in clocks)
+    # each estimate within its own bound (the analyzer read its clock somewhere in the round
+    # trip: at most half of it off, + 1 ms of rounding), however long a busy machine made the
+    # trip (CI beside a busy loop: one estimate was over 100 ms off, so its trip over 200 ms)
+    assert clocks and all(
+        abs(c.offset_ns - 2_000_000_000) <= c.rtt_ns // 2 + 1_000_000 for c in clocks
+    ), [(c.offset_ns, c.rtt_ns) for c in clocks]
     assert not rec.of_kind(schema.CollectorError)
     assert stats.num_batches_pending == 0 and stats.num_malformed_connections == 0
     assert stats.num_hook_events == 400
