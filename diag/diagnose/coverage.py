@@ -60,6 +60,8 @@ FOREIGN_PROCESSES = "foreign_processes"
 #: a process contention names, its CPU share (100 per core): the first ``FOREIGN_PROCESSES``
 #: of them are outside the job, the rest the job's own or diag's
 HOST_PROCESS_CPU = "host_process_cpu_pct"
+#: contention's last step of a rank's anomaly (subject the rank): its delay above the floor
+CONTENDED_UNTIL = "contended_until_step"
 #: a pause suggestion's chance (diag.diagnose.detectors.node): short of the stall test
 PAUSE_CHANCE = "pause_chance"
 

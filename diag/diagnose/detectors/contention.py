@@ -89,7 +89,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from diag.diagnose.coverage import FOREIGN_PROCESSES, HOST_PROCESS_CPU
+from diag.diagnose.coverage import CONTENDED_UNTIL, FOREIGN_PROCESSES, HOST_PROCESS_CPU
 from diag.diagnose.features import (
     Features,
     change_point,
@@ -868,6 +868,17 @@ def _evidence(group: list[_Rank], who: str, named: list[_Process], host: str) ->
         )
         for r in group
         if r.own_before_ms is not None
+    ]
+    out += [
+        Evidence(
+            metric=CONTENDED_UNTIL,
+            subject=f"rank {r.rank}",
+            value=float(r.anomaly[1]),
+            reference=float(r.anomaly[0]),
+            unit="step",
+            note="the anomaly's last step (its run-queue delay above the floor) vs its first",
+        )
+        for r in group
     ]
     lead = max(group, key=lambda r: r.slowdown)
     out.append(

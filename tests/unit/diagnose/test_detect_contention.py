@@ -35,6 +35,17 @@ def test_a_hog_on_one_rank_cpu_is_node_naming_the_hog(tmp_path: Path, seed: int)
     (wait,) = [e for e in f.evidence if e.metric == "cpu_wait_ms"]
     assert wait.value > 2 * (wait.reference or 0)
     assert not any(e.metric == "kernel_evidence" for e in f.evidence)  # a CPU, not a kernel
+    (until,) = [e for e in f.evidence if e.metric == "contended_until_step"]
+    assert (until.subject, until.value, until.reference) == ("rank 2", 119, f.onset_step)
+
+
+def test_contention_that_ended_says_its_last_step(tmp_path: Path) -> None:
+    # the hog on steps 50-99 of 160: what explains a node finding on the rank later (or not);
+    # the last step above the floor, where a burst of the busy host's may fall a few steps on
+    (f,) = _findings(replace(HOG, steps=160, until=100), tmp_path)
+    (until,) = [e for e in f.evidence if e.metric == "contended_until_step"]
+    window = contention.ContentionConfig().window
+    assert until.subject == "rank 2" and 96 <= until.value < 100 + window
 
 
 def test_delay_every_rank_shares_is_noise(tmp_path: Path) -> None:

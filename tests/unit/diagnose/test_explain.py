@@ -188,3 +188,28 @@ def test_a_starved_loader_is_folded_into_its_competitor_whatever_their_severitie
     # a node finding that names no competitor outside the job (a slow device) explains no wait
     slow = _f("node-rank2", "node", "warning", ranks=(2,), hosts=("vm",), slowdown=0.27)
     assert not explains(slow, replace(data, onset_step=42))
+
+
+def test_a_competitor_explains_its_ranks_compute_while_it_holds_the_rank() -> None:
+    # CI beside a real-time hog on rank 2's core from step 49 (2.02x): rank 2 "computes 5.78x as
+    # long from step 107" (a warning) stood beside it; its training thread was blocked on gloo's
+    # threads, which waited for the CPU the hog held (neither running nor queued: compute)
+    foreign = Evidence(metric="foreign_processes", subject="host vm", value=1.0)
+    until = Evidence(metric="contended_until_step", subject="rank 2", value=170.0, reference=49.0)
+    hog = _f("contention-rank2", "node", "critical", ranks=(2,), hosts=("vm",), slowdown=0.5,
+             onset_step=49, evidence=(foreign, until))  # fmt: skip
+    compute = _f("node-rank2", "node", "warning", ranks=(2,), hosts=("vm",), slowdown=0.2,
+                 onset_step=107)  # fmt: skip
+    assert explains(hog, compute)
+    (out,) = fold([compute, hog])
+    assert [e.subject for e in out.evidence if e.metric == EXPLAINS] == ["node-rank2"]
+    assert explains(hog, replace(compute, onset_step=170))  # its last contended step
+    # after the contention ended, well before it, beyond what it lost, or with no competitor
+    # outside the job (the job's own load), or no last step for the rank: a fault of its own
+    assert not explains(hog, replace(compute, onset_step=171))
+    assert not explains(hog, replace(compute, onset_step=38))
+    assert not explains(hog, replace(compute, slowdown=0.7))
+    assert not explains(replace(hog, evidence=(replace(foreign, value=0.0), until)), compute)
+    assert not explains(replace(hog, evidence=(foreign,)), compute)
+    assert not explains(hog, replace(compute, ranks=(1, 2)))  # rank 1 was not contended
+    assert not explains(hog, replace(compute, cause="data", onset_step=130))
