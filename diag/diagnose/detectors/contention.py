@@ -56,7 +56,11 @@ competitor ran on when others run elsewhere, else every rank of the host.
 
 Ranks of one host contended together (onsets at most ``window`` steps apart, or all from the
 start) are one finding (all of a host: the host's; else those ranks): they share its CPUs and the
-processes that compete for them.
+processes that compete for them. Not when some of the host's ranks are contended and they are
+pinned to different CPUs (``ProcSample.last_cpu``, one CPU each in the later samples): one
+finding per CPU then, each naming what ran on its CPU; and a rank pinned to another CPU than a
+contended rank's is not tried again as its host-mate (in :func:`detect`): that CPU is not known
+contended.
 
 - ``slowdown``: onset: ``(median job step after - before) / after``, at most the mean excess
   over the job step after; from the start: the mean excess over the job step. Either at most
@@ -163,17 +167,25 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
     args = (cpu, excess, above, wait, step, flagged, cfg)
     found = [r for rank in candidates if (r := _contended(rank, *args)) is not None]
     hosts = features.hosts_of()
+    pinned = _pinned_cpus(features.proc, [int(c) for c in cpu.columns])
     # Ranks of one host share its CPUs: a candidate left out (its peers' median rose with it:
     # a contended rank among them) is tried again against the ranks not found contended, from
     # the onset of a contended rank of its host, its excess held to one standard error
     # (``sibling_sigmas``) instead of two: its host's CPUs are already known to be contended. A
     # host-mate found contended "from the start" is dated the same way when it holds from then.
+    # Not one pinned to another CPU than the contended rank's: that CPU is not known contended.
     for rank in candidates:
         mine = [r for r in found if r.rank == rank]
         if mine and mine[0].onset is not None:
             continue
         calm = [c for c in cpu.columns if c != rank and all(r.rank != c for r in found)]
-        dated = [r for r in found if r.onset is not None and hosts.get(r.rank) == hosts.get(rank)]
+        dated = [
+            r
+            for r in found
+            if r.onset is not None
+            and hosts.get(r.rank) == hosts.get(rank)
+            and not _apart(r.rank, rank, pinned)
+        ]
         if not calm or not dated:
             continue
         ex = cpu.sub(cpu[calm].median(axis=1), axis=0)
@@ -192,7 +204,7 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
     out = [
         _finding(_cost_to_job(group, excess, wait, step), host, hosts, features, cfg)
         for host, rs in sorted(by_host.items())
-        for group in _together(rs, cfg.window)
+        for group in _together(rs, cfg.window, _ranks_of(host, hosts, cpu), pinned)
     ]
     with_onset = {h for h, rs in by_host.items() if any(r.onset is not None for r in rs)}
     for host in sorted(set(hosts.values()) - with_onset):
@@ -284,20 +296,40 @@ def _host_arrival(
 
 
 def _pinned_groups(proc: pd.DataFrame, ranks: list[int]) -> list[list[int]]:
-    """The host's ranks grouped by the one CPU each ran on in its later samples (the second half
-    of each rank's samples: pinning can come after the start), when there are several groups."""
-    if proc.empty or "last_cpu" not in proc.columns:
-        return []
-    p = proc[proc["rank"].isin(ranks) & (proc["last_cpu"] >= 0)].sort_values("ts_ns")
-    cpus: dict[int, set[int]] = {}
-    for r, c in p.groupby("rank")["last_cpu"]:
-        cpus[int(r)] = set(c.iloc[len(c) // 2 :].astype(int))
-    if set(cpus) != set(ranks) or any(len(c) != 1 for c in cpus.values()):
+    """The host's ranks grouped by the one CPU each ran on in its later samples, when every rank
+    ran on one (:func:`_pinned_cpus`) and there are several groups."""
+    cpus = _pinned_cpus(proc, ranks)
+    if set(cpus) != set(ranks):
         return []
     groups: dict[int, list[int]] = {}
     for r in ranks:
-        groups.setdefault(next(iter(cpus[r])), []).append(r)
+        groups.setdefault(cpus[r], []).append(r)
     return list(groups.values()) if len(groups) > 1 else []
+
+
+def _pinned_cpus(proc: pd.DataFrame, ranks: list[int]) -> dict[int, int]:
+    """Rank -> the one CPU it ran on in its later samples (the second half of each rank's
+    samples: pinning can come after the start), for the ranks of ``ranks`` that ran on one."""
+    if proc.empty or "last_cpu" not in proc.columns:
+        return {}
+    p = proc[proc["rank"].isin(ranks) & (proc["last_cpu"] >= 0)].sort_values("ts_ns")
+    out: dict[int, int] = {}
+    for r, c in p.groupby("rank")["last_cpu"]:
+        later = set(c.iloc[len(c) // 2 :].astype(int))
+        if len(later) == 1:
+            out[int(r)] = later.pop()
+    return out
+
+
+def _ranks_of(host: str, hosts: Mapping[int, str], cpu: pd.DataFrame) -> set[int]:
+    """The analysed ranks of ``host``."""
+    return {int(c) for c in cpu.columns if hosts.get(int(c), "") == host}
+
+
+def _apart(a: int, b: int, cpus: Mapping[int, int]) -> bool:
+    """Ranks ``a`` and ``b`` are pinned to different CPUs: a competitor for one does not contend
+    the other."""
+    return a in cpus and b in cpus and cpus[a] != cpus[b]
 
 
 def _arrival(
@@ -460,9 +492,17 @@ def _calm(wide: pd.DataFrame, quantile: float) -> pd.DataFrame:
     return peer_median(wide).clip(upper=pd.Series(low, index=wide.index), axis=0)
 
 
-def _together(ranks: list[_Rank], window: int) -> list[list[_Rank]]:
+def _together(
+    ranks: list[_Rank], window: int, host_ranks: set[int], pinned: Mapping[int, int]
+) -> list[list[_Rank]]:
     """Ranks of one host contended at the same time (onsets at most ``window`` steps apart, or
-    all from the start), each set led by its largest slowdown: one finding each."""
+    all from the start), each set led by its largest slowdown: one finding each. A set of some
+    of the host's ranks (``host_ranks``) pinned to different CPUs (``pinned``: rank -> CPU) is
+    one set per CPU (with a rank not pinned, which may share any of them, it stays whole): busy
+    CI, a real-time hog on rank 2's CPU 1 pushed the machine's other work onto CPU 0, rank 0
+    there waited 3.5 ms/step longer from the same step while its CPU-mates did not, and one
+    finding "ranks 0, 2" named the hog for both. Every rank of the host contended at once is
+    the host's CPUs contended: one set."""
     out: list[list[_Rank]] = []
     for r in sorted(ranks, key=lambda r: (-r.slowdown, r.rank)):
         for group in out:
@@ -474,7 +514,17 @@ def _together(ranks: list[_Rank], window: int) -> list[list[_Rank]]:
                 break
         else:
             out.append([r])
-    return out
+    split: list[list[_Rank]] = []
+    for group in out:
+        whole = {r.rank for r in group} >= host_ranks
+        if whole or not all(r.rank in pinned for r in group):  # a rank not pinned: any CPU
+            split.append(group)
+            continue
+        by_cpu: dict[int, list[_Rank]] = {}
+        for r in group:  # in the group's order: each set led by its largest slowdown
+            by_cpu.setdefault(pinned[r.rank], []).append(r)
+        split += by_cpu.values()
+    return split
 
 
 def _contended(

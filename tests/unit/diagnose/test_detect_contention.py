@@ -48,6 +48,22 @@ def test_contention_that_ended_says_its_last_step(tmp_path: Path) -> None:
     assert until.subject == "rank 2" and 96 <= until.value < 100 + window
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rank_on_another_cpu_contended_at_the_same_time_is_another_finding(
+    tmp_path: Path, seed: int
+) -> None:
+    # busy CI: the hog on rank 2's CPU 1 pushed the machine's other work onto CPU 0, where rank
+    # 0 waited a few ms/step longer from the same step (its CPU-mates 1 and 3 did not); one
+    # finding "ranks 0, 2" had named the hog, on CPU 1, for both
+    run = replace(HOG, extra_ms=35.0, seed=seed, mild=(0,), mild_ms=6.0)
+    found = _findings(run, tmp_path)
+    assert [f.ranks for f in found if 2 in f.ranks] == [(2,)]
+    assert found[0].ranks == (2,) and f"pid {HOG_PID}" in found[0].summary
+    assert "CPU 1, a culprit's CPU" in found[0].summary
+    for f in found[1:]:  # rank 0's own, if any: the hog is not on its CPU
+        assert f.ranks == (0,) and "a culprit's CPU" not in f.summary
+
+
 def test_delay_every_rank_shares_is_noise(tmp_path: Path) -> None:
     assert _findings(ContentionRun(shared_ms=20.0), tmp_path / "shared") == []
     assert _findings(ContentionRun(), tmp_path / "clean") == []
