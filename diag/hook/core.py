@@ -61,6 +61,8 @@ if TYPE_CHECKING:
     from diag.hook.thread import HookThread
 
 EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
+#: the most an exit waits for c10d's gloo workers to drop their last collectives (``_shutdown``)
+EXIT_SETTLE_S = 1.0
 PROFILER_CLOSE_WAIT_S = 2.0  # the most a detach waits for the training thread to end a window
 # Flight Recorder entries kept, unless the job set its own size (decided here, at install: torch
 # reads it when the first process group is created). A full dump holds the GIL ~7-10 us per entry
@@ -213,11 +215,34 @@ class Hook:
         if elsewhere and self.profiler.active is not None:
             self._close_window_later()
         self.thread.stop(timeout_s, exiting=exiting)
+        if exiting:
+            self._settle_workers()
         try:
             self.crash.disable(exiting=exiting)
         except Exception as exc:
             self.error(exc)
         atexit.unregister(self.close)
+
+    def _settle_workers(self) -> None:
+        """At exit, before the interpreter finalizes: wait (at most ``EXIT_SETTLE_S``, sleeping)
+        until c10d's gloo workers are idle, so that each has dropped the collectives it ran.
+
+        A gloo collective holds the issuing thread's state, and since torch 2.13 a backward
+        stashes a Python object there (``torch.autograd.graph``'s ``contextvars`` context), so
+        DDP's gradient all-reduce holds one. The job's closing ``dist.barrier()`` chains to it;
+        its waiter is released before the worker drops the barrier. A worker preempted in that
+        gap on a busy host drops it only while the interpreter is finalizing, where releasing
+        the Python object cannot take the GIL: the thread is ended, unwinding through a
+        destructor that may not throw, and the process aborts ("terminate called without an
+        active exception", SIGABRT) after its last step, its exit status lost. Seen in a busy
+        clean-clone CI run and reproduced (core dump: ``~AsyncBarrierWork`` ->
+        ``~AsyncAllreduceWork`` -> ``~ThreadLocalState`` -> ``SafePyObject`` decref ->
+        ``take_gil`` -> ``pthread_exit``). Nothing to wait for with no gloo worker (NCCL, no
+        process group, not Linux); a worker still away when the wait ends is left as it was."""
+        try:
+            self.profiler.workers.settle(EXIT_SETTLE_S)
+        except Exception as exc:
+            self.error(exc)
 
     def _close_window_later(self) -> None:
         """One global optimizer step hook that stops the open window on the training thread (its

@@ -167,7 +167,7 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
     args = (cpu, excess, above, wait, step, flagged, cfg)
     found = [r for rank in candidates if (r := _contended(rank, *args)) is not None]
     hosts = features.hosts_of()
-    pinned = _pinned_cpus(features.proc, [int(c) for c in cpu.columns])
+    pinned = _pinned_cpus(features.proc, candidates)  # the found ranks are among them
     # Ranks of one host share its CPUs: a candidate left out (its peers' median rose with it:
     # a contended rank among them) is tried again against the ranks not found contended, from
     # the onset of a contended rank of its host, its excess held to one standard error
