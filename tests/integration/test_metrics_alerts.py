@@ -81,9 +81,13 @@ def test_a_live_run_is_scraped_and_its_finding_alerted(tmp_path: Path) -> None:
     assert max(per_step, key=per_step.__getitem__) == "2"  # the slow rank computes longest
     assert "diag_hook_events_emitted_total" in node
 
-    assert [(lab["cause"], lab["job_id"]) for lab, v in job_metrics["diag_findings"] if v] == [
-        ("node", out.name)
-    ]
+    # One finding at warning or above, the slow rank's; a busy machine's own load may add an
+    # info one (contention "from the start" is info at most: busy CI, ("node", "info") beside it)
+    live = [(lab["cause"], lab["severity"]) for lab, v in job_metrics["diag_findings"] if v]
+    shown = job_metrics.get("diag_finding_confidence", [])
+    assert {lab["job_id"] for lab, v in job_metrics["diag_findings"] if v} == {out.name}, shown
+    assert [c for c, s in live if s != "info"] == ["node"], shown
+    assert any(lab["id"] == "node-rank2" and lab["ranks"] == "2" for lab, _ in shown), shown
     scores = {lab["rank"]: v for lab, v in job_metrics["diag_rank_straggler_score"]}
     assert max(scores, key=scores.__getitem__) == "2" and scores["2"] > 1.2
     assert job_metrics["diag_ingest_events_total"][0][1] > 0
