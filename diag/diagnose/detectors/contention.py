@@ -128,6 +128,10 @@ class ContentionConfig:
     critical: float = 0.3
 
 
+#: the later samples a rank must have, all on one CPU, to count as pinned to it
+MIN_PINNED_SAMPLES = 3
+
+
 @dataclass(frozen=True, slots=True)
 class _Rank:
     rank: int
@@ -309,15 +313,17 @@ def _pinned_groups(proc: pd.DataFrame, ranks: list[int]) -> list[list[int]]:
 
 def _pinned_cpus(proc: pd.DataFrame, ranks: list[int]) -> dict[int, int]:
     """Rank -> the one CPU it ran on in its later samples (the second half of each rank's
-    samples: pinning can come after the start), for the ranks of ``ranks`` that ran on one."""
+    samples: pinning can come after the start), for the ranks of ``ranks`` that ran on one in
+    at least ``MIN_PINNED_SAMPLES`` of them (a rank the scheduler kept on one core for a sample
+    or two is not pinned)."""
     if proc.empty or "last_cpu" not in proc.columns:
         return {}
     p = proc[proc["rank"].isin(ranks) & (proc["last_cpu"] >= 0)].sort_values("ts_ns")
     out: dict[int, int] = {}
     for r, c in p.groupby("rank")["last_cpu"]:
-        later = set(c.iloc[len(c) // 2 :].astype(int))
-        if len(later) == 1:
-            out[int(r)] = later.pop()
+        later = c.iloc[len(c) // 2 :].astype(int)
+        if len(later) >= MIN_PINNED_SAMPLES and later.nunique() == 1:
+            out[int(r)] = int(later.iloc[0])
     return out
 
 

@@ -64,6 +64,15 @@ def test_a_rank_on_another_cpu_contended_at_the_same_time_is_another_finding(
         assert f.ranks == (0,) and "a culprit's CPU" not in f.summary
 
 
+def test_ranks_seen_on_one_cpu_in_too_few_samples_are_not_taken_for_pinned(
+    tmp_path: Path,
+) -> None:
+    # the same run sampled every 2.5 s: 2 later samples per rank (a scheduler that kept a rank
+    # on one core that long says little), so nothing splits ranks 0 and 2 by CPU
+    run = replace(HOG, extra_ms=35.0, mild=(0,), mild_ms=6.0, daemon_every_s=2.5)
+    assert [f.ranks for f in _findings(run, tmp_path)] == [(0, 2)]
+
+
 def test_delay_every_rank_shares_is_noise(tmp_path: Path) -> None:
     assert _findings(ContentionRun(shared_ms=20.0), tmp_path / "shared") == []
     assert _findings(ContentionRun(), tmp_path / "clean") == []
