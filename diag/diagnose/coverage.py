@@ -66,6 +66,12 @@ CONTENDED_UNTIL = "contended_until_step"
 PAUSE_CHANCE = "pause_chance"
 
 
+def names_competitor(f: Finding) -> bool:
+    """Whether contention finding ``f`` names a competitor outside the job and diag (its
+    ``foreign_processes`` count above 0; 0 is the job's own load or a CPU limit)."""
+    return any(e.metric == FOREIGN_PROCESSES and e.value > 0 for e in f.evidence)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CoverageConfig:
     """How much an undecided node finding's confidence is lowered."""
@@ -150,7 +156,7 @@ def contended_by(
             and f.ranks
             and set(f.ranks) <= set(g.ranks)
             and (peers is None or peers < 1 or len(set(g.ranks) - set(f.ranks)) < peers)
-            and any(e.metric == FOREIGN_PROCESSES and e.value > 0 for e in g.evidence)
+            and names_competitor(g)
         ):
             return g
     return None

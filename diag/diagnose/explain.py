@@ -66,7 +66,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from diag.diagnose.coverage import CONTENDED_UNTIL, FOREIGN_PROCESSES, HOST_PROCESS_CPU
+from diag.diagnose.coverage import (
+    CONTENDED_UNTIL,
+    FOREIGN_PROCESSES,
+    HOST_PROCESS_CPU,
+    names_competitor,
+)
 from diag.findings import SEVERITIES, Evidence, Finding, ranked
 
 #: explainer cause -> the causes of the findings it can explain on its own culprits.
@@ -145,7 +150,7 @@ def _while_contended(a: Finding, b: Finding, cfg: ExplainConfig) -> bool:
     assert a.onset_step is not None and b.onset_step is not None
     if (a.cause, b.cause) != ("node", "node") or not b.ranks:
         return False
-    if not any(e.metric == FOREIGN_PROCESSES and e.value > 0 for e in a.evidence):
+    if not names_competitor(a):
         return False
     if b.onset_step < a.onset_step - cfg.onset_steps:
         return False
@@ -157,7 +162,7 @@ def _starved_loader(a: Finding, b: Finding, cfg: ExplainConfig) -> bool:
     """Whether contention ``a`` by processes outside the job accounts for data wait ``b`` (the
     time rule of the module docstring)."""
     assert a.onset_step is not None and b.onset_step is not None
-    if not any(e.metric == FOREIGN_PROCESSES and e.value > 0 for e in a.evidence):
+    if not names_competitor(a):
         return False
     if b.onset_step < a.onset_step - cfg.onset_steps:
         return False
