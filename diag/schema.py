@@ -25,6 +25,8 @@ daemon sends only to an analyzer that says it reads them (``TimeReply.schema_ver
 step, shipped in place of the raw ``CollectiveEvent`` rows at fleet scale).
 1.18: ``StepEvent.cpu_wait_data_ns`` (the part of a step's run-queue delay met while it waited for
 data or wrote a checkpoint, outside its compute).
+1.19: ``ProfileRequest.realign_steps`` (where a rank that got an on-demand window's request late
+takes it, so that late ranks still share one step).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.18"
+SCHEMA_VERSION = "1.19"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.

@@ -67,7 +67,10 @@ message SummaryReply {
 
 // A request for a profiler window on every rank (or on `ranks`) for `num_steps` steps from
 // `at_step`. The analyzer fills `request_id`, `seq` and, when 0, `at_step` (a few steps ahead
-// of the newest step it has seen, so that every rank gets it in time).
+// of the newest step it has seen, so that every rank gets it in time). `realign_steps` (schema
+// 1.19; the analyzer's lead in steps): a rank that gets the request after `at_step` has begun
+// takes the window at the first `at_step + k * realign_steps` not yet begun, so the ranks that
+// got it late by less than that still share one step; 0: at its next step boundary.
 message ProfileRequest {
   string request_id = 1;
   int64 seq = 2;
@@ -76,6 +79,7 @@ message ProfileRequest {
   repeated int64 ranks = 5;
   int64 requested_ns = 6;
   int64 expires_ns = 7;
+  int32 realign_steps = 8;
 }
 
 // A request for one probe from the fixed registry (`probes.PROBES`) on one node: `probe` the

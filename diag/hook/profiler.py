@@ -5,9 +5,12 @@ rank of a synchronous job). Periodic windows start at ``profile_first_step`` and
 ``profile_every_steps`` steps (0 = no periodic windows); their ``window_id`` is ``f"p{S}"``.
 On-demand windows come from a :class:`~diag.proto.diag_pb2.ProfileRequest` that the hook thread
 pulled from the daemon (:func:`plan_request`); their id is ``f"d-{request_id}"`` and they start at
-the request's ``at_step``, or at the next step boundary when this rank is already past it
-(``late``). A window due while another is open is deferred to the first boundary after it (an
-on-demand one, marked ``late``) or skipped (a periodic one), so windows never overlap.
+the request's ``at_step``; a rank that gets it after that step began takes it at ``at_step`` plus
+a whole number of the request's ``realign_steps`` (the analyzer's lead), so the ranks that got it
+late by less than that still share one step, or at its next step boundary when the request gives
+none (``late`` either way). A window due while another is open is deferred to the first boundary
+after it (an on-demand one, marked ``late``) or skipped (a periodic one), so windows never
+overlap.
 
 The training thread (:class:`ProfilerWindows`) only switches the profiler: ``_prepare_profiler`` +
 ``_enable_profiler`` where step ``S`` begins, ``_disable_profiler`` at the end of step
@@ -60,6 +63,20 @@ class WindowPlan:
     num_steps: int
     request_id: str = ""
     late: bool = False
+    #: an on-demand plan reached after its step began moves on by whole strides of this
+    #: (the request's ``realign_steps``; 0: to the next boundary)
+    realign: int = 0
+
+    def realign_after(self, step: int) -> None:
+        """This rank has reached ``step`` (about to begin) with the plan not started: move the
+        start to the first ``start_step + k * realign`` at or after ``step`` (``late``). Every rank
+        of a synchronous job that got the request late by less than ``realign`` steps lands on
+        the same step (the analyzer's lead: the request's delivery took up to a lead longer)."""
+        if self.realign <= 0 or self.start_step >= step:
+            return
+        behind = step - self.start_step
+        self.start_step += -(-behind // self.realign) * self.realign
+        self.late = True
 
 
 @dataclass(slots=True)
@@ -169,7 +186,9 @@ class ProfilerWindows:
                 return stopped
             if self.inbox:
                 while self.inbox:
-                    self.pending.append(self.inbox.popleft())
+                    taken = self.inbox.popleft()
+                    taken.realign_after(step)
+                    self.pending.append(taken)
             if self.active is not None or self.busy:
                 return False
             plan = self._due(step)
@@ -347,4 +366,7 @@ class RequestFilter:
             return None
         num_steps = request.num_steps if request.num_steps > 0 else self.default_num_steps
         at_step = max(0, int(request.at_step))
-        return WindowPlan(on_demand_id(request_id), ON_DEMAND, at_step, num_steps, request_id)
+        realign = max(0, int(request.realign_steps))
+        return WindowPlan(
+            on_demand_id(request_id), ON_DEMAND, at_step, num_steps, request_id, realign=realign
+        )

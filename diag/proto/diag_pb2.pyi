@@ -2217,7 +2217,7 @@ class SummaryReply(_message.Message):
     def __init__(self, json: _Optional[str] = ...) -> None: ...
 
 class ProfileRequest(_message.Message):
-    __slots__ = ("request_id", "seq", "at_step", "num_steps", "ranks", "requested_ns", "expires_ns")
+    __slots__ = ("request_id", "seq", "at_step", "num_steps", "ranks", "requested_ns", "expires_ns", "realign_steps")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     AT_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -2225,6 +2225,7 @@ class ProfileRequest(_message.Message):
     RANKS_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_NS_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    REALIGN_STEPS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     seq: int
     at_step: int
@@ -2232,7 +2233,8 @@ class ProfileRequest(_message.Message):
     ranks: _containers.RepeatedScalarFieldContainer[int]
     requested_ns: int
     expires_ns: int
-    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., at_step: _Optional[int] = ..., num_steps: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., requested_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ...) -> None: ...
+    realign_steps: int
+    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., at_step: _Optional[int] = ..., num_steps: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., requested_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ..., realign_steps: _Optional[int] = ...) -> None: ...
 
 class ProbeRequest(_message.Message):
     __slots__ = ("request_id", "seq", "probe", "params_json", "host", "device", "rank", "requested_ns", "expires_ns")

@@ -40,11 +40,13 @@ def test_lead_is_two_seconds_of_steps_but_at_least_three() -> None:
     board.observe_steps([(0, 40, 100 * MS), (1, 41, 100 * MS), (1, 39, 100 * MS)])
     p = board.progress()
     assert (p.newest_step, p.num_ranks, p.median_step_ns, p.lead_steps) == (41, 2, 100 * MS, 20)
-    assert board.request_profile().at_step == 61
+    first = board.request_profile()
+    # a rank that gets it late moves on by whole leads (the hook: WindowPlan.realign_after)
+    assert (first.at_step, first.realign_steps) == (61, 20)
     # Slow steps (the median, so one outlier does not matter): the minimum of 3 steps wins.
     board.observe_steps([(0, 42 + i, 5 * S) for i in range(70)] + [(0, 200, 10 * MS)])
     assert board.progress().lead_steps == 3
-    assert board.request_profile().at_step == 203
+    assert (board.request_profile().at_step, board.request_profile().realign_steps) == (203, 3)
     # 300 ms median: ceil(2.0 / 0.3) = 7.
     board.observe_steps([(2, 300, 300 * MS)] * 64)
     assert board.request_profile().at_step == 307
@@ -62,6 +64,22 @@ def test_at_step_extrapolates_from_the_newest_step_end() -> None:
     # A job silent for long is not assumed to run on: at most 10 s of extrapolation.
     clock.now_ns = end + 3600 * S
     assert board.progress().estimated_step == 40 + 100
+
+
+def test_the_pace_is_the_quick_quarter_of_the_steps_seen() -> None:
+    """Early in a job the steps seen are its start-up's: extrapolated at their median, the estimate
+    lags the job (four ranks beside a busy loop: seen step 3, 2.4 s old; at step 62, estimated 48)
+    and every rank gets the request after its step; at the quick quarter, a few steps ahead."""
+    clock = Clock()
+    board = ControlBoard(clock)
+    end = clock.now_ns
+    seen = [(r, s, (60 if s < 2 else 40) * MS, end) for r in range(4) for s in range(4)]
+    board.observe_steps(seen)
+    clock.now_ns = end + 2400 * MS
+    p = board.progress()
+    assert (p.median_step_ns, p.pace_step_ns) == (50 * MS, 40 * MS)
+    assert (p.estimated_step, p.lead_steps) == (3 + 60, 50)  # the median: 3 + 48 and 40
+    assert board.request_profile().at_step == 113
 
 
 def test_explicit_step_ranks_seq_and_times() -> None:

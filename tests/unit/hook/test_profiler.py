@@ -293,6 +293,38 @@ def test_a_window_is_stopped_only_once_its_result_is_handed_over() -> None:
     assert seen == [1] and w.active is None and w.done[0].plan.window_id == "p1"
 
 
+def test_ranks_that_get_a_request_late_still_share_one_step() -> None:
+    """Four ranks beside a busy loop once got a request for step 82 at steps 92-95, and each took
+    its window at its next step: four steps, no rank comparable. Moved on by whole strides of
+    the request's ``realign_steps`` (the analyzer's lead), they share one."""
+
+    def plan(realign: int) -> WindowPlan:
+        return WindowPlan("d-x", "on_demand", 82, 1, "x", realign=realign)
+
+    for got_at, start in [(83, 102), (92, 102), (95, 102), (102, 102), (103, 122)]:
+        p = plan(20)
+        p.realign_after(got_at)
+        assert (p.start_step, p.late) == (start, True), got_at
+    for got_at in (60, 82):  # in time: as asked
+        p = plan(20)
+        p.realign_after(got_at)
+        assert (p.start_step, p.late) == (82, False)
+    p = plan(0)  # no stride (an older analyzer): the next boundary, as before
+    p.realign_after(95)
+    assert (p.start_step, p.late) == (82, False)
+    # the request's stride reaches the plan, and the training thread realigns as it takes it in
+    f = RequestFilter(default_num_steps=1)
+    planned = f.plan(pb.ProfileRequest(request_id="x", at_step=82, realign_steps=20), rank=3)
+    assert planned is not None and planned.realign == 20
+    w = ProfilerWindows(HookConfig(profile_every_steps=0), torch, clock=time.perf_counter_ns,
+                        wall_offset_ns=0, on_error=lambda exc: None)  # fmt: skip
+    w.inbox.append(planned)
+    w.busy = True  # the hook thread holds a result: no window starts at this boundary
+    w.step_begins(95)
+    assert [(q.start_step, q.late) for q in w.pending] == [(102, True)]
+    assert w._due(101) is None and w._due(102) is planned
+
+
 def test_request_filter() -> None:
     f = RequestFilter(default_num_steps=3)
     req = pb.ProfileRequest(request_id="a", at_step=7)
