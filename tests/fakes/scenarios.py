@@ -51,6 +51,10 @@ class Scenario:
     # (rank, step, ms): the rank's training thread waited that much longer for a CPU in that step
     # (cpu_wait_ns; the step's compute_ns holds it, as the hook's does)
     run_queue: tuple[tuple[int, int, float], ...] = ()
+    # a one-step profiler window on every rank every N steps from step N (0: none), in which
+    # rank r computes window_cost_ms[r] longer (the profiler's cost, each rank its own)
+    window_every: int = 0
+    window_cost_ms: tuple[float, ...] = ()
 
     @property
     def base_step_ms(self) -> float:
@@ -86,6 +90,9 @@ class Scenario:
                 compute[hit] += self.extra_ms / self.stall_share
             if self.ckpt_every and step % self.ckpt_every == self.ckpt_every - 1:
                 ckpt[:] = self.ckpt_ms
+            profiled = bool(self.window_every) and step > 0 and step % self.window_every == 0
+            if profiled:
+                compute[: len(self.window_cost_ms)] += self.window_cost_ms
             queued = np.zeros(self.ranks)
             for r, at, ms in self.run_queue:
                 if at == step:
@@ -99,6 +106,8 @@ class Scenario:
                 )
                 if ckpt[r]:
                     out.append(self._ckpt(src, step, t, ckpt[r]))
+                if profiled:
+                    out.append(_window(src, step, t, dur_ms))
             t += int(dur_ms * MS)
         return out
 
@@ -119,6 +128,19 @@ class Scenario:
         store.append(self.events())
         store.flush()
         return RunStore.open(run_dir)
+
+
+def _window(src: Source, step: int, t: int, dur_ms: float) -> schema.ProfileWindow:
+    dur = int(dur_ms * MS)
+    return schema.ProfileWindow(
+        **src.env(t + dur + 50 * MS, step),
+        window_id=f"p{step}",
+        trigger="periodic",
+        start_ns=t,
+        end_ns=t + dur,
+        duration_ns=dur,
+        num_ops=500,
+    )
 
 
 def _step(

@@ -37,6 +37,22 @@ def test_a_rank_stalling_in_bursts_is_a_node_finding(tmp_path: Path, seed: int) 
     assert (top.cause, top.ranks) == ("node", (2,))
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_steps_of_diags_own_profiler_windows_are_not_a_stall(tmp_path: Path, seed: int) -> None:
+    # ~27 ms steps, a window every 10; the profiler costs rank 1 36 ms more in each than its
+    # peers (four ranks on two cores, 900 steps: "rank 1 stalls intermittently", a warning)
+    windows = {"window_every": 10, "window_cost_ms": (4.0, 40.0, 6.0, 2.0), "compute_ms": 20.0,
+               "data_ms": 2.0, "comm_ms": 5.0, "steps": 300}  # fmt: skip
+    f = _features(Scenario(noise=0.03, seed=seed, **windows), tmp_path)  # type: ignore[arg-type]
+    assert list(f.profiled_steps()) == list(range(10, 300, 10))
+    assert node.detect(f) == []
+    # ... and a rank that does stall, between the windows, is still found
+    sc = Scenario(stall_ranks=(2,), stall_share=0.35, onset_step=50, severity=0.2, seed=seed,
+                  noise=0.08, window_every=10, window_cost_ms=(4.0, 40.0, 6.0, 2.0))  # fmt: skip
+    (found,) = node.detect(_features(sc, tmp_path / "stall"))
+    assert (found.id, found.ranks) == ("node-rank2-stalls", (2,))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_a_moving_imbalance_is_not_a_stall(tmp_path: Path, seed: int) -> None:
     f = _features(Scenario(moving_imbalance=0.5, noise=0.08, seed=seed), tmp_path)
