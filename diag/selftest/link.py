@@ -55,6 +55,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -199,12 +200,14 @@ def run_link_case(
     slow_host: str | None = None,
     timeout_s: float = 600.0,
     auto_capture: str | None = None,
+    stop_when: Callable[[Path, int], bool] | None = None,
 ) -> tuple[Case, list[Finding]]:
     """Run the link case ``case`` (see the module doc) on ``nodes`` nodes, ``slow_host``'s link
     limited (``None``: :func:`default_slow_host`), in ``workdir`` (the analyzer's run directory is
     ``workdir/run``) and return the case as run and ``diag triage``'s findings (JSON objects,
     ranked). ``auto_capture``: the analyzer's closed loop (on, observe, off; ``None``: its
-    default, on)."""
+    default, on). ``stop_when(run_dir, newest step done)``: once true, the job ends early (at the
+    same step on every rank; ``case.steps`` is then the cap)."""
     from diag.diagnose.triage import triage
     from diag.selftest.netns import node_network
     from diag.store.run_store import RunStore
@@ -218,8 +221,9 @@ def run_link_case(
     run_dir = workdir / "run"
     with node_network(nodes) as net:
         shaping = _run_job(
-            case, net, net.node(slow), workdir, run_dir, logdir, timeout_s, auto_capture
-        )
+            case, net, net.node(slow), workdir, run_dir, logdir, timeout_s, auto_capture,
+            stop_when,
+        )  # fmt: skip
     (workdir / "link.json").write_text(json.dumps(asdict(shaping), indent=2) + "\n")
     case = replace(case, onset_step=shaping.onset_step)
     return case, list(triage(RunStore.open(run_dir)).findings)
@@ -234,6 +238,7 @@ def _run_job(
     logdir: Path,
     timeout_s: float,
     auto_capture: str | None = None,
+    stop_when: Callable[[Path, int], bool] | None = None,
 ) -> Shaping:
     """The analyzer and every node's ``diag run``; ``slow``'s link limited at the onset."""
     token = write_token(logdir / "diag.token")  # the nodes reach it over the bridge: a token
@@ -250,6 +255,8 @@ def _run_job(
                 *_torchrun_args(nodes, node, rdzv_port, nproc),
                 str(TRAIN_DDP), *link_job_args(case, workdir / "ckpt"),
             ]  # fmt: skip
+            if stop_when is not None:  # train_ddp ends once the file exists
+                argv += ["--stop-file", str(workdir / "stop")]
             with (logdir / f"{node.hostname}.out").open("w") as out:
                 procs[node.hostname] = nodes.popen(
                     node,
@@ -259,7 +266,10 @@ def _run_job(
                     stdout=out,
                     stderr=subprocess.STDOUT,
                 )
-        shaping = _watch(case, nodes, slow, procs, logdir, time.monotonic() + timeout_s)
+        ender = None
+        if stop_when is not None:
+            ender = (lambda last: stop_when(run_dir, last), workdir / "stop")
+        shaping = _watch(case, nodes, slow, procs, logdir, time.monotonic() + timeout_s, ender)
     finally:
         for proc in procs.values():
             stop(proc, timeout=5)
@@ -324,9 +334,11 @@ def _watch(
     procs: dict[str, subprocess.Popen[str]],
     logdir: Path,
     deadline: float,
+    ender: tuple[Callable[[int], bool], Path] | None = None,
 ) -> Shaping | None:
     """Follow the job; limit ``slow``'s link once step ``onset - 1`` is done, correct the rate
-    while it settles; wait for the end (``None``: the job ended before the onset)."""
+    while it settles; wait for the end (``None``: the job ended before the onset). ``ender``:
+    (when, file): the file is made once ``when(newest step done)`` is true."""
     assert case.onset_step is not None
     steps = _Steps([logdir / f"{n.hostname}.out" for n in nodes.nodes], slow.veth)
     limiter: _Limiter | None = None
@@ -338,6 +350,8 @@ def _watch(
                 limiter = _Limiter.start(case, slow, steps)
             elif limiter is not None:
                 limiter.maybe_correct(steps)
+            if ender is not None and not ender[1].exists() and ender[0](last):
+                ender[1].touch()
             if all(c is not None for c in codes):
                 break
             if any(c not in (None, 0) for c in codes):

@@ -10,13 +10,14 @@ the matrix names the host whose incoming traffic is slow
 (:mod:`diag.diagnose.detectors.link_probe`). No finding of severity warning or above may blame
 a node or the data loader. Node C rather than the default (node B for seed 0, as on two nodes)
 so that a detector naming the two-node case's host by habit does not pass. Needs root, ``ip
-netns`` and ``tc`` (skipped otherwise). One four-node launch, long enough for the round to come
-back (360 steps, about a minute).
+netns`` and ``tc`` (skipped otherwise). One four-node launch that runs until the round has come
+back and a while after (about a minute).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,13 +38,40 @@ NODES = 4
 SLOW_HOST = "node-c"
 #: how far the top finding's onset may be from the step the limit held from.
 ONSET_TOLERANCE_STEPS = 10
-#: the job's length: detection (a live triage every 5 s) and the probe round (about 10 s) must
-#: fit after the onset, at about 0.15 s a step under the limit, and enough steps must follow the
-#: round (the steps it ran beside are left out of the analysis: 100 at a faster draw of this VM):
-#: at 240 steps a clean CI run's final triage had no link finding despite the round's answer,
-#: and at 300 one clean-clone run in about eight (2026-12-06) ended before the round narrowed the
-#: group to its host (the finding named all four).
-STEPS = 360
+#: The job runs until the closed loop's probe round has decided, then AFTER_ROUND steps more
+#: (the steps the round ran beside are left out of the analysis: 100 at a fast draw of this VM),
+#: STEPS at most. Counted in steps the round's ~10 s were too few now and then: at 240 steps a
+#: clean CI run's final triage had no link finding despite the round's answer, at 300 one
+#: clean-clone run in about eight ended before the round narrowed the group to its host, at 360
+#: a quiet run's job (27 ms a step under the limit, not the 0.15 s assumed) ended first again.
+STEPS = 3000
+AFTER_ROUND = 120
+
+
+def _round_decided(after: int) -> Callable[[Path, int], bool]:
+    """``stop_when`` for the link case: true ``after`` steps past the step at which the
+    analyzer's closed loop recorded its probe round decided (``auto_capture.jsonl``)."""
+    decided_at: list[int] = []
+
+    def when(run_dir: Path, last: int) -> bool:
+        if not decided_at:
+            try:
+                lines = (run_dir / "auto_capture.jsonl").read_text().splitlines()
+            except OSError:
+                return False
+            for line in lines:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line being written
+                if rec.get("kind") == "probe" and rec.get("status") == "decided":
+                    decided_at.append(last)
+                    break
+            else:
+                return False
+        return last >= decided_at[0] + after
+
+    return when
 
 
 def _show(findings: list[Finding]) -> str:
@@ -61,7 +89,9 @@ def test_slow_link_is_localized_to_its_host(tmp_path: Path) -> None:
     if reason is not None:
         pytest.skip(f"network namespaces unavailable: {reason}")
     case = Case(cause="link", severity=0.5, world_size=4, onset_step=ONSET, steps=STEPS)
-    case, findings = run_link_case(case, tmp_path, nodes=NODES, slow_host=SLOW_HOST)
+    case, findings = run_link_case(
+        case, tmp_path, nodes=NODES, slow_host=SLOW_HOST, stop_when=_round_decided(AFTER_ROUND)
+    )
     shaping = json.loads((tmp_path / "link.json").read_text())
     shown = f"{_show(findings)}\nlink: {shaping}"
     assert case.hosts == (SLOW_HOST,), shown
