@@ -43,6 +43,31 @@ def test_regression_on_all_ranks_from_window_3(tmp_path):
     assert found[0].slowdown is not None and 0.1 < found[0].slowdown < 0.2
 
 
+def _job_wide(factors: dict[int, float], name: str = "aten::add"):
+    base = noisy(BASE)
+
+    def f(n: str, r: int, w: int) -> float:
+        return base(n, r, w) * (factors[r] if n == name and w >= 2 else 1.0)
+
+    return f
+
+
+def test_a_regression_every_rank_shares_is_judged_on_them_all(tmp_path):
+    # Every rank's aten::add (5 ms) got ~2x slower from window 2 (a change of the job's: Adam's
+    # addcdiv_ 20x on four ranks as its state went denormal), and one rank's loss passed the 5%
+    # floor: that rank was named alone ("regressed 48x on ranks [1]"). The ranks are one change:
+    # on the median loss, under the floor, nothing; above it, every rank.
+    under = kernel_run(tmp_path / "under", _job_wide({0: 1.9, 1: 1.9, 2: 2.25, 3: 1.85}))
+    assert kernel.detect_from_store(under, CFG) == []
+    over = kernel_run(tmp_path / "over", _job_wide({0: 2.2, 1: 1.9, 2: 2.3, 3: 2.2}))
+    (found,) = kernel.detect_from_store(over, CFG)
+    assert (found.kernel, found.ranks, found.onset_step) == ("aten::add", (0, 1, 2, 3), 110)
+    # one rank's own regression stays its own
+    (alone,) = kernel.detect_from_store(kernel_run(tmp_path / "one", _job_wide(
+        {0: 1.0, 1: 1.0, 2: 2.3, 3: 1.0})), CFG)  # fmt: skip
+    assert alone.ranks == (2,)
+
+
 def test_uniform_noise_gives_nothing(tmp_path):
     assert kernel.detect_from_store(kernel_run(tmp_path, noisy(BASE)), CFG) == []
 
