@@ -67,7 +67,13 @@ def report(name: str, verdicts: list[Verdict], times: dict[int, list[float]]) ->
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--set", nargs="+", default=["tuning", "held-out"], dest="sets")
+    p.add_argument(
+        "--set",
+        nargs="+",
+        default=["tuning", "held-out"],
+        dest="sets",
+        choices=["tuning", "held-out"],
+    )
     p.add_argument("--max-world", type=int, default=1024, help="skip larger layouts")
     p.add_argument("--worlds", type=int, nargs="+", help="only these world sizes")
     p.add_argument(
