@@ -17,21 +17,22 @@ Numbers:
   If the file is unreadable, numbering resumes from the wall clock in milliseconds, which is
   larger than any sequence a run could have issued one by one.
 - ``at_step``, when not given, is the step the job is estimated to be at now plus a lead of
-  ``max(min_lead_steps, ceil(lead_s / pace))`` steps. Step events reach the analyzer seconds late
-  (the hook holds a step until its next Flight Recorder harvest, up to 2 s, and the daemon
-  batches), so the estimate extrapolates from the newest step's end time:
-  ``newest + (now - its end_ns) / pace`` (at most 10 s of extrapolation). The pace is the quick
-  quarter of the recent step durations (their 25th percentile), not their median: early in a job
-  the steps seen are its start-up's, slower than the ones it runs by then (four ranks beside a busy
-  loop: seen step 3, 2.4 s old, median 52 ms, pace 39 ms; the job was at step 62, estimated 48
-  from the median, 64 from the pace), and an estimate that runs ahead costs a window that comes a
-  few steps later than it could, one that lags makes every rank late. With the defaults
+  ``max(min_lead_steps, ceil(lead_s / median recent step duration))`` steps. Step events reach the
+  analyzer seconds late (the hook holds a step until its next Flight Recorder harvest, up to 2 s,
+  and the daemon batches), so the estimate extrapolates from the newest step's end time:
+  ``newest + (now - its end_ns) / median step`` (at most 10 s of extrapolation). With the defaults
   the lead is at least 3 steps and 2.0 s of training: the way back takes up to ~0.5 s (daemon
   poll 0.25 s, hook cycle 0.2 s) and the estimate can be off by a few hundred ms on a loaded node,
   so every rank has the request before it reaches that step. On a node too loaded for that, a
   rank that gets it after ``at_step`` has begun takes it at ``at_step`` plus a whole number of
   leads (``realign_steps``): the ranks late by less than a lead still share one step (each going
-  at its next boundary, four ranks beside a busy loop once took one window at steps 92-95).
+  at its next boundary, four ranks beside a busy loop once took one window at steps 92-95). So
+  an estimate that lags costs at most a lead, one that runs ahead costs all it runs ahead. The
+  median is over the 16 newest durations (``num_durations``; four steps of a four-rank job, a
+  part of one step of a large one): when the closed loop asks, the job has just slowed down, and
+  the median of the last 64 (16 steps of four ranks) was still the pace before, 17 ms a step
+  against 118: a window asked for at step 75 was placed at step 365, 34 s later (at their quick
+  quarter, tried first: step 493).
 - ``expires_ns`` = ``requested_ns + ttl_s``; expired requests are no longer handed out.
 """
 
@@ -62,7 +63,6 @@ log = logging.getLogger(__name__)
 
 MAX_NUM_STEPS = 100
 MAX_EXTRAPOLATE_NS = 10_000_000_000  # a job silent for longer is not assumed to be progressing
-PACE_PERCENTILE = 25  # of the recent step durations: the pace an automatic at_step assumes
 MAX_TTL_S = 24 * 3600.0
 CONTROL_FILE = "control.json"
 _KEEP_REQUESTS = 200  # history kept in control.json (expired ones included, for the record)
@@ -72,15 +72,14 @@ _KEEP_REQUESTS = 200  # history kept in control.json (expired ones included, for
 class StepProgress:
     """What the board knows of training progress: the newest step index seen on any rank
     (-1 before any), how many ranks reported steps, the median duration of the recent steps in
-    nanoseconds (0 when none), the lead in steps that an automatic ``at_step`` gets now, the step
-    the job is estimated to be at and the pace both assume (module docstring)."""
+    nanoseconds (0 when none), the lead in steps that an automatic ``at_step`` gets now and the
+    step the job is estimated to be at (module docstring)."""
 
     newest_step: int
     num_ranks: int
     median_step_ns: int
     lead_steps: int
     estimated_step: int = -1  # newest_step extrapolated to now (see the module docstring)
-    pace_step_ns: int = 0  # the quick pace the lead and the extrapolation use (docstring)
 
 
 def request_to_json(req: pb.ProfileRequest) -> dict[str, Any]:
@@ -167,7 +166,7 @@ class ControlBoard:
         state_path: str | Path | None = None,
         lead_s: float = 2.0,
         min_lead_steps: int = 3,
-        num_durations: int = 64,
+        num_durations: int = 16,
     ) -> None:
         self._clock = clock
         self._path = Path(state_path) if state_path is not None else None
@@ -281,20 +280,16 @@ class ControlBoard:
             return self._progress()
 
     def _progress(self) -> StepProgress:
-        median_ns = pace_ns = 0
-        if self._durations:
-            recent = np.fromiter(self._durations, dtype=np.int64)
-            median_ns = int(np.median(recent))
-            pace_ns = int(np.percentile(recent, PACE_PERCENTILE))
+        median_ns = int(np.median(np.fromiter(self._durations, np.int64))) if self._durations else 0
         lead = self._min_lead_steps
-        if pace_ns > 0:
-            lead = max(lead, math.ceil(self._lead_s * 1e9 / pace_ns))
+        if median_ns > 0:
+            lead = max(lead, math.ceil(self._lead_s * 1e9 / median_ns))
         newest = self._newest
         estimated = newest
-        if newest >= 0 and pace_ns > 0 and self._newest_end_ns > 0:
+        if newest >= 0 and median_ns > 0 and self._newest_end_ns > 0:
             behind_ns = min(max(self._clock() - self._newest_end_ns, 0), MAX_EXTRAPOLATE_NS)
-            estimated = newest + behind_ns // pace_ns
-        return StepProgress(newest, len(self._max_step), median_ns, lead, estimated, pace_ns)
+            estimated = newest + behind_ns // median_ns
+        return StepProgress(newest, len(self._max_step), median_ns, lead, estimated)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -350,7 +345,7 @@ class ControlBoard:
             self._requests = self._requests[-_KEEP_REQUESTS:]
         log.info(
             "profile request %s (seq %d): %d step(s) at step %d, ranks %s (newest step seen %d, "
-            "its end %.2f s ago; median step %.1f ms, pace %.1f ms; estimated now %d, lead %d)",
+            "its end %.2f s ago; median step %.1f ms; estimated now %d, lead %d)",
             req.request_id,
             req.seq,
             req.num_steps,
@@ -359,7 +354,6 @@ class ControlBoard:
             p.newest_step,
             (now - self._newest_end_ns) / 1e9 if self._newest_end_ns else math.nan,
             p.median_step_ns / 1e6,
-            p.pace_step_ns / 1e6,
             p.estimated_step,
             p.lead_steps,
         )

@@ -87,7 +87,10 @@ def test_profiler_windows_on_every_rank_and_merged_trace(tmp_path: Path) -> None
         assert (step - request["at_step"]) % request["realign_steps"] == 0, (request, demand)
     else:
         assert not demand["late"].any()
-    assert 0 < request["at_step"] - at_request <= 250, (request, at_request)
+    # in time: after the request, within a few seconds of steps (the step asked for, or one a
+    # whole lead later where the analyzer's estimate lagged a busy job: steps reach it ~2.5 s
+    # late, and it extrapolates at their median)
+    assert 0 < step - at_request <= 250, (request, at_request, step)
     periodic = wins[wins["trigger"] == "periodic"]
     periodic = periodic[periodic["window_id"].isin(WINDOWS)]
     wins = periodic

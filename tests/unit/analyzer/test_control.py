@@ -66,20 +66,20 @@ def test_at_step_extrapolates_from_the_newest_step_end() -> None:
     assert board.progress().estimated_step == 40 + 100
 
 
-def test_the_pace_is_the_quick_quarter_of_the_steps_seen() -> None:
-    """Early in a job the steps seen are its start-up's: extrapolated at their median, the estimate
-    lags the job (four ranks beside a busy loop: seen step 3, 2.4 s old; at step 62, estimated 48)
-    and every rank gets the request after its step; at the quick quarter, a few steps ahead."""
+def test_a_job_that_just_slowed_down_is_extrapolated_at_its_median_step() -> None:
+    """When the closed loop asks, the job has just slowed down: 48 of the board's 64 recent
+    durations are the old 17 ms steps, 16 (four steps) the new 118 ms ones. Extrapolated at the
+    median of all of them the window was placed 290 steps (34 s) ahead of the job; a lagging
+    estimate costs at most a lead (the late ranks move on by ``realign_steps``), a leading one
+    all of it: the newest four steps' median."""
     clock = Clock()
     board = ControlBoard(clock)
     end = clock.now_ns
-    seen = [(r, s, (60 if s < 2 else 40) * MS, end) for r in range(4) for s in range(4)]
+    seen = [(r, s, (17 if s < 12 else 118) * MS, end) for s in range(16) for r in range(4)]
     board.observe_steps(seen)
     clock.now_ns = end + 2400 * MS
     p = board.progress()
-    assert (p.median_step_ns, p.pace_step_ns) == (50 * MS, 40 * MS)
-    assert (p.estimated_step, p.lead_steps) == (3 + 60, 50)  # the median: 3 + 48 and 40
-    assert board.request_profile().at_step == 113
+    assert (p.median_step_ns, p.estimated_step, p.lead_steps) == (118 * MS, 15 + 20, 17)
 
 
 def test_explicit_step_ranks_seq_and_times() -> None:
