@@ -19,6 +19,7 @@ from diag.findings import Finding
 from diag.selftest.cases import Case
 from diag.selftest.runner import run_case
 from diag.selftest.score import judge, the_machines
+from diag.store.run_store import RunStore
 from tests.fakes.foreign import foreign_process_contention
 
 pytestmark = pytest.mark.integration
@@ -32,6 +33,14 @@ def _show(findings: list[Finding]) -> str:
         f"conf={f.confidence}: {f.summary}"
         for f in findings
     )
+
+
+def _median_growth(run_dir: Path, onset: int) -> float:
+    """``1 - median job step before the onset / after it`` (warm-up left out)."""
+    steps = RunStore.open(run_dir).frame("step").groupby("step")["duration_ns"].median()
+    before = steps[(steps.index >= 3) & (steps.index < onset)].median()
+    after = steps[steps.index >= onset].median()
+    return float(1.0 - before / after)
 
 
 def _check(
@@ -48,8 +57,15 @@ def _check(
     assert findings, shown
     top = findings[0]
     # The share of the step lost is measured, not the nominal 30%: on a host whose CPUs are all
-    # busy the other ranks' idle waits free CPU for the culprit, so a job loses less than that.
-    assert top.slowdown is not None and top.slowdown >= 0.03, _show(findings)
+    # busy the other ranks' idle waits free CPU for the culprit, so a job loses less than that,
+    # and a job bound by its collectives can hide most of it (CI: rank 1's compute 2.7 -> 8 ms
+    # in a 19 ms step whose all-reduces took 14 ms; the median step 18.9 -> 19.9 ms, its steps
+    # 12-30 ms apart on a noisy VM: "1% of each step lost"). What diag reports is checked
+    # against what the run's median step did.
+    growth = _median_growth(tmp_path / "run", ONSET)
+    assert top.slowdown is not None and top.slowdown <= growth + 0.1, (growth, _show(findings))
+    if growth >= 0.1:  # the fault took: diag says it cost the job
+        assert top.slowdown >= 0.03, (growth, _show(findings))
     assert top.onset_step is not None and abs(top.onset_step - ONSET) <= 3, _show(findings)
     others = [
         f
@@ -71,8 +87,6 @@ def test_slow_rank_of_a_fully_sharded_job_is_named(tmp_path: Path) -> None:
     forward, gradients reduced after each backward, Python-level async collectives and waits
     instead of DDP's C++ all-reduce). The hook records those collectives and the slow rank is
     named as in a DDP job."""
-    from diag.store.run_store import RunStore
-
     _check(tmp_path, "node", (1,), mechanism="node.fsdp_rank")
     ops = set(RunStore.open(tmp_path / "run").frame("collective")["op"])
     assert "all_gather" in ops, ops
