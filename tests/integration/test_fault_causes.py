@@ -17,7 +17,7 @@ import pytest
 
 from diag.findings import Finding
 from diag.selftest.cases import Case
-from diag.selftest.realized import achieved_cost
+from diag.selftest.realized import WARMUP_STEPS, achieved_cost
 from diag.selftest.runner import run_case
 from diag.selftest.score import judge, the_machines
 from diag.store.run_store import RunStore
@@ -39,7 +39,7 @@ def _show(findings: list[Finding]) -> str:
 def _median_growth(run_dir: Path, onset: int) -> float:
     """``1 - median job step before the onset / after it`` (warm-up left out)."""
     steps = RunStore.open(run_dir).frame("step").groupby("step")["duration_ns"].median()
-    before = steps[(steps.index >= 3) & (steps.index < onset)].median()
+    before = steps[(steps.index >= WARMUP_STEPS) & (steps.index < onset)].median()
     after = steps[steps.index >= onset].median()
     return float(1.0 - before / after)
 

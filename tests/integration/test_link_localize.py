@@ -29,6 +29,7 @@ from diag.selftest.cases import Case
 from diag.selftest.link import run_link_case
 from diag.selftest.netns import unavailable_reason
 from diag.selftest.score import the_machines
+from diag.store import captures
 from tests.fakes.foreign import foreign_process_contention
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
@@ -55,20 +56,10 @@ def _round_decided(after: int) -> Callable[[Path, int], bool]:
 
     def when(run_dir: Path, last: int) -> bool:
         if not decided_at:
-            try:
-                lines = (run_dir / "auto_capture.jsonl").read_text().splitlines()
-            except OSError:
+            done, _ = captures.read(run_dir)  # a line still being written counts as a problem
+            if not any(c.kind == "probe" and c.status == "decided" for c in done):
                 return False
-            for line in lines:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # a line being written
-                if rec.get("kind") == "probe" and rec.get("status") == "decided":
-                    decided_at.append(last)
-                    break
-            else:
-                return False
+            decided_at.append(last)
         return last >= decided_at[0] + after
 
     return when

@@ -500,12 +500,13 @@ def _regression(
         return None
 
     ranks, wins, consist = [], set(), []
-    slower: dict[Any, np.ndarray] = {}  # the ratio alone, per rank with a baseline
+    slower: dict[Any, int | None] = {}  # per rank with a baseline: where the ratio alone holds
     for r in t.columns:
         if (int(r),) in taken or base[r] <= 0:
             continue
-        slower[r] = ((later[r] >= cfg.regress_ratio * base[r]) & ~more_work[r]).to_numpy()
-        f = slower[r] & (lost[r] >= cfg.min_excess_frac * dur.reindex(later.index)).to_numpy()
+        ratio_flags = ((later[r] >= cfg.regress_ratio * base[r]) & ~more_work[r]).to_numpy()
+        slower[r] = from_onset(ratio_flags)
+        f = ratio_flags & (lost[r] >= cfg.min_excess_frac * dur.reindex(later.index)).to_numpy()
         i = from_onset(f)
         if i is not None:
             ranks.append(r)
@@ -522,11 +523,7 @@ def _regression(
     # and a change that costs the ranks under the floor is no finding (the one rank above it
     # was above it by its noise: 4.8% of the window on the median, 10.7% on rank 1).
     every = list(slower)
-    if (
-        len(every) >= cfg.min_ranks
-        and len(ranks) < len(every)
-        and all(from_onset(f) is not None for f in slower.values())
-    ):
+    if len(every) >= cfg.min_ranks and len(ranks) < len(every) and None not in slower.values():
         ratio = (later[every] / base[every]).median(axis=1)
         share = lost[every].median(axis=1) / dur.reindex(later.index)
         f = (

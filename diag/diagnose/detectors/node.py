@@ -151,12 +151,11 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     # Ranks that lose their time in bursts: not slower in most steps, slower on average. Not in
     # the steps of diag's own profiler windows: what they measure is the profiler's cost, which
     # is each rank's own (a rank's window steps, one in ten, made it "stall" in 38% of steps)
-    keep = ~compute.index.isin(features.profiled_steps())
-    stall_frames = node_stall.StallFrames(
-        *((compute, wait, job_step) if keep.all() else (compute[keep], wait[keep], job_step[keep])),
-        classes,
-        peers if keep.all() else peers[keep],
-    )
+    kept = (compute, wait, job_step, peers)
+    profiled = compute.index.isin(features.profiled_steps())
+    if profiled.any():
+        kept = tuple(t[~profiled] for t in kept)
+    stall_frames = node_stall.StallFrames(kept[0], kept[1], kept[2], classes, kept[3])
     for stall in node_stall.find_stalls(
         stall_frames,
         skip=set(slow) | named,
