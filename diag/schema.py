@@ -27,6 +27,8 @@ step, shipped in place of the raw ``CollectiveEvent`` rows at fleet scale).
 data or wrote a checkpoint, outside its compute).
 1.19: ``ProfileRequest.realign_steps`` (where a rank that got an on-demand window's request late
 takes it, so that late ranks still share one step).
+1.20: ``ProfileWindow.device_only`` (the window recorded the device's activity only, no CPU
+operators: a periodic window on a CUDA rank by default).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.19"
+SCHEMA_VERSION = "1.20"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -467,6 +469,10 @@ class ProfileWindow(Event):
     records of the collectives the window saw (:mod:`diag.hook.c10d_workers`), ``unsettled`` how
     many were still busy when it stopped anyway (a record ended after the stop writes into memory
     torch has freed: 0 is the safe case).
+
+    Schema 1.20: ``device_only`` is set when the window recorded the device's activity (kernels,
+    copies, the collectives' kernels) and no CPU operators: a periodic window on a CUDA rank,
+    unless ``HookConfig.profile_cpu_ops_on_cuda``. Its ``cpu_op`` times are unknown, not 0.
     """
 
     kind: ClassVar[str] = "profile_window"
@@ -488,6 +494,7 @@ class ProfileWindow(Event):
     error: str = ""
     settle_ns: int = 0
     unsettled: int = 0
+    device_only: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -291,6 +291,7 @@ def window_events(
             error=done.error or error,
             settle_ns=done.settle.waited_ns,
             unsettled=done.settle.unsettled,
+            device_only=done.device_only,
         )
     )
     return out

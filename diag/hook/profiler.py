@@ -16,11 +16,14 @@ The training thread (:class:`ProfilerWindows`) only switches the profiler: ``_pr
 ``_enable_profiler`` where step ``S`` begins, ``_disable_profiler`` at the end of step
 ``S + num_steps - 1`` (the closing optimizer's post-hook). ``_disable_profiler`` returns the Kineto
 result unprocessed; it is handed to the hook thread (:attr:`ProfilerWindows.done`), which builds the
-summaries and writes the raw trace (:mod:`diag.hook.kernels`). Activities: CPU always, CUDA
-when CUDA is available and already initialized in this process (the window then ends with one
+summaries and writes the raw trace (:mod:`diag.hook.kernels`). Activities: CUDA when CUDA is
+available and already initialized in this process (the window then ends with one
 ``torch.cuda.synchronize()`` so kernels launched in the window are complete in the trace, as
-``torch.profiler.profile`` does). If a profiler is already running (the job profiles itself) the
-window is skipped and reported with ``ok=False, error="profiler busy"``.
+``torch.profiler.profile`` does); CPU operators on a CPU-only rank and in on-demand windows, and in
+periodic windows on a CUDA rank only with ``profile_cpu_ops_on_cuda`` (:func:`records_cpu_ops`:
+there a periodic window is the device's activity alone, ``ProfileWindow.device_only``). If a
+profiler is already running (the job profiles itself) the window is skipped and reported with
+``ok=False, error="profiler busy"``.
 
 Before ``_disable_profiler`` the stop waits (bounded, ``cfg.profile_settle_s``) until gloo's
 worker threads are back where they wait for work (:mod:`diag.hook.c10d_workers`): a collective
@@ -98,6 +101,8 @@ class WindowResult:
     error: str = ""
     train_ns: int = 0
     settle: Settle = NO_WAIT
+    #: no CPU operators recorded: the device's activity only (:func:`records_cpu_ops`)
+    device_only: bool = False
 
 
 def records_shapes(plan: WindowPlan, cfg: HookConfig) -> bool:
@@ -106,6 +111,16 @@ def records_shapes(plan: WindowPlan, cfg: HookConfig) -> bool:
     ``cfg.profile_record_shapes`` (a window step costs the training thread ~2.5 instead of
     3-6 us per recorded operator without them)."""
     return plan.trigger == ON_DEMAND or cfg.profile_record_shapes
+
+
+def records_cpu_ops(plan: WindowPlan, cfg: HookConfig, cuda: bool) -> bool:
+    """Whether the window records CPU operators: always on a CPU-only rank (they are all there is
+    to see), in an on-demand window (someone asked for evidence: shapes for ``diag replay``, the
+    host side of a launch-bound step), and in a periodic one on a CUDA rank only when
+    ``cfg.profile_cpu_ops_on_cuda``: there the kernel detector compares the device's kernels,
+    and each recorded operator costs the training thread ~0.5 us while the window is open and
+    ~1.3-2 us more when the profiler stops (it builds the trace then)."""
+    return not cuda or plan.trigger == ON_DEMAND or cfg.profile_cpu_ops_on_cuda
 
 
 def periodic_id(step: int) -> str:
@@ -173,6 +188,7 @@ class ProfilerWindows:
         self._train_ns = 0
         self._device = "cpu"
         self._cuda = False
+        self._cpu_ops = True  # the open window records CPU operators
 
     # ------------------------------------------------------------ boundaries
     def step_begins(self, step: int) -> bool:
@@ -264,12 +280,15 @@ class ProfilerWindows:
             self.done.append(WindowResult(plan, None, now, now, self._device, "profiler busy"))
             return
         self.workers.observe()  # between steps the workers wait at home: a sample of where
-        activities = {autograd_profiler.ProfilerActivity.CPU}
+        self._cpu_ops = records_cpu_ops(plan, self.cfg, self._cuda)
+        activities = set()
+        if self._cpu_ops:
+            activities.add(autograd_profiler.ProfilerActivity.CPU)
         if self._cuda:
             activities.add(autograd_profiler.ProfilerActivity.CUDA)
         config = autograd_profiler.ProfilerConfig(
             autograd_profiler.ProfilerState.KINETO,
-            records_shapes(plan, self.cfg),
+            self._cpu_ops and records_shapes(plan, self.cfg),
             False,  # profile_memory
             False,  # with_stack
             False,  # with_flops
@@ -329,6 +348,7 @@ class ProfilerWindows:
                     error,
                     self._train_ns + (t1 - t_enter),
                     settle,
+                    not self._cpu_ops,
                 )
             )
         finally:

@@ -5,7 +5,8 @@ than earlier in the same run (a regression), from the ``kernel`` frame (one
 A kernel is ``(name, category)``; its time in a window is ``total_ns`` summed over devices (0 when
 a rank profiled the window without it; unknown when the rank did not profile that window, e.g. its
 profiler was still busy, or did not complete it (cut short at the job's end, a profiler error):
-such cells take no part in medians or flags). ``collective`` kernels are
+such cells take no part in medians or flags; a ``cpu_op``'s time is unknown too in a window that
+recorded the device's activity only, ``ProfileWindow.device_only``). ``collective`` kernels are
 ignored (they hold the wait for late peers: the link and node detectors' business), and so are
 autograd's per-node wrappers (``autograd::engine::evaluate_function: ...``), whose time includes
 the gradient hooks run inside them (DDP's reducer: bucket copies and all-reduce launches). A
@@ -197,9 +198,12 @@ def detect(
         if preempt is not None and len(preempt)
         else None
     )
+    blind = _device_only(windows, order, table.columns)
     found: list[dict] = []
     for (name, cat), t in table.groupby(level=["name", "category"]):
         seen = profiled.reindex(index=order, columns=t.columns).fillna(0).astype(bool)
+        if blind is not None and cat == "cpu_op":
+            seen &= ~blind
         t = t.droplevel(["name", "category"]).reindex(order).fillna(0.0).astype(float)
         t = t.where(seen)
         if off is not None:
@@ -216,6 +220,23 @@ def detect(
         _finding(c, first_step, cfg)
         for c in sorted(kept, key=lambda c: (c["kind"], c["name"], c["ranks"]))
     ]
+
+
+def _device_only(windows: pd.DataFrame, order: list[str], ranks: pd.Index) -> pd.DataFrame | None:
+    """Per window (rows, in ``order``) and rank: True where the window recorded no CPU operators
+    (``ProfileWindow.device_only``, schema 1.20: a periodic window on a CUDA rank), so an
+    operator's time there is unknown, not 0 (on-demand windows record them: a GPU run's
+    ``aten::mm`` is in those and absent from the periodic ones, not 0 in them). None when no
+    window is such."""
+    if windows.empty or "device_only" not in windows.columns:
+        return None
+    flagged = windows[windows["device_only"].fillna(False).astype(bool) & (windows["rank"] >= 0)]
+    if flagged.empty:
+        return None
+    cells = flagged.assign(flag=True).pivot_table(
+        index="window_id", columns="rank", values="flag", aggfunc="any"
+    )
+    return cells.reindex(index=order, columns=ranks).fillna(False).astype(bool)
 
 
 def _typical(k: pd.DataFrame) -> pd.DataFrame:

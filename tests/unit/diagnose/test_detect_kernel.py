@@ -262,3 +262,24 @@ def test_preemption_cannot_explain_away_an_operator_slow_in_its_median_call() ->
     normal = typical.copy()
     normal.loc["w", 2] = 0.7 * ms
     assert pd.isna(_net_of_preemption(burst, off, normal).loc["w", 2])
+
+
+def test_cpu_operators_are_unknown_in_a_window_that_recorded_the_device_only(tmp_path):
+    # A GPU run: periodic windows record the device's kernels only (schema 1.20, device_only),
+    # the closed loop's on-demand windows (here windows 1 and 2) record CPU operators too. Rank 2's
+    # aten::mm is slow in both of those: read as 0 in the device-only windows after them, it
+    # was slow in 2 of 4 windows from its onset (under consistent_frac); it is unknown there.
+    kernel_run(tmp_path, _with(2.0, "aten::mm", {2}, {1, 2}))
+    k, w = _frames(tmp_path)
+    device_only = ["p10", "p160", "p210"]
+    k = k[~(k["window_id"].isin(device_only) & (k["category"] == "cpu_op"))]
+    w = w.assign(device_only=w["window_id"].isin(device_only))
+    found = [(f.kernel, f.ranks) for f in kernel.detect(k, w, CFG) if f.kernel == "aten::mm"]
+    assert found == [("aten::mm", (2,))]
+    # the same rows from hooks before 1.20 (no such column): the windows read as recorded
+    assert [f for f in kernel.detect(k, w.drop(columns="device_only"), CFG)
+            if f.kernel == "aten::mm"] == []  # fmt: skip
+    # the device's own kernels are compared in every window, as before
+    slow_gemm = k["window_id"].isin(device_only) & (k["name"] == "sm90_gemm") & (k["rank"] == 1)
+    k.loc[slow_gemm, "total_ns"] *= 2
+    assert ("sm90_gemm", (1,)) in [(f.kernel, f.ranks) for f in kernel.detect(k, w, CFG)]
