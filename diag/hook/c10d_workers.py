@@ -34,8 +34,12 @@ long the stop waited and how many workers were still away from home; the window 
 read and :meth:`settle` returns at once.
 
 Cost: reading two small files per worker thread (two workers per gloo process group), about
-20-40 us per window stop when the workers are home; the hook thread's samples cost the same per
-cycle, off the training thread.
+20-40 us per window stop when the workers are home; the hook thread's samples cost about as much
+(~40 us here alone, ~270 us beside a busy training thread on this 2-core VM: a fifth of the
+hook thread's CPU at a ~50 ms step). So they are taken every cycle only until every worker's home
+was seen :data:`SURE_SAMPLES` times, then every :data:`SURE_EVERY`-th cycle (a home does not
+move; a new process group's workers are found at the next sample, and every window start takes
+one of its own): :meth:`CollectiveWorkers.idle_sample`.
 """
 
 from __future__ import annotations
@@ -57,6 +61,10 @@ FUTEX_NR = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "riscv64": 
             "ppc64le": 221, "ppc64": 221, "s390x": 238}  # fmt: skip
 MIN_HOME_SAMPLES = 2  # a home is the most frequent place once seen this often ...
 MAX_PLACES = 32  # ... among at most this many distinct places remembered per worker
+#: the hook thread's idle samples (:meth:`CollectiveWorkers.idle_sample`): every call until each
+#: worker's home was seen this often, then every ``SURE_EVERY``-th call
+SURE_SAMPLES = 8
+SURE_EVERY = 10
 POLL_S = 0.0005
 DEFAULT_TIMEOUT_S = 0.1
 
@@ -135,6 +143,8 @@ class CollectiveWorkers:
         self._places: dict[int, Counter[Place]] = {}
         self._names: dict[int, bool] = {}  # tid -> is a worker, for threads named for good
         self._own_name = self._process_name()
+        self._idle_calls = 0
+        self._sure = False  # every worker seen at the last idle sample has a sure home
 
     # ---------------------------------------------------------------- reading /proc
     def _read(self, tid: int, name: str) -> str | None:
@@ -201,6 +211,32 @@ class CollectiveWorkers:
             self._prune()
         except Exception:  # a sample is never worth an error in the job
             return
+
+    def idle_sample(self) -> bool:
+        """The hook thread's sample between windows: :meth:`observe` every call while some
+        worker's home is not sure yet (seen fewer than :data:`SURE_SAMPLES` times), then every
+        :data:`SURE_EVERY`-th call. True when it sampled."""
+        self._idle_calls += 1
+        if self._sure and self._idle_calls % SURE_EVERY:
+            return False
+        self.observe()
+        try:
+            self._sure = self._homes_sure()
+        except Exception:
+            self._sure = False
+        return True
+
+    def _homes_sure(self) -> bool:
+        with self._lock:
+            for tid, worker in self._names.items():
+                if not worker:
+                    continue
+                top = self._places.get(tid, Counter()).most_common(2)
+                if not top or top[0][1] < SURE_SAMPLES:
+                    return False
+                if len(top) > 1 and 2 * top[1][1] > top[0][1]:  # not clearly the most frequent
+                    return False
+        return True
 
     def _add(self, tid: int, where: Place) -> None:
         with self._lock:

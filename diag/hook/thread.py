@@ -321,7 +321,7 @@ class HookThread(threading.Thread):
             self.sender.add(self.watchdog.check())  # sent by this cycle's flush
             # where gloo's workers wait when idle: learnt here, off the training thread, so a
             # window's stop knows when they are done (diag.hook.c10d_workers)
-            self.profiler.workers.observe()
+            self.profiler.workers.idle_sample()
         if not self._full_rank_info:
             self._rank_info()
         if self._full_rank_info:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from diag.hook.c10d_workers import (
     RUNNING,
+    SURE_EVERY,
+    SURE_SAMPLES,
     CollectiveWorkers,
     Place,
     Settle,
@@ -174,3 +176,30 @@ def test_a_thread_that_ends_during_the_wait_is_not_waited_for(tmp_path: Path) ->
     tasks.set(101, syscall="running")
     clock.on_sleep.append(lambda n: tasks.remove(101) if n == 2 else None)
     assert w.settle(0.1).unsettled == 0
+
+
+def test_idle_samples_thin_out_once_every_home_is_sure_and_resume_for_a_new_worker(
+    tmp_path: Path,
+) -> None:
+    # The hook thread's per-cycle sample cost ~270 us beside a busy training thread (a fifth of
+    # its CPU at a ~50 ms step): every cycle until each home was seen SURE_SAMPLES times, then
+    # every SURE_EVERY-th; a new worker (a new process group) is sampled every cycle again.
+    tasks, clock = Tasks(tmp_path / "a"), Clock()
+    tasks.set(101)
+    w = workers(tmp_path / "a", clock)
+    assert all(w.idle_sample() for _ in range(SURE_SAMPLES))
+    assert w.home(101) == parse_syscall(HOME)
+    assert sum(w.idle_sample() for _ in range(3 * SURE_EVERY)) == 3
+    tasks.set(102, syscall=ELSEWHERE)  # a new worker: found at the next sample ...
+    assert any(w.idle_sample() for _ in range(SURE_EVERY))
+    # ... then sampled every cycle until its home is sure too, then every SURE_EVERY-th again
+    assert all(w.idle_sample() for _ in range(SURE_SAMPLES - 1))
+    assert w.home(102) == parse_syscall(ELSEWHERE)
+    assert sum(w.idle_sample() for _ in range(2 * SURE_EVERY)) == 2
+    # a worker seen as often in two places has no sure home: every cycle samples
+    flip = CollectiveWorkers(task_dir=str(tmp_path / "b" / "task"), machine="x86_64",
+                             clock=clock, sleep=clock.sleep)  # fmt: skip
+    tasks = Tasks(tmp_path / "b")
+    for i in range(4 * SURE_EVERY):
+        tasks.set(201, syscall=HOME if i % 2 else ELSEWHERE)
+        assert flip.idle_sample()
