@@ -181,7 +181,7 @@ def test_a_thread_that_ends_during_the_wait_is_not_waited_for(tmp_path: Path) ->
 def test_idle_samples_thin_out_once_every_home_is_sure_and_resume_for_a_new_worker(
     tmp_path: Path,
 ) -> None:
-    # The hook thread's per-cycle sample cost ~270 us beside a busy training thread (a fifth of
+    # The hook thread's per-cycle sample cost ~330 us beside a busy training thread (a quarter of
     # its CPU at a ~50 ms step): every cycle until each home was seen SURE_SAMPLES times, then
     # every SURE_EVERY-th; a new worker (a new process group) is sampled every cycle again.
     tasks, clock = Tasks(tmp_path / "a"), Clock()
