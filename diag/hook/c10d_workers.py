@@ -36,11 +36,11 @@ read and :meth:`settle` returns at once.
 Cost: reading two small files per worker thread (two workers per gloo process group), about
 20-40 us per window stop when the workers are home; the hook thread's samples cost about as much
 (~40 us here alone, ~330 us beside a busy training thread on this 2-core VM: a quarter of the
-hook thread's CPU at a ~50 ms step). A worker whose home never becomes sure (it ended first, or
-it is seen as often elsewhere) keeps the samples at every cycle. So they are taken every cycle only until every worker's home
+hook thread's CPU at a ~50 ms step). So they are taken every cycle only until every worker's home
 was seen :data:`SURE_SAMPLES` times, then every :data:`SURE_EVERY`-th cycle (a home does not
 move; a new process group's workers are found at the next sample, and every window start takes
-one of its own): :meth:`CollectiveWorkers.idle_sample`.
+one of its own): :meth:`CollectiveWorkers.idle_sample`. A worker whose home never becomes sure
+(it ended first, or it is seen as often elsewhere) keeps the samples at every cycle.
 """
 
 from __future__ import annotations
