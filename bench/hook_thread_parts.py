@@ -3,8 +3,9 @@
 ``bench/overhead.py`` gives the hook thread's CPU per step as one figure; this bench says what it
 is made of. A world-size-1 gloo job (FileStore) trains a small DDP model whose forward also does
 ``--iters`` 128x128 matrix products (about 30 us each here: 1,500 is a ~45 ms step, 150 a ~5 ms
-one), a Python-level ``dist.all_reduce`` per step besides DDP's, for ``--steps`` steps with the
-hook installed, sending to a frame sink in a process of its own (as the node daemon does). The
+one), ``--collectives`` Python-level ``dist.all_reduce`` per step besides DDP's, for
+``--steps`` steps with the hook installed, sending to a frame sink in a process of its own (as
+the node daemon does). The
 hook thread's methods, the gloo worker sampling, the Flight Recorder dumps (full and probe) and
 their unpickling are timed by the hook thread's own CPU clock (``thread_time``), summed per part.
 Parts nest: a cycle holds its work, the work a harvest (or a drain), a harvest its dump; the
@@ -15,6 +16,7 @@ alone (on this 2-core VM a probe that costs ~6 us alone takes ~150 us): the two 
 execution units are shared, and that is the cost the job pays. Measured numbers only, no asserts.
 
     .venv/bin/python bench/hook_thread_parts.py [--iters 1500] [--steps 300] [--every 0]
+        [--collectives 1]
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=1500, help="matrix products per forward")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--every", type=int, default=0, help="a profiler window every N steps")
+    ap.add_argument("--collectives", type=int, default=1,
+                    help="Python-level all-reduces per step (besides DDP's)")  # fmt: skip
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dhp")
     sock = os.path.join(tmp, "sink")
@@ -149,7 +153,8 @@ def main() -> None:
     for _ in range(args.steps):
         opt.zero_grad(set_to_none=True)
         nn.functional.mse_loss(model(x), y).backward()
-        dist.all_reduce(token)
+        for _ in range(args.collectives):
+            dist.all_reduce(token)
         opt.step()
     wall = time.perf_counter() - t0
     hook.uninstall()
