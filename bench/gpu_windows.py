@@ -103,9 +103,9 @@ def main() -> int:
     hook.install(base)  # before the process group, so the Flight Recorder is sized
     hook.uninstall()
     backend = "nccl" if dist.is_nccl_available() else "gloo"
+    torch.cuda.set_device(0)  # before the group: NCCL binds its communicator to this device
     dist.init_process_group(backend, store=dist.FileStore(os.path.join(tmp, "store"), 1),
                             rank=0, world_size=1)  # fmt: skip
-    torch.cuda.set_device(0)
     layers = [m for _ in range(args.layers) for m in (nn.Linear(512, 512), nn.GELU())]
     model = DistributedDataParallel(nn.Sequential(*layers).cuda(), device_ids=[0])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
