@@ -414,6 +414,8 @@ class Hook:
                 self.error(exc)
 
         handles = [t.grad_fn.register_prehook(prehook) for t in roots if t.grad_fn is not None]
+        if not self.profiler.device_work and roots and roots[0].is_cuda:
+            self.profiler.device_work = True  # the job computes on its GPU, not only holds one
         return cell, handles, loss
 
     def after_backward(self, token: Any) -> None:

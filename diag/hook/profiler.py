@@ -19,9 +19,11 @@ result unprocessed; it is handed to the hook thread (:attr:`ProfilerWindows.done
 summaries and writes the raw trace (:mod:`diag.hook.kernels`). Activities: CUDA when CUDA is
 available and already initialized in this process (the window then ends with one
 ``torch.cuda.synchronize()`` so kernels launched in the window are complete in the trace, as
-``torch.profiler.profile`` does); CPU operators on a CPU-only rank and in on-demand windows, and in
-periodic windows on a CUDA rank only with ``profile_cpu_ops_on_cuda`` (:func:`records_cpu_ops`:
-there a periodic window is the device's activity alone, ``ProfileWindow.device_only``). If a
+``torch.profiler.profile`` does); CPU operators on a rank that does not compute on CUDA (no
+backward from a CUDA tensor yet: :attr:`ProfilerWindows.device_work`) and in on-demand windows,
+and in periodic windows on a CUDA rank only with ``profile_cpu_ops_on_cuda``
+(:func:`records_cpu_ops`: there a periodic window is the device's activity alone,
+``ProfileWindow.device_only``). If a
 profiler is already running (the job profiles itself) the window is skipped and reported with
 ``ok=False, error="profiler busy"``.
 
@@ -114,8 +116,10 @@ def records_shapes(plan: WindowPlan, cfg: HookConfig) -> bool:
 
 
 def records_cpu_ops(plan: WindowPlan, cfg: HookConfig, cuda: bool) -> bool:
-    """Whether the window records CPU operators: always on a CPU-only rank (they are all there is
-    to see), in an on-demand window (someone asked for evidence: shapes for ``diag replay``, the
+    """Whether the window records CPU operators: always on a rank that does not compute on CUDA
+    (``cuda`` False: no backward from a CUDA tensor seen yet; a CPU job whose DataLoader pins
+    memory has CUDA initialized and nothing on it; the operators are all there is to see), in an
+    on-demand window (someone asked for evidence: shapes for ``diag replay``, the
     host side of a launch-bound step), and in a periodic one on a CUDA rank only when
     ``cfg.profile_cpu_ops_on_cuda``: there the kernel detector compares the device's kernels,
     and each recorded operator costs the training thread ~0.5 us while the window is open and
@@ -189,6 +193,9 @@ class ProfilerWindows:
         self._device = "cpu"
         self._cuda = False
         self._cpu_ops = True  # the open window records CPU operators
+        #: set on the training thread at the first backward from a CUDA tensor: the job computes
+        #: on the device (CUDA initialized alone, e.g. by a DataLoader's pin_memory, says not)
+        self.device_work = False
 
     # ------------------------------------------------------------ boundaries
     def step_begins(self, step: int) -> bool:
@@ -280,7 +287,7 @@ class ProfilerWindows:
             self.done.append(WindowResult(plan, None, now, now, self._device, "profiler busy"))
             return
         self.workers.observe()  # between steps the workers wait at home: a sample of where
-        self._cpu_ops = records_cpu_ops(plan, self.cfg, self._cuda)
+        self._cpu_ops = records_cpu_ops(plan, self.cfg, self._cuda and self.device_work)
         activities = set()
         if self._cpu_ops:
             activities.add(autograd_profiler.ProfilerActivity.CPU)

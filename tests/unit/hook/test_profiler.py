@@ -119,10 +119,12 @@ def test_periodic_window_summaries_and_trace(
     hook.uninstall()
     events = sink.close()
     assert h.num_errors == 0, h.last_error
+    assert not h.profiler.device_work  # backward from CPU tensors: the job computes on the CPU
 
     (win,) = of_kind(events, schema.ProfileWindow)
     assert (win.window_id, win.trigger, win.step, win.num_steps) == ("p2", "periodic", 2, 1)
     assert win.ok and not win.late and win.device == "cpu" and win.num_kernels == 0
+    assert not win.device_only
     assert win.duration_ns == win.end_ns - win.start_ns > 0
     (step2,) = [s for s in of_kind(events, schema.StepEvent) if s.step == 2]
     assert step2.start_ns <= win.start_ns < win.end_ns <= step2.end_ns
@@ -361,15 +363,19 @@ class _FakeCudaTorch:
 
 
 def test_a_periodic_window_on_a_cuda_rank_records_the_device_only() -> None:
-    """A periodic window on a CUDA rank records kernels, not CPU operators (each costs the
-    training thread ~0.5 us while recorded and ~1.3-2 us at the stop); an on-demand one records
-    both, with shapes (diag replay); ``profile_cpu_ops_on_cuda`` puts them back; a CPU-only rank
-    records its operators. The window's event says which (``device_only``)."""
+    """A periodic window on a rank computing on CUDA records kernels, not CPU operators (each
+    costs the training thread ~0.5 us while recorded and ~1.3-2 us at the stop); an on-demand one
+    records both, with shapes (diag replay); ``profile_cpu_ops_on_cuda`` puts them back; a rank
+    with CUDA initialized but no backward from a CUDA tensor, and a CPU-only rank, record their
+    operators. The window's event says which (``device_only``)."""
     ev = EventFactory(host="h", rank=0, local_rank=0, job_id="j")
 
-    def window(cfg: HookConfig, plan: WindowPlan, fake: _FakeCudaTorch) -> tuple[set, bool, bool]:
+    def window(
+        cfg: HookConfig, plan: WindowPlan, fake: _FakeCudaTorch, *, work: bool = True
+    ) -> tuple[set, bool, bool]:
         w = ProfilerWindows(cfg, fake, clock=time.perf_counter_ns, wall_offset_ns=0,
                             on_error=lambda exc: pytest.fail(repr(exc)))  # fmt: skip
+        w.device_work = work  # a backward from a CUDA tensor was seen (the hook's own flag)
         w.pending.append(plan)
         assert w.step_begins(plan.start_step)
         w.step_ends(plan.start_step)
@@ -386,6 +392,9 @@ def test_a_periodic_window_on_a_cuda_rank_records_the_device_only() -> None:
     assert window(cfg, on_demand, _FakeCudaTorch()) == ({"CPU", "CUDA"}, True, False)
     opt_in = HookConfig(profile_every_steps=0, profile_cpu_ops_on_cuda=True)
     assert window(opt_in, periodic, _FakeCudaTorch()) == ({"CPU", "CUDA"}, False, False)
+    # CUDA initialized with nothing computed there (a CPU job whose DataLoader pins memory): its
+    # operators are all a window can see
+    assert window(cfg, periodic, _FakeCudaTorch(), work=False) == ({"CPU", "CUDA"}, False, False)
     assert not torch.cuda.is_available()  # this machine: the real profiler, CPU operators
     w = ProfilerWindows(cfg, torch, clock=time.perf_counter_ns, wall_offset_ns=0,
                         on_error=lambda exc: pytest.fail(repr(exc)))  # fmt: skip
