@@ -23,9 +23,8 @@ available and already initialized in this process (the window then ends with one
 backward from a CUDA tensor yet: :attr:`ProfilerWindows.device_work`) and in on-demand windows,
 and in periodic windows on a CUDA rank only with ``profile_cpu_ops_on_cuda``
 (:func:`records_cpu_ops`: there a periodic window is the device's activity alone,
-``ProfileWindow.device_only``). If a
-profiler is already running (the job profiles itself) the window is skipped and reported with
-``ok=False, error="profiler busy"``.
+``ProfileWindow.device_only``). If a profiler is already running (the job profiles itself) the
+window is skipped and reported with ``ok=False, error="profiler busy"``.
 
 Before ``_disable_profiler`` the stop waits (bounded, ``cfg.profile_settle_s``) until gloo's
 worker threads are back where they wait for work (:mod:`diag.hook.c10d_workers`): a collective
@@ -119,8 +118,8 @@ def records_cpu_ops(plan: WindowPlan, cfg: HookConfig, cuda: bool) -> bool:
     """Whether the window records CPU operators: always on a rank that does not compute on CUDA
     (``cuda`` False: no backward from a CUDA tensor seen yet; a CPU job whose DataLoader pins
     memory has CUDA initialized and nothing on it; the operators are all there is to see), in an
-    on-demand window (someone asked for evidence: shapes for ``diag replay``, the
-    host side of a launch-bound step), and in a periodic one on a CUDA rank only when
+    on-demand window (someone asked for evidence: shapes for ``diag replay``, the host side of a
+    launch-bound step), and in a periodic one on a CUDA rank only when
     ``cfg.profile_cpu_ops_on_cuda``: there the kernel detector compares the device's kernels,
     and each recorded operator costs the training thread ~0.5 us while the window is open and
     ~1.3-2 us more when the profiler stops (it builds the trace then)."""
