@@ -55,6 +55,10 @@ class Scenario:
     # rank r computes window_cost_ms[r] longer (the profiler's cost, each rank its own)
     window_every: int = 0
     window_cost_ms: tuple[float, ...] = ()
+    # ... each window's cost drawn anew per rank, uniform in (1 +- spread) x window_cost_ms[r]
+    window_cost_spread: float = 0.0
+    # (rank, step, ms): the rank computed that much longer in that step (a stop-the-world pause)
+    pauses: tuple[tuple[int, int, float], ...] = ()
 
     @property
     def base_step_ms(self) -> float:
@@ -92,7 +96,13 @@ class Scenario:
                 ckpt[:] = self.ckpt_ms
             profiled = bool(self.window_every) and step > 0 and step % self.window_every == 0
             if profiled:
-                compute[: len(self.window_cost_ms)] += self.window_cost_ms
+                cost = np.asarray(self.window_cost_ms, dtype=float)
+                if self.window_cost_spread:
+                    cost *= 1 + self.window_cost_spread * rng.uniform(-1, 1, len(cost))
+                compute[: len(cost)] += cost
+            for r, at, ms in self.pauses:
+                if at == step:
+                    compute[r] += ms
             queued = np.zeros(self.ranks)
             for r, at, ms in self.run_queue:
                 if at == step:

