@@ -57,6 +57,8 @@ class Scenario:
     window_cost_ms: tuple[float, ...] = ()
     # ... each window's cost drawn anew per rank, uniform in (1 +- spread) x window_cost_ms[r]
     window_cost_spread: float = 0.0
+    # (from_step, costs): window_cost_ms from that step on (a cost that changes over the run)
+    window_cost_change: tuple[int, tuple[float, ...]] | None = None
     # (rank, step, ms): the rank computed that much longer in that step (a stop-the-world pause)
     pauses: tuple[tuple[int, int, float], ...] = ()
 
@@ -96,7 +98,10 @@ class Scenario:
                 ckpt[:] = self.ckpt_ms
             profiled = bool(self.window_every) and step > 0 and step % self.window_every == 0
             if profiled:
-                cost = np.asarray(self.window_cost_ms, dtype=float)
+                costs = self.window_cost_ms
+                if self.window_cost_change and step >= self.window_cost_change[0]:
+                    costs = self.window_cost_change[1]
+                cost = np.asarray(costs, dtype=float)
                 if self.window_cost_spread:
                     cost *= 1 + self.window_cost_spread * rng.uniform(-1, 1, len(cost))
                 compute[: len(cost)] += cost

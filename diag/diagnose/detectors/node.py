@@ -191,8 +191,11 @@ def detect(features: Features, cfg: NodeConfig | None = None) -> list[Finding]:
     return out
 
 
-#: A rank's own profiler cost is its median excess over its peers in diag's window steps: from
-#: this many windows on (fewer: a pause in one of them could pass for the cost).
+#: A rank's own profiler cost in a window step is its median excess over its peers in its
+#: nearest window steps, this many (the one itself and three each side, fewer at the run's
+#: ends): it follows a cost that changes over the run, and a pause is one value of seven.
+COST_WINDOWS = 7
+#: Fewer window steps than this, and a pause in one of them could pass for the cost.
 MIN_WINDOWS_FOR_COST = 3
 
 
@@ -208,22 +211,28 @@ def _less_window_cost(
 
     In a window step each rank pays the profiler's recording and stop, each its own (on four
     ranks sharing two cores, one rank's window steps ran 36 ms longer than its peers' and its
-    other steps 0.2 ms). That cost is the rank's median excess over its peers across the window
-    steps; it is taken off the rank's compute there (and the peers' medians redone), so what is
-    left of a window step is the job's: a full garbage collection that falls in one still shows
-    (held-out ``node.gc_pauses``: two of a rank's three pauses fell in window steps, and with
-    those steps left out the rank was not named). With fewer than
-    :data:`MIN_WINDOWS_FOR_COST` window steps the cost cannot be told from a pause in one of
-    them: those steps are left out instead."""
+    other steps 0.2 ms; from step 640 of the same run, 26 ms). That cost is the rank's median
+    excess over its peers in its nearest :data:`COST_WINDOWS` window steps; it is taken off the
+    rank's compute there (and the peers' medians redone), so what is left of a window step is the
+    job's: a full garbage collection that falls in one still shows (held-out
+    ``node.gc_pauses``: two of a rank's three pauses fell in window steps, and with those steps
+    left out the rank went unnamed). With fewer than :data:`MIN_WINDOWS_FOR_COST` window steps
+    the cost cannot be told from a pause in one of them: those steps are left out instead."""
     profiled = compute.index.isin(profiled_steps)
-    if not profiled.any():
+    num = int(profiled.sum())
+    if not num:
         return compute, wait, job_step, peers
-    if int(profiled.sum()) < MIN_WINDOWS_FOR_COST:
+    if num < MIN_WINDOWS_FOR_COST:
         keep = ~profiled
         return compute[keep], wait[keep], job_step[keep], peers[keep]
-    in_windows = compute[profiled]
-    own_cost = (in_windows - peers[profiled]).median(axis=0).fillna(0.0)
-    less = in_windows - own_cost
+    in_windows = compute[profiled].to_numpy(dtype=float)
+    excess = in_windows - peers[profiled].to_numpy(dtype=float)
+    half = COST_WINDOWS // 2
+    cost = np.empty_like(excess)
+    excess = np.nan_to_num(excess)  # a rank missing from a window step: no cost known there
+    for i in range(num):  # a row per window step (a few): not a loop over ranks
+        cost[i] = np.median(excess[max(0, i - half) : i + half + 1], axis=0)
+    less = pd.DataFrame(in_windows - cost, index=compute.index[profiled], columns=compute.columns)
     compute = compute.copy()
     compute.loc[profiled] = less
     peers = peers.copy()

@@ -65,6 +65,16 @@ def test_a_window_cost_that_varies_from_window_to_window_is_not_a_stall(
     assert node.detect(_features(sc, tmp_path)) == []
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_window_cost_that_changes_over_the_run_is_not_a_stall(tmp_path: Path, seed: int) -> None:
+    # the 900-step run's rank 1: its window steps cost ~0 more than its peers' until step 640,
+    # 26 ms more after (every tenth step): the cost taken out is the one near each window
+    sc = Scenario(noise=0.03, seed=seed, window_every=10, window_cost_ms=(4.0, 4.0, 6.0, 2.0),
+                  window_cost_change=(640, (4.0, 30.0, 6.0, 2.0)), compute_ms=20.0, data_ms=2.0,
+                  comm_ms=5.0, steps=900)  # fmt: skip
+    assert node.detect(_features(sc, tmp_path)) == []
+
+
 def test_a_pause_inside_a_profiler_window_still_counts(tmp_path: Path) -> None:
     # held-out node.gc_pauses seed 0: three full collections of ~100 ms on rank 1 (~5 ms
     # steps), two in diag's window steps (30 and 70); with those steps left out, one pause was
