@@ -12,6 +12,7 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from diag import schema
@@ -79,6 +80,36 @@ class EventFactory:
             step=step,
             **payload,
         )
+
+    def make_all(
+        self,
+        cls: type[schema.Event],
+        rows: Sequence[tuple[int, Mapping[str, Any]]],
+        tick: Callable[[], None] | None = None,
+    ) -> list[schema.Event]:
+        """:meth:`make` for each ``(step, payload)`` of ``rows``, in order, in one go: their
+        ``seq`` taken together, one ``ts_ns`` (when they were made) for all; ``tick`` called
+        before each (the hook thread's GIL pacing). A harvest's collectives: ~3.4 us an event
+        here instead of ~5.6 through :meth:`make` (its lock, clock and keyword merging each)."""
+        if not rows:
+            return []
+        with _SEQ_LOCK:
+            seqs = [next(_SEQ) for _ in rows]
+            self.num_emitted += len(rows)
+        env: dict[str, Any] = {
+            "ts_ns": time.time_ns(),
+            "host": self.host,
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "job_id": self.job_id,
+            "source": self.source,
+        }
+        out = []
+        for seq, (step, payload) in zip(seqs, rows, strict=True):
+            if tick is not None:
+                tick()
+            out.append(cls(**env, seq=seq, step=step, **payload))
+        return out
 
     def step_event(
         self, rec: tuple[Any, ...], wall_offset_ns: int, num_coll: int, device: Any = None

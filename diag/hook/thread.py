@@ -581,13 +581,11 @@ class HookThread(threading.Thread):
         if self._full_rank_info:
             self._layout()  # before a group the job may destroy soon is gone
         sizes = self._pg_sizes
-        for step, payload in self.fr.process(
+        rows = self.fr.process(
             dump, time.monotonic(), final=final, extra_sizes=sizes, tick=self.gil.tick
-        ):
-            self.gil.tick()
-            self._emit(self.ev.make(schema.CollectiveEvent, step=step, **payload))
-        for call in self.fr.unmatched_calls(dump_wall_ns, final=final):
-            self._emit(self.ev.make(schema.CollectiveEvent, step=call.step, **call.payload()))
+        )
+        rows += [(c.step, c.payload()) for c in self.fr.unmatched_calls(dump_wall_ns, final=final)]
+        self.sender.add(self.ev.make_all(schema.CollectiveEvent, rows, self.gil.tick))
         # Entries are emitted one harvest late (FrState), so a step is complete in the counts once
         # it ended before the previous dump.
         self._release_steps(None if final else self._prev_dump_wall_ns, final=final)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 
@@ -180,3 +181,24 @@ def test_process_offers_a_pause_before_each_entry_it_emits() -> None:
     assert fr.process(dump, now_s=1.0, tick=lambda: ticks.append(1)) == []  # held: no work
     assert len(fr.process(dump, now_s=2.0, tick=lambda: ticks.append(1))) == 5
     assert len(ticks) == 5
+
+
+def test_a_harvests_events_made_in_one_go_are_what_make_gives_one_by_one() -> None:
+    from diag import schema
+    from diag.hook.events import EventFactory
+
+    ev = EventFactory(host="h", rank=3, local_rank=1, job_id="j")
+    rows = [(s, PyCall(s, "all_reduce", 10 * s, 10 * s + 5, 64, "Float", "0", 4, True,
+                       1).payload()) for s in range(5)]  # fmt: skip
+    ticks: list[int] = []
+    made = ev.make_all(schema.CollectiveEvent, rows, lambda: ticks.append(1))
+    one = [ev.make(schema.CollectiveEvent, step=s, **p) for s, p in rows]
+    assert len(ticks) == 5 and ev.num_emitted == 10
+    seqs = [e.seq for e in made + one]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 10
+    assert len({e.ts_ns for e in made}) == 1
+    strip = {"seq": 0, "ts_ns": 0}
+    assert [dataclasses.replace(e, **strip) for e in made] == [
+        dataclasses.replace(e, **strip) for e in one
+    ]
+    assert ev.make_all(schema.CollectiveEvent, []) == []
