@@ -21,10 +21,14 @@ step share cannot judge it; it was found because it is its class's slowest far m
 chance and keeps a lead over its peers on average, which is what a moving imbalance does not do.
 So the roles turn: the ``data-moving`` finding (the same steps read as "the slowest keeps
 changing") is folded into the stall finding (the one losing the most, when several), as
-evidence. Not into a pause *suggestion* (evidence ``pause_chance``: a few long pauses on one
-rank, too few to pass the stall test): a claim short of its test does not reinterpret one that
-passed its own; both stay, ranked (held out: uneven sequence lengths, whose longest batches fell
-on one rank five times, 1 chance in 256, were listed as that rank's pauses).
+evidence. So too into a node finding the daemon's evidence says is of a rank found stopped
+(``stopped_samples``, added to a finding that names the rank already: held out, a rank
+SIGSTOPped in bursts was found "slow from step 44", slow in under 3/4 of the steps from there,
+and taken for an echo: "uneven batches", critical). Not into a pause *suggestion* (evidence
+``pause_chance``: a few long pauses on one rank, too few to pass the stall test): a claim short
+of its test does not reinterpret one that passed its own; both stay, ranked (held out: uneven
+sequence lengths, whose longest batches fell on one rank five times, 1 chance in 256, were
+listed as that rank's pauses).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diag.diagnose import explain
-from diag.diagnose.coverage import PAUSE_CHANCE
+from diag.diagnose.coverage import PAUSE_CHANCE, STOPPED_EVIDENCE
 from diag.diagnose.features import Features, peer_median
 from diag.findings import Finding
 
@@ -76,6 +80,13 @@ def step_share(features: Features, finding: Finding, cfg: MovingConfig) -> float
     return float(np.nanmean([slow[r][valid[r]].mean() for r in ranks if valid[r].any()]))
 
 
+def _found_stopped(f: Finding) -> bool:
+    """The daemon found ``f``'s rank stopped while its peers were not (the node detector adds
+    that to a finding that already names the rank): an observation of the process, which no
+    draw of uneven batches makes, whatever share of the steps it was slow in."""
+    return any(e.metric == STOPPED_EVIDENCE for e in f.evidence)
+
+
 def fold(
     findings: list[Finding], features: Features, cfg: MovingConfig | None = None
 ) -> list[Finding]:
@@ -90,7 +101,7 @@ def fold(
         f
         for f in findings
         if f.cause == "node"
-        and f.id.endswith(NOT_ECHOES)
+        and (f.id.endswith(NOT_ECHOES) or _found_stopped(f))
         and not any(e.metric == PAUSE_CHANCE for e in f.evidence)
     ]
     if stalls:
@@ -106,6 +117,7 @@ def fold(
         if f.cause == "node"
         and f.id.startswith("node-")
         and not f.id.endswith(NOT_ECHOES)
+        and not _found_stopped(f)
         and f.symptom == "slowdown"
         and (share := step_share(features, f, cfg)) is not None
         and share < cfg.min_share

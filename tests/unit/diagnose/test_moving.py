@@ -71,3 +71,21 @@ def test_on_saturated_hosts_the_moving_imbalance_takes_in_echoes_at_its_own_info
     assert [e.subject for e in out.evidence if e.metric == "explains"] == ["node-rank2"]
     (loud,) = moving.fold([node, replace(quiet, ranks=(0, 1, 3))], features)
     assert loud.severity == "warning"  # off saturated hosts an echo's warning is data's
+
+
+def test_a_node_finding_on_a_rank_found_stopped_is_not_an_echo(tmp_path: Path) -> None:
+    # held out, node.stop_cont seed 2: rank 3 SIGSTOPped in bursts, found "5.15x as long from
+    # step 44" and, slow in under 3/4 of the steps from there, taken for an echo of the moving
+    # imbalance its stops made ("uneven batches", critical); the daemon had found it stopped
+    # in 6 reads of its state, its peers in none
+    from diag.diagnose.coverage import STOPPED_EVIDENCE
+    from diag.findings import Evidence
+
+    run = Scenario(ranks=4, steps=100, moving_imbalance=0.5, seed=3)
+    features = Features.from_store(run.write(tmp_path))
+    stopped = Evidence(metric=STOPPED_EVIDENCE, subject="rank 2", value=6.0, reference=0.0)
+    node = replace(_finding("node-rank2", "node", (2,), 40), evidence=(stopped,))
+    data = _finding("data-moving", "data", (0, 1, 3), None)
+    (out,) = moving.fold([node, data], features)
+    assert out.id == "node-rank2" and out.cause == "node"
+    assert [e.subject for e in out.evidence if e.metric == "explains"] == ["data-moving"]
