@@ -5,9 +5,9 @@ is made of. A world-size-1 gloo job (FileStore) trains a small DDP model whose f
 ``--iters`` 128x128 matrix products (about 30 us each here: 1,500 is a ~45 ms step, 150 a ~5 ms
 one), ``--collectives`` Python-level ``dist.all_reduce`` per step besides DDP's, for
 ``--steps`` steps with the hook installed, sending to a frame sink in a process of its own (as
-the node daemon does). The
-hook thread's methods, the gloo worker sampling, the Flight Recorder dumps (full and probe) and
-their unpickling are timed by the hook thread's own CPU clock (``thread_time``), summed per part.
+the node daemon does). The hook thread's methods, the gloo worker sampling, the Flight Recorder
+dumps (full and probe) and their unpickling are timed by the hook thread's own CPU clock
+(``thread_time``), summed per part.
 Parts nest: a cycle holds its work, the work a harvest (or a drain), a harvest its dump; the
 table is not a partition. Periodic profiler windows are off unless ``--every N``.
 

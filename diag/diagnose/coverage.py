@@ -121,6 +121,13 @@ def awaits_window(f: Finding) -> bool:
     return any(e.metric == KERNEL_EVIDENCE and e.value == 0 for e in f.evidence)
 
 
+def found_stopped(f: Finding) -> bool:
+    """Whether ``f`` holds the daemon's evidence that its rank was found stopped while its peers
+    were not (:data:`STOPPED_EVIDENCE`, added by the node detector): an observation of the
+    process, not a reading of the steps."""
+    return any(e.metric == STOPPED_EVIDENCE for e in f.evidence)
+
+
 def has_node_evidence(f: Finding) -> bool:
     """Whether ``f`` carries direct evidence of its node (see the module docstring)."""
     return any(e.metric.startswith(NODE_EVIDENCE_PREFIXES) for e in f.evidence)

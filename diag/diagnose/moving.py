@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diag.diagnose import explain
-from diag.diagnose.coverage import PAUSE_CHANCE, STOPPED_EVIDENCE
+from diag.diagnose.coverage import PAUSE_CHANCE, found_stopped
 from diag.diagnose.features import Features, peer_median
 from diag.findings import Finding
 
@@ -80,11 +80,11 @@ def step_share(features: Features, finding: Finding, cfg: MovingConfig) -> float
     return float(np.nanmean([slow[r][valid[r]].mean() for r in ranks if valid[r].any()]))
 
 
-def _found_stopped(f: Finding) -> bool:
-    """The daemon found ``f``'s rank stopped while its peers were not (the node detector adds
-    that to a finding that already names the rank): an observation of the process, which no
-    draw of uneven batches makes, whatever share of the steps it was slow in."""
-    return any(e.metric == STOPPED_EVIDENCE for e in f.evidence)
+def _not_echo(f: Finding) -> bool:
+    """A node finding no step share can judge: a stall, a rank found stopped (its own finding,
+    or evidence the node detector added to one that names it already: an observation of the
+    process, which no draw of uneven batches makes)."""
+    return f.id.endswith(NOT_ECHOES) or found_stopped(f)
 
 
 def fold(
@@ -101,7 +101,7 @@ def fold(
         f
         for f in findings
         if f.cause == "node"
-        and (f.id.endswith(NOT_ECHOES) or _found_stopped(f))
+        and _not_echo(f)
         and not any(e.metric == PAUSE_CHANCE for e in f.evidence)
     ]
     if stalls:
@@ -116,8 +116,7 @@ def fold(
         for f in findings
         if f.cause == "node"
         and f.id.startswith("node-")
-        and not f.id.endswith(NOT_ECHOES)
-        and not _found_stopped(f)
+        and not _not_echo(f)
         and f.symptom == "slowdown"
         and (share := step_share(features, f, cfg)) is not None
         and share < cfg.min_share

@@ -182,7 +182,7 @@ def reconcile(
                 dropped.add(node.id)
                 continue
         same = [k for k in kernels if set(k.ranks) == set(node.ranks) and node.ranks]
-        if any(e.metric == coverage.STOPPED_EVIDENCE for e in node.evidence):
+        if coverage.found_stopped(node):
             # A process found stopped spends its freezes in whatever operator was running: an
             # operator many times slower in a window or two is the freeze, not a kernel.
             for k in same:
