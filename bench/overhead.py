@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import statistics
 import subprocess
@@ -83,10 +84,11 @@ from overhead_metrics import metrics_tier
 from overhead_numerics import numerics_tier
 
 _SINK_CODE = """
-import socket, sys, threading
+import json, socket, sys, threading
 from diag.transport import codec
 from diag.transport import framing as frames
 counts = [0, 0]  # bytes, events
+kinds = {}  # event kind: [events, encoded bytes]
 lock = threading.Lock()
 server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 server.bind(sys.argv[1])
@@ -95,11 +97,22 @@ def read(conn):
     decoder = frames.FrameDecoder()
     while data := conn.recv(1 << 16):
         n = 0
+        seen = []
         for frame in decoder.feed(data):
-            n += len(codec.decode_batch(frame)[1])
+            batch, events = codec.decode_batch(frame)
+            n += len(events)
+            for msg, ev in zip(batch.events, events):
+                kind = type(ev).kind
+                if kind == "collective" and ev.step < 0:
+                    kind = "collective_before"  # the ring's history, harvested at an install
+                seen.append((kind, msg.ByteSize()))
         with lock:
             counts[0] += len(data)
             counts[1] += n
+            for kind, size in seen:
+                got = kinds.setdefault(kind, [0, 0])
+                got[0] += 1
+                got[1] += size
 def serve():
     while True:
         conn, _ = server.accept()
@@ -108,7 +121,7 @@ threading.Thread(target=serve, daemon=True).start()
 print("ready", flush=True)
 for _ in sys.stdin:
     with lock:
-        print(counts[0], counts[1], flush=True)
+        print(counts[0], counts[1], json.dumps(kinds, separators=(",", ":")), flush=True)
 """
 
 
@@ -134,11 +147,17 @@ class FrameSink:
         """Kept for the callers: the process serves from its start."""
 
     def _counts(self) -> tuple[int, int]:
+        nbytes, nevents, _ = self.tally()
+        return nbytes, nevents
+
+    def tally(self) -> tuple[int, int, dict[str, tuple[int, int]]]:
+        """Bytes off the socket, events, and per event kind (events, their encoded bytes)."""
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._proc.stdin.write("?\n")
         self._proc.stdin.flush()
-        nbytes, nevents = self._proc.stdout.readline().split()
-        return int(nbytes), int(nevents)
+        nbytes, nevents, kinds = self._proc.stdout.readline().split(" ", 2)
+        by_kind = {k: (int(v[0]), int(v[1])) for k, v in json.loads(kinds).items()}
+        return int(nbytes), int(nevents), by_kind
 
     @property
     def num_bytes(self) -> int:
@@ -245,6 +264,7 @@ class _Arm:
         self.cpus: list[int] = []
         self.hook_cpu_ns = self.hook_steps = 0
         self.shipped_bytes = self.shipped_events = self.shipped_steps = 0
+        self.kinds: dict[str, list[int]] = {}  # event kind: [events, encoded bytes] shipped
         self.split: dict[str, list[int]] = {"steady": [], "window": [], "after": []}
         self.pairs: list[float] = []  # block median / the adjacent no-hook block's median - 1
 
@@ -270,7 +290,7 @@ def base_tier(
         for name in order:
             arm, hook_cfg = got[name], arms.get(name)
             if hook_cfg is not None:
-                bytes0, events0 = sink.num_bytes, sink.num_events
+                bytes0, events0, kinds0 = sink.tally()
                 attacher.attach(hook_cfg) if attacher else hook.install(hook_cfg)
             # Settle after (un)installing: install's one-off work (thread start, the first
             # Flight Recorder dump) happens once per job, not per step; it is not measured.
@@ -293,8 +313,14 @@ def base_tier(
             if hook_cfg is not None:
                 attacher.detach() if attacher else hook.uninstall()
                 time.sleep(0.2)  # the sink reads what the uninstall flushed
-                arm.shipped_bytes += sink.num_bytes - bytes0
-                arm.shipped_events += sink.num_events - events0
+                bytes1, events1, kinds1 = sink.tally()
+                arm.shipped_bytes += bytes1 - bytes0
+                arm.shipped_events += events1 - events0
+                for kind, (n1, b1) in kinds1.items():
+                    n0, b0 = kinds0.get(kind, (0, 0))
+                    got_kind = arm.kinds.setdefault(kind, [0, 0])
+                    got_kind[0] += n1 - n0
+                    got_kind[1] += b1 - b0
                 arm.shipped_steps += settle + steps_per_block
             if installed is not None:  # each block restarts the hook's count: one window
                 costs = list(installed.thread.window_costs)
@@ -338,6 +364,7 @@ def base_tier(
             print(f"  shipped to the daemon socket: {arm.shipped_bytes / arm.shipped_steps:,.0f} "
                   f"bytes and {arm.shipped_events / arm.shipped_steps:.2f} events per step (all "
                   f"steps of the hook's blocks, windows included)")  # fmt: skip
+            print("    " + shipped_split(arm.kinds, arm.shipped_steps))
         cpu_on = statistics.median(arm.cpus)
         print(f"  training-thread CPU per step (median)  off {cpu_off / 1e6:8.3f} ms  "
               f"{name} {cpu_on / 1e6:8.3f} ms  ({(cpu_on - cpu_off) / 1e3:+.1f} us)")  # fmt: skip
@@ -348,6 +375,31 @@ def base_tier(
 
 
 _VS: list[str] = []  # the --vs pairs, for the printout
+
+#: what a block ships once whatever its length: the profiler window's report and summaries (one
+#: window per block: each install restarts the hook's step count) and the install's
+#: announcements: the rank, its process groups, and the Flight Recorder's entries from before
+#: the install (step -1: the ring's history, up to its 512 entries, which the first harvest
+#: ships; in this bench the earlier blocks' collectives, which their own hooks had shipped)
+ONCE_KINDS = {"profile_window": "window", "kernel": "window", "rank_info": "announcements",
+              "process_group": "announcements", "collective_before": "announcements"}  # fmt: skip
+
+
+def shipped_split(kinds: dict[str, list[int]], steps: int) -> str:
+    """The encoded event bytes per step, the steady state's (every kind a block does not ship
+    once) apart from the window's and the announcements', with the steady kinds' shares."""
+    parts: dict[str, int] = {"steady": 0, "window": 0, "announcements": 0}
+    steady: list[tuple[int, str]] = []
+    for kind, (_, nbytes) in kinds.items():
+        part = ONCE_KINDS.get(kind, "steady")
+        parts[part] += nbytes
+        if part == "steady":
+            steady.append((nbytes, kind))
+    top = ", ".join(f"{kind} {nbytes / steps:.0f}" for nbytes, kind in sorted(steady)[::-1][:4])
+    return (f"encoded events per step: steady state {parts['steady'] / steps:.0f} bytes ({top}), "
+            f"window {parts['window'] / steps:.0f}, the install's announcements and the ring's "
+            f"history {parts['announcements'] / steps:.0f} (framing and batch headers not "
+            "counted)")  # fmt: skip
 
 
 def _fields(pairs: list[str]) -> dict[str, object]:
