@@ -29,6 +29,8 @@ data or wrote a checkpoint, outside its compute).
 takes it, so that late ranks still share one step).
 1.20: ``ProfileWindow.device_only`` (the window recorded the device's activity only, no CPU
 operators: a periodic window on a CUDA rank by default).
+1.21: ``ProcSample.cpu_throttled_ns`` and ``cpu_limit_cores`` (the CPU quota of the process's
+cgroup: how long it held the process throttled, and how many cores it allows).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-SCHEMA_VERSION = "1.20"
+SCHEMA_VERSION = "1.21"
 SCHEMA_MAJOR = 1
 
 #: Frames kept per stack (:class:`StackDump`, :class:`ExceptionEvent`); the innermost are kept.
@@ -338,6 +340,14 @@ class ProcSample(Event):
     #: they were ready to run and waited for a CPU; ``/proc/<pid>/task/*/schedstat``); None
     #: where unreadable or on the first reading (schema 1.14)
     run_delay_ns: int | None = None
+    #: over the interval, how long the CPU quota of the process's cgroup held it throttled (ns;
+    #: the most throttled of its cgroup and their ancestors: a pod's limit sits above its
+    #: container's; the kernel sums it over the CPUs the group ran on); None where there is no
+    #: CPU controller to read, or on the first reading (schema 1.21)
+    cpu_throttled_ns: int | None = None
+    #: the tightest CPU quota on the process's cgroup path, in cores (quota / period; 0: none
+    #: or unknown) (schema 1.21)
+    cpu_limit_cores: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

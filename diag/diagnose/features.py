@@ -86,6 +86,8 @@ PROC_COLUMNS = (
     "num_stopped",
     "num_disk_wait",
     "run_delay_ns",  # the whole process's run-queue delay over the interval (NaN: unknown)
+    "cpu_throttled_ns",  # its cgroup's CPU quota held it throttled this long (NaN: unknown)
+    "cpu_limit_cores",  # the tightest CPU quota on its cgroup path, in cores (0: none, unknown)
 )
 
 

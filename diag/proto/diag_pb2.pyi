@@ -237,7 +237,7 @@ class HostSample(_message.Message):
     def __init__(self, interval_ns: _Optional[int] = ..., num_cpus: _Optional[int] = ..., cpu_busy_pct: _Optional[float] = ..., cpu_iowait_pct: _Optional[float] = ..., load_1m: _Optional[float] = ..., mem_total_bytes: _Optional[int] = ..., mem_available_bytes: _Optional[int] = ..., disk_read_bytes_per_s: _Optional[float] = ..., disk_write_bytes_per_s: _Optional[float] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ..., num_procs_running: _Optional[int] = ...) -> None: ...
 
 class ProcSample(_message.Message):
-    __slots__ = ("pid", "interval_ns", "cpu_pct", "rss_bytes", "num_threads", "read_bytes_per_s", "write_bytes_per_s", "num_ctx_switches_involuntary", "last_cpu", "num_state_samples", "num_stopped", "num_disk_wait", "run_delay_ns")
+    __slots__ = ("pid", "interval_ns", "cpu_pct", "rss_bytes", "num_threads", "read_bytes_per_s", "write_bytes_per_s", "num_ctx_switches_involuntary", "last_cpu", "num_state_samples", "num_stopped", "num_disk_wait", "run_delay_ns", "cpu_throttled_ns", "cpu_limit_cores")
     PID_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
     CPU_PCT_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +251,8 @@ class ProcSample(_message.Message):
     NUM_STOPPED_FIELD_NUMBER: _ClassVar[int]
     NUM_DISK_WAIT_FIELD_NUMBER: _ClassVar[int]
     RUN_DELAY_NS_FIELD_NUMBER: _ClassVar[int]
+    CPU_THROTTLED_NS_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMIT_CORES_FIELD_NUMBER: _ClassVar[int]
     pid: int
     interval_ns: int
     cpu_pct: float
@@ -264,7 +266,9 @@ class ProcSample(_message.Message):
     num_stopped: int
     num_disk_wait: int
     run_delay_ns: int
-    def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., num_threads: _Optional[int] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., num_ctx_switches_involuntary: _Optional[int] = ..., last_cpu: _Optional[int] = ..., num_state_samples: _Optional[int] = ..., num_stopped: _Optional[int] = ..., num_disk_wait: _Optional[int] = ..., run_delay_ns: _Optional[int] = ...) -> None: ...
+    cpu_throttled_ns: int
+    cpu_limit_cores: float
+    def __init__(self, pid: _Optional[int] = ..., interval_ns: _Optional[int] = ..., cpu_pct: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., num_threads: _Optional[int] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., num_ctx_switches_involuntary: _Optional[int] = ..., last_cpu: _Optional[int] = ..., num_state_samples: _Optional[int] = ..., num_stopped: _Optional[int] = ..., num_disk_wait: _Optional[int] = ..., run_delay_ns: _Optional[int] = ..., cpu_throttled_ns: _Optional[int] = ..., cpu_limit_cores: _Optional[float] = ...) -> None: ...
 
 class HookHealth(_message.Message):
     __slots__ = ("pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final", "num_queue_dropped", "num_fr_dropped", "num_undelivered", "num_unencodable", "num_oversize", "health_interval_ns", "num_gil_pauses", "gil_paused_ns")
@@ -1201,7 +1205,7 @@ class HostSampleColumns(_message.Message):
     def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., interval_ns: _Optional[_Iterable[int]] = ..., num_cpus: _Optional[_Iterable[int]] = ..., cpu_busy_pct: _Optional[_Iterable[float]] = ..., cpu_iowait_pct: _Optional[_Iterable[float]] = ..., load_1m: _Optional[_Iterable[float]] = ..., mem_total_bytes: _Optional[_Iterable[int]] = ..., mem_available_bytes: _Optional[_Iterable[int]] = ..., disk_read_bytes_per_s: _Optional[_Iterable[float]] = ..., disk_write_bytes_per_s: _Optional[_Iterable[float]] = ..., net_rx_bytes_per_s: _Optional[_Iterable[float]] = ..., net_tx_bytes_per_s: _Optional[_Iterable[float]] = ..., num_procs_running: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProcSampleColumns(_message.Message):
-    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "pid", "interval_ns", "cpu_pct", "rss_bytes", "num_threads", "read_bytes_per_s", "write_bytes_per_s", "num_ctx_switches_involuntary", "last_cpu", "num_state_samples", "num_stopped", "num_disk_wait", "run_delay_ns", "run_delay_ns_absent")
+    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "pid", "interval_ns", "cpu_pct", "rss_bytes", "num_threads", "read_bytes_per_s", "write_bytes_per_s", "num_ctx_switches_involuntary", "last_cpu", "num_state_samples", "num_stopped", "num_disk_wait", "run_delay_ns", "run_delay_ns_absent", "cpu_throttled_ns", "cpu_throttled_ns_absent", "cpu_limit_cores")
     TS_NS_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -1224,6 +1228,9 @@ class ProcSampleColumns(_message.Message):
     NUM_DISK_WAIT_FIELD_NUMBER: _ClassVar[int]
     RUN_DELAY_NS_FIELD_NUMBER: _ClassVar[int]
     RUN_DELAY_NS_ABSENT_FIELD_NUMBER: _ClassVar[int]
+    CPU_THROTTLED_NS_FIELD_NUMBER: _ClassVar[int]
+    CPU_THROTTLED_NS_ABSENT_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMIT_CORES_FIELD_NUMBER: _ClassVar[int]
     ts_ns: _containers.RepeatedScalarFieldContainer[int]
     host: _containers.RepeatedScalarFieldContainer[str]
     rank: _containers.RepeatedScalarFieldContainer[int]
@@ -1246,7 +1253,10 @@ class ProcSampleColumns(_message.Message):
     num_disk_wait: _containers.RepeatedScalarFieldContainer[int]
     run_delay_ns: _containers.RepeatedScalarFieldContainer[int]
     run_delay_ns_absent: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., pid: _Optional[_Iterable[int]] = ..., interval_ns: _Optional[_Iterable[int]] = ..., cpu_pct: _Optional[_Iterable[float]] = ..., rss_bytes: _Optional[_Iterable[int]] = ..., num_threads: _Optional[_Iterable[int]] = ..., read_bytes_per_s: _Optional[_Iterable[float]] = ..., write_bytes_per_s: _Optional[_Iterable[float]] = ..., num_ctx_switches_involuntary: _Optional[_Iterable[int]] = ..., last_cpu: _Optional[_Iterable[int]] = ..., num_state_samples: _Optional[_Iterable[int]] = ..., num_stopped: _Optional[_Iterable[int]] = ..., num_disk_wait: _Optional[_Iterable[int]] = ..., run_delay_ns: _Optional[_Iterable[int]] = ..., run_delay_ns_absent: _Optional[_Iterable[bool]] = ...) -> None: ...
+    cpu_throttled_ns: _containers.RepeatedScalarFieldContainer[int]
+    cpu_throttled_ns_absent: _containers.RepeatedScalarFieldContainer[bool]
+    cpu_limit_cores: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., pid: _Optional[_Iterable[int]] = ..., interval_ns: _Optional[_Iterable[int]] = ..., cpu_pct: _Optional[_Iterable[float]] = ..., rss_bytes: _Optional[_Iterable[int]] = ..., num_threads: _Optional[_Iterable[int]] = ..., read_bytes_per_s: _Optional[_Iterable[float]] = ..., write_bytes_per_s: _Optional[_Iterable[float]] = ..., num_ctx_switches_involuntary: _Optional[_Iterable[int]] = ..., last_cpu: _Optional[_Iterable[int]] = ..., num_state_samples: _Optional[_Iterable[int]] = ..., num_stopped: _Optional[_Iterable[int]] = ..., num_disk_wait: _Optional[_Iterable[int]] = ..., run_delay_ns: _Optional[_Iterable[int]] = ..., run_delay_ns_absent: _Optional[_Iterable[bool]] = ..., cpu_throttled_ns: _Optional[_Iterable[int]] = ..., cpu_throttled_ns_absent: _Optional[_Iterable[bool]] = ..., cpu_limit_cores: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class HookHealthColumns(_message.Message):
     __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "pid", "num_emitted", "num_sent", "num_dropped", "num_errors", "last_error", "queue_depth", "final", "num_queue_dropped", "num_fr_dropped", "num_undelivered", "num_unencodable", "num_oversize", "health_interval_ns", "num_gil_pauses", "gil_paused_ns")

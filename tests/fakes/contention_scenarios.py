@@ -13,9 +13,11 @@ runs, a ``HostProcess`` for it (pid ``HOG_PID``, 95% of a core on ``hog_cpu``), 
 background process at 20% on CPU 0 throughout. ``hog_seen``: the hog is reported while it runs
 even with no ``contended`` rank (with ``shared_ms``: a foreign process slowing the whole host).
 ``limited``: ranks that wait ``limited_ms`` longer every step from ``limited_from`` with no
-process to show for it (a CPU quota). ``heavier``: ranks that compute ``heavier_x`` x longer
-from the onset on a host the job oversubscribes, so that they wait for a CPU that much longer
-too (a slower kernel, no competitor).
+process to show for it (a CPU quota; with ``quota_seen`` the daemon reads it from their
+cgroups: throttled time and a limit in their samples). ``heavier``: ranks that compute
+``heavier_x`` x longer from the onset on a host the job oversubscribes, so that they wait for a
+CPU that much longer too (a slower kernel, no competitor); ``calmer_x``: the other ranks' share
+of their delay from the onset (their steps grew around the heavier rank's).
 """
 
 from __future__ import annotations
@@ -62,9 +64,15 @@ class ContentionRun:
     early_ms: float = 0.0
     heavier: tuple[int, ...] = ()  # ranks computing ``heavier_x`` x longer from the onset ...
     heavier_x: float = 1.0  # ... and so runnable, and waiting for a CPU, that much longer
+    #: from the onset, the other ranks wait this share of what they did (their job's steps grew
+    #: around the heavier rank: they sleep in the collectives, the host is less busy)
+    calmer_x: float = 1.0
     limited: tuple[int, ...] = ()  # ranks that wait ``limited_ms`` more every step from ...
     limited_from: int = 0  # ... this step: a CPU limit, no process to see
     limited_ms: float = 0.0
+    #: the daemon reads the ranks' cgroup CPU quota (schema 1.21): a ``limited`` rank's samples
+    #: carry its delay as throttled time and a limit of a quarter core, the others none
+    quota_seen: bool = False
     #: steps in which every rank waits ``host_burst_ms`` more (an evaluation or a checkpoint
     #: that makes the whole host busy for a step or two)
     host_bursts: tuple[int, ...] = ()
@@ -78,11 +86,14 @@ class ContentionRun:
         daemons = {h: Source(h, -1, pid=7 + i) for i, h in enumerate(sorted(set(self.hosts)))}
         out: list[schema.Event] = []
         t, next_sample = T0, T0
+        throttled = [0] * n  # per rank, the quota's throttled ns since the last sample
         until = self.steps if self.until is None else self.until
         for step in range(self.steps):
             hog = self.onset <= step < until
             wait_cpu = np.where(rng.random(n) < self.burst_p, self.burst_ms, 0.1)
             wait_cpu = wait_cpu * rng.uniform(0.5, 1.5, n) + (self.shared_ms if hog else 0.0)
+            if step >= self.onset:
+                wait_cpu[[r for r in range(n) if r not in self.heavier]] *= self.calmer_x
             if hog:
                 hit = rng.random(n) < self.extra_p
                 for r in self.contended:
@@ -95,6 +106,7 @@ class ContentionRun:
             if step >= self.limited_from:
                 for r in self.limited:
                     wait_cpu[r] += self.limited_ms
+                    throttled[r] += int(self.limited_ms * MS)
             if step in self.host_bursts:
                 wait_cpu = wait_cpu + self.host_burst_ms
             compute = self.compute_ms * (1 + 0.03 * rng.standard_normal(n))
@@ -125,11 +137,23 @@ class ContentionRun:
                 )
             t += dur
             while next_sample <= t:
-                out += self._samples(next_sample, daemons, ranks, hog)
+                out += self._samples(next_sample, daemons, ranks, hog, throttled)
                 next_sample += int(self.daemon_every_s * S)
         return [*out, *self.extra_events]
 
-    def _samples(self, ts: int, daemons: dict, ranks: list[Source], hog: bool) -> list:
+    def _quota(self, rank: int, throttled: list[int]) -> dict[str, object]:
+        """A rank's sample's quota fields (with ``quota_seen``): its throttled time since the
+        last sample, taken (``throttled`` reset)."""
+        ns, throttled[rank] = throttled[rank], 0
+        if not self.quota_seen:
+            return {}
+        limit = 0.25 if rank in self.limited else 0.0
+        return {"interval_ns": int(self.daemon_every_s * S), "cpu_throttled_ns": ns,
+                "cpu_limit_cores": limit}  # fmt: skip
+
+    def _samples(
+        self, ts: int, daemons: dict, ranks: list[Source], hog: bool, throttled: list[int]
+    ) -> list:
         out: list[schema.Event] = []
         for host, d in daemons.items():
             out.append(schema.HostSample(**d.env(ts), num_cpus=2, cpu_busy_pct=90.0))
@@ -140,6 +164,7 @@ class ContentionRun:
                     pid=1000 + r,
                     cpu_pct=50.0,
                     last_cpu=self.cpus[r] if self.cpus[r] >= 0 else (ts - T0) // S % 2,
+                    **self._quota(r, throttled),
                 )
                 for r in mine
             ]

@@ -19,8 +19,11 @@ Each ``ProcSample`` also carries the process's run-queue delay over its interval
 all its threads (``/proc/<pid>/task/<tid>/schedstat``, schema 1.14): the hook measures its
 training thread's, but a rank's gloo, data-loader and hook threads wait for a CPU too, and a
 competitor on one CPU can delay the collectives those threads run while the training thread
-itself waits little longer.
-``proc_root`` points at ``/proc`` or at a checked-in fake tree in tests.
+itself waits little longer. And the CPU quota of its cgroup (schema 1.21,
+:mod:`~diag.daemon.collectors.cgroup_cpu`): how long the quota held it throttled over the
+interval, and how many cores it allows; a throttled rank waits with no competitor to show for it.
+``proc_root`` points at ``/proc`` or at a checked-in fake tree in tests (``cgroup_root`` at
+``/sys/fs/cgroup`` or one).
 
 Disk rates count whole physical disks only (partitions, loop, ram, zram, device-mapper and md
 devices would count the same bytes twice); network rates count every interface but ``lo``.
@@ -39,6 +42,7 @@ from typing import ClassVar
 from diag import schema
 from diag.config import DaemonConfig
 from diag.daemon.collectors.base import UNSTAMPED, RankRef
+from diag.daemon.collectors.cgroup_cpu import CgroupCpu, CpuQuota, throttled_since
 from diag.daemon.collectors.procs import ProcessScan, parse_stat
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,7 @@ class _ProcCounters:
     read_bytes: int
     write_bytes: int
     run_delay: dict[int, int] | None  # thread id -> its run-queue delay so far (ns); None unread
+    quota: CpuQuota | None  # its cgroup's CPU controller (None: unreadable)
 
 
 def _physical_disks(names: list[str]) -> set[str]:
@@ -86,8 +91,10 @@ class HostCollector:
         interval_s: float = 1.0,
         state_interval_s: float | None = None,
         clock_ticks_per_s: int | None = None,
+        cgroup_root: Path = Path("/sys/fs/cgroup"),
     ) -> None:
         self.proc_root = Path(proc_root)
+        self._cgroups = CgroupCpu(self.proc_root, cgroup_root)
         # Called every state_interval_s (when shorter): each call reads the ranks' states; a
         # full sample (rates, the samples' events) every interval_s.
         self.interval_s = min(interval_s, state_interval_s or interval_s)
@@ -217,7 +224,8 @@ class HostCollector:
             info[key] = rest.split()[0] if rest.split() else "0"
         read_b, write_b = self._proc_io(pid)
         delays = self._run_delays(pid)
-        now = _ProcCounters(t, start_ticks, cpu_ticks, read_b, write_b, delays)
+        quota = self._cgroups.read(pid)
+        now = _ProcCounters(t, start_ticks, cpu_ticks, read_b, write_b, delays, quota)
         prev = self._prev_proc.get(pid)
         if prev is not None and prev.start_ticks != start_ticks:
             self._forget(pid, "exited (pid reused)")
@@ -244,6 +252,8 @@ class HostCollector:
             num_stopped=stopped,
             num_disk_wait=disk_wait,
             run_delay_ns=_delay_since(prev.run_delay, delays),
+            cpu_throttled_ns=throttled_since(prev.quota, quota),
+            cpu_limit_cores=quota.limit_cores if quota is not None else 0.0,
             **UNSTAMPED,  # type: ignore[arg-type]
         )
 

@@ -40,7 +40,10 @@ the anomaly:
   longer in proportion. Its delay beyond its own compute times its peers' delay per millisecond
   of compute must still reach the floor (a float64 matmul on one rank: 7.5 ms/step against its
   peers' 2.5 ms, yet no more per millisecond of compute than theirs; a competitor raises that
-  rate itself).
+  rate itself), and so must its delay beyond its compute times its own rate before the onset
+  (a rank that computes without a break waits more per millisecond than peers that compute in
+  bursts: a pipeline rank with 4x the work beside a busy loop, 1.4 ms per ms against its peers'
+  0.3-0.6, but 2.7 of its own before).
 
 A whole host can be contended with no calm peer to show it (every rank of a one-host job shares
 its CPUs with the competitor; the scheduler spreads the loss over them): then the reference is the
@@ -103,6 +106,9 @@ from diag.diagnose.features import (
 )
 from diag.findings import Evidence, Finding, job_cost_text
 
+#: evidence metric: the culprit's cgroup CPU quota throttling (ms per second) vs its peers'
+CPU_THROTTLED = "cpu_throttled_ms_per_s"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContentionConfig:
@@ -118,6 +124,9 @@ class ContentionConfig:
     min_blocks: int = 3  # ... and its length in windows (blocks of ``window`` steps)
     sigmas: float = 2.0  # the mean excess minus this many standard errors must reach the floor
     sibling_sigmas: float = 1.0  # ... for a rank whose host already holds a contended rank
+    #: the rank's own delay per ms of compute before its onset, taken this many standard errors
+    #: high, must leave the floor unexplained (:func:`_beyond_demand`)
+    own_rate_sigmas: float = 1.0
     min_wait_explained: float = 0.5
     dwarfed: float = 0.25  # a later step up this many times the earlier level dates the finding
     confident_gap: float = 0.2
@@ -251,20 +260,48 @@ def _beyond_demand(
 ) -> bool:
     """The rank's run-queue delay over its anomaly is more than its own demand explains: on a
     host the job oversubscribes, a rank that computes longer (a slower kernel, more work) is
-    runnable longer and waits longer in proportion, with its peers' share of waiting. Expected:
-    its mean compute (on-CPU) times its peers' delay per millisecond of compute (the median over
-    the other ranks of their sums over the same steps); the delay beyond that must reach the
-    floor. Without compute times there is nothing to scale by and the rank stands."""
+    runnable longer and waits longer. Two references, each of which must leave at least the
+    floor unexplained:
+
+    - its peers': its mean compute (on-CPU) times their delay per millisecond of compute (the
+      median over the other ranks of their sums over the same steps);
+    - its own before the onset (a rank with an onset and at least ``window`` steps before it):
+      its mean compute in the anomaly times its own delay per millisecond of compute then, plus
+      ``own_rate_sigmas`` (1) standard errors of that rate (:func:`_stderr` of the steps'
+      residuals, in blocks: 4x the work multiplies a rate's noise by four). A competitor that
+      arrives raises that rate; more work of its own does not. The peers' rate alone
+      under-reads a rank that computes without a break beside ranks that compute in short
+      bursts and sleep in the collectives (the scheduler favours a task that wakes up over one
+      that has run on): a pipeline rank doing 4x its stage's work beside a busy loop waited
+      27.4 ms/step for a CPU at 19.6 ms of compute (1.4 ms per ms) against its peers' 0.3-0.6,
+      yet 2.7 per ms of its own before the onset; it read as contention by the busy loop, its
+      extra work folded in.
+
+    Without compute times there is nothing to scale by and the rank stands."""
     rows = (cpu.index >= r.anomaly[0]) & (cpu.index <= r.anomaly[1])
     others = [c for c in cpu.columns if c != r.rank]
     demand = comp.loc[rows, others].sum()
     if not others or not (demand > 0).all() or not (comp.loc[rows, r.rank] > 0).any():
         return True
     per_ms = float((cpu.loc[rows, others].sum() / demand).median())
-    expected = per_ms * float(comp.loc[rows, r.rank].mean())
-    beyond = float(cpu.loc[rows, r.rank].mean()) - expected
+    compute = float(comp.loc[rows, r.rank].mean())
+    delay = float(cpu.loc[rows, r.rank].mean())
     floor = max(cfg.min_excess_ms, cfg.min_excess_frac * float(step[rows].mean()))
-    return beyond >= floor
+    if delay - per_ms * compute < floor:
+        return False
+    if r.onset is None or r.before is None:
+        return True
+    pre = (cpu.index >= r.before[0]) & (cpu.index <= r.before[1])
+    pre_comp = comp.loc[pre, r.rank].to_numpy(dtype=float)
+    pre_delay = cpu.loc[pre, r.rank].to_numpy(dtype=float)
+    ok = ~(np.isnan(pre_comp) | np.isnan(pre_delay))
+    pre_comp, pre_delay = pre_comp[ok], pre_delay[ok]
+    if len(pre_comp) < cfg.window or not pre_comp.sum() > 0:
+        return True
+    own_per_ms = float(pre_delay.sum() / pre_comp.sum())
+    # the rate's own noise (bursty delay over a few dozen steps): its standard error, in blocks
+    se = _stderr(pre_delay - own_per_ms * pre_comp, cfg.window) / float(pre_comp.mean())
+    return delay - (own_per_ms + cfg.own_rate_sigmas * se) * compute >= floor
 
 
 def _host_arrival(
@@ -735,6 +772,57 @@ def _cpus(proc: pd.DataFrame, ranks: list[int], span: tuple[int, int]) -> set[in
 
 
 @dataclass(frozen=True, slots=True)
+class _Throttled:
+    """What the CPU quota of the culprits' cgroups did over the anomaly (ProcSample, schema
+    1.21): the lead culprit's throttled time per second of its samples, its peers' median, and
+    the tightest limit among the culprits (cores; 0 unknown)."""
+
+    rank: int
+    ms_per_s: float
+    peers_ms_per_s: float
+    limit_cores: float
+
+
+def _throttling(
+    features: Features, lead: int, ranks: list[int], span: tuple[int, int]
+) -> _Throttled | None:
+    """The lead culprit's cgroup throttling over ``span`` against the other ranks' (None where
+    the daemon read no CPU quota: a run before schema 1.21, no CPU controller)."""
+    proc = features.proc
+    if proc.empty or "cpu_throttled_ns" not in proc.columns:
+        return None
+    p = proc[proc["ts_ns"].between(*span) & (proc["interval_ns"] > 0)]
+    p = p[p["cpu_throttled_ns"].notna()]
+    if p.empty or lead not in set(p["rank"].tolist()):
+        return None
+    by = p.groupby("rank")
+    rate = by["cpu_throttled_ns"].sum().astype(float) / by["interval_ns"].sum().astype(float) * 1e3
+    peers = rate.drop([r for r in ranks if r in rate.index])
+    limits = p.loc[p["rank"].isin(ranks), "cpu_limit_cores"].astype(float)
+    limits = limits[limits > 0]
+    return _Throttled(
+        rank=lead,
+        ms_per_s=float(rate.loc[lead]),
+        peers_ms_per_s=float(peers.median()) if len(peers) else 0.0,
+        limit_cores=float(limits.min()) if len(limits) else 0.0,
+    )
+
+
+def _quota_explains(t: _Throttled | None, lead: _Rank, step_ms: float) -> bool:
+    """The culprit's own CPU quota explains at least half of its excess run-queue delay (both
+    per second of the job's time), and its peers were throttled at most half as much: then the
+    quota, not a competitor on the host, is what it waits for."""
+    if t is None or step_ms <= 0:
+        return False
+    excess_ms_per_s = max(0.0, lead.waits_ms - lead.peers_ms) / step_ms * 1e3
+    return (
+        excess_ms_per_s > 0
+        and t.ms_per_s >= 0.5 * excess_ms_per_s
+        and t.peers_ms_per_s <= 0.5 * t.ms_per_s
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class _Process:
     pid: int
     cmd: str
@@ -853,7 +941,19 @@ def _finding(
         ident = f"contention-rank{ranks[0]}"
     when = "from the start" if onset is None else f"from step {onset}"
     against, waiters = ("on its peers", "peers") if reference == "peers" else ("before", "ranks")
-    if foreign:
+    step_ms = float(features.steps.loc[features.steps["step"].between(*anomaly), "duration_ms"]
+                    .median()) if "duration_ms" in features.steps else 0.0  # fmt: skip
+    throttled = _throttling(features, lead.rank, ranks, span) if span else None
+    quota = reference == "peers" and _quota_explains(throttled, lead, step_ms)
+    if quota and throttled is not None:
+        # its own quota, not the host's other processes: they are listed, not blamed
+        limit = f" of {throttled.limit_cores:.2g} cores" if throttled.limit_cores > 0 else ""
+        why = (
+            f"its cgroup's CPU quota{limit} held it throttled {throttled.ms_per_s:.0f} ms/s "
+            f"against {throttled.peers_ms_per_s:.0f} ms/s on its peers"
+        )
+        foreign = []
+    elif foreign:
         p = foreign[0]
         where = f" on CPU {p.cpu}, a culprit's CPU" if p.on_culprit_cpu else f" on {host}"
         why = (
@@ -872,7 +972,7 @@ def _finding(
         f"{lead.peers_wait[0]:.1f} ms/step in collectives; {job_cost_text(lead.slowdown)}"
     )
     conf = float(np.mean([_confidence(r, cfg) for r in group]))
-    conf += 0.1 if any(p.on_culprit_cpu for p in foreign) else 0.05 if foreign else 0.0
+    conf += 0.1 if quota or any(p.on_culprit_cpu for p in foreign) else 0.05 if foreign else 0.0
     severity = "info" if onset is None else _severity(lead.slowdown, cfg)
     return Finding(
         id=ident,
@@ -888,15 +988,34 @@ def _finding(
         summary=summary,
         evidence=(
             *_evidence(group, who, named, host),
+            *([] if throttled is None else [_throttle_evidence(throttled)]),
             Evidence(
                 metric=FOREIGN_PROCESSES,
                 subject=f"host {host}" if host else who,
                 value=float(len(foreign)),
                 unit="processes",
                 note=f"processes outside the job and diag taking >= {cfg.min_process_pct:g}% of "
-                "a core over the anomaly (0: the job's own load or a CPU limit on the rank)",
+                "a core over the anomaly (0: the job's own load or a CPU limit on the rank"
+                + (
+                    "; here its cgroup's CPU quota, whatever else runs on the host)"
+                    if quota
+                    else ")"
+                ),
             ),
         ),
+    )
+
+
+def _throttle_evidence(t: _Throttled) -> Evidence:
+    limit = f"; its limit {t.limit_cores:.2g} cores" if t.limit_cores > 0 else ""
+    return Evidence(
+        metric=CPU_THROTTLED,
+        subject=f"rank {t.rank}",
+        value=t.ms_per_s,
+        reference=t.peers_ms_per_s,
+        unit="ms/s",
+        note="time its cgroup's CPU quota held it throttled, per second (summed over the CPUs it "
+        f"ran on), over the anomaly vs its peers' median{limit}",
     )
 
 

@@ -230,6 +230,26 @@ def test_a_rank_computing_longer_waits_longer_and_that_is_not_contention(
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rank_computing_longer_than_its_peers_rate_explains_is_judged_on_its_own_rate(
+    tmp_path: Path, seed: int
+) -> None:
+    # held-out node.pipeline_rank beside a busy loop: rank 1 with 4x its stage's work waited
+    # 27.4 ms/step for a CPU at 19.6 ms of compute (1.4 ms per ms) against its peers' 0.3-0.6
+    # in the same steps, whose delay fell as the job's steps grew around rank 1; yet 2.7 per ms
+    # of its own before. It read as contention by the busy loop. Its own rate says its work.
+    busy = {"burst_ms": 16.0, "burst_p": 0.6, "seed": seed, "hog_seen": True}
+    run = ContentionRun(heavier=(1,), heavier_x=4.0, calmer_x=0.3, **busy)
+    features = Features.from_store(run.write(tmp_path / "heavy"))
+    assert contention.detect(features) == []
+    # ... a competitor that arrives on a rank raises its own rate: still found, beside the
+    # same calmer peers (a 24 ms/step one in 6 of 6 seeds; a 12 ms/step one, within this
+    # host's bursts, in 4 of 6 with the own-rate reference as without it)
+    hog = ContentionRun(contended=(1,), calmer_x=0.3, extra_ms=24.0, **busy)
+    (f,) = contention.detect(Features.from_store(hog.write(tmp_path / "hog")))
+    assert f.ranks == (1,)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_noise_flagged_long_before_the_hog_does_not_date_it_early(
     tmp_path: Path, seed: int
 ) -> None:
@@ -264,6 +284,37 @@ def test_a_delay_while_another_rank_holds_everyone_up_is_not_the_jobs_slowdown(
     assert f.ranks == (0,) and f.severity == "warning" and f.onset_step is not None
     (held,) = [e for e in f.evidence if e.metric == "held_up_ms"]
     assert held.value > 10
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rank_its_own_cpu_quota_throttles_is_named_for_the_quota_not_the_hosts_hog(
+    tmp_path: Path, seed: int
+) -> None:
+    # held-out node.cpu_quota beside a busy loop: rank 1 under a quarter-core quota waited
+    # 16.3 ms/step for a CPU against 2.5 on its peers, and the finding blamed the busy loop
+    # (43% of a core on rank 1's CPU) though its peers shared the host and did not wait. The
+    # daemon reads the rank's cgroup (schema 1.21): its quota's throttled time is the cause.
+    quota = {"limited": (1,), "limited_from": 50, "limited_ms": 20.0, "seed": seed,
+             "hog_seen": True, "onset": 0}  # fmt: skip
+    seen = ContentionRun(steps=160, quota_seen=True, **quota)
+    (f,) = contention.detect(Features.from_store(seen.write(tmp_path / "seen")))
+    assert f.ranks == (1,) and f.onset_step is not None and f.severity != "info"
+    assert "CPU quota of 0.25 cores held it throttled" in f.summary, f.summary
+    assert f"pid {HOG_PID}" not in f.summary
+    (throttled,) = [e for e in f.evidence if e.metric == contention.CPU_THROTTLED]
+    assert throttled.value > 100 and throttled.reference == 0
+    (foreign,) = [e for e in f.evidence if e.metric == "foreign_processes"]
+    assert foreign.value == 0  # the busy loop is on the host, not what rank 1 waits for
+    # without the cgroup read, the same run blames a process of the host, as before
+    unseen = ContentionRun(steps=160, **quota)
+    (g,) = contention.detect(Features.from_store(unseen.write(tmp_path / "unseen")))
+    assert g.ranks == (1,) and "its host's CPUs are contended (pid" in g.summary
+    # a rank a hog delays while its peers are throttled alike (a host-wide pod limit) is the
+    # hog's: the quota does not set it apart
+    pod = {"limited": (0, 1, 2, 3), "limited_from": 0, "limited_ms": 2.0, "quota_seen": True}
+    both = ContentionRun(steps=160, contended=(2,), onset=50, extra_ms=30.0, seed=seed, **pod)
+    (h,) = contention.detect(Features.from_store(both.write(tmp_path / "both")))
+    assert h.ranks == (2,) and f"pid {HOG_PID}" in h.summary
 
 
 @pytest.mark.parametrize("seed", [0, 2, 4, 5])
