@@ -283,3 +283,29 @@ def test_cpu_operators_are_unknown_in_a_window_that_recorded_the_device_only(tmp
     slow_gemm = k["window_id"].isin(device_only) & (k["name"] == "sm90_gemm") & (k["rank"] == 1)
     k.loc[slow_gemm, "total_ns"] *= 2
     assert ("sm90_gemm", (1,)) in [(f.kernel, f.ranks) for f in kernel.detect(k, w, CFG)]
+
+
+def test_an_operator_whose_time_exceeds_anothers_in_a_window_is_not_its_child(tmp_path):
+    # held-out kernel.float64: a layer in float64 made rank 2's matrix products 3x its peers'
+    # and its casts slower too; the casts' excess was 85% of the products', so the products
+    # were dropped as the casts' wrapper, though in one window the casts took longer than they
+    # did. A child's time lies inside its wrapper's: in no window can it be more.
+    base = _with(2.0, "aten::mm", {2}, set(range(5)))  # 20 -> 40 ms, 20 ms of excess
+
+    def layer(n: str, r: int, w: int) -> float:
+        if n == "aten::add" and r == 2:
+            return 45.0 if w == 2 else 22.0  # 17 ms of excess (85%), above mm in window 2
+        return base(n, r, w)
+
+    kernel_run(tmp_path, layer)
+    found = kernel.detect_from_store(RunStore.open(tmp_path), CFG)
+    assert sorted((f.kernel, f.ranks) for f in found) == [("aten::add", (2,)), ("aten::mm", (2,))]
+    (mm,) = [f for f in found if f.kernel == "aten::mm"]
+    assert any(e.metric == "wrapper" and e.subject == "aten::matmul" for e in mm.evidence)
+    # the same excess held inside the products in every window: a child, the products dropped
+    (tmp_path / "inside").mkdir()
+    kernel_run(
+        tmp_path / "inside", lambda n, r, w: 22.0 if (n, r) == ("aten::add", 2) else base(n, r, w)
+    )
+    found = kernel.detect_from_store(RunStore.open(tmp_path / "inside"), CFG)
+    assert [(f.kernel, f.ranks) for f in found] == [("aten::add", (2,))]
