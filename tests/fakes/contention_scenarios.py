@@ -67,6 +67,11 @@ class ContentionRun:
     #: from the onset, the other ranks wait this share of what they did (their job's steps grew
     #: around the heavier rank: they sleep in the collectives, the host is less busy)
     calmer_x: float = 1.0
+    #: the heavier ranks' run-queue delay grows this many times instead of ``heavier_x`` (a rank
+    #: that computes without a break waits more per millisecond than in short bursts)
+    heavier_wait_x: float | None = None
+    #: the heavier ranks' process CPU share from the onset (the others' stays 50 %)
+    heavier_cpu_pct: float = 50.0
     limited: tuple[int, ...] = ()  # ranks that wait ``limited_ms`` more every step from ...
     limited_from: int = 0  # ... this step: a CPU limit, no process to see
     limited_ms: float = 0.0
@@ -113,7 +118,9 @@ class ContentionRun:
             if step >= self.onset:
                 for r in self.heavier:
                     compute[r] *= self.heavier_x
-                    wait_cpu[r] *= self.heavier_x
+                    wait_cpu[r] *= (
+                        self.heavier_x if self.heavier_wait_x is None else self.heavier_wait_x
+                    )
             busy = compute + wait_cpu
             wait = busy.max() - busy + self.comm_ms
             dur_ms = float(busy.max() + self.comm_ms)
@@ -162,7 +169,7 @@ class ContentionRun:
                 schema.ProcSample(
                     **ranks[r].env(ts) | {"source": d.name, "seq": next(d._seq)},
                     pid=1000 + r,
-                    cpu_pct=50.0,
+                    cpu_pct=self.heavier_cpu_pct if hog and r in self.heavier else 50.0,
                     last_cpu=self.cpus[r] if self.cpus[r] >= 0 else (ts - T0) // S % 2,
                     **self._quota(r, throttled),
                 )

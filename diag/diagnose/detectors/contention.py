@@ -43,7 +43,9 @@ the anomaly:
   rate itself), and so must its delay beyond its compute times its own rate before the onset
   (a rank that computes without a break waits more per millisecond than peers that compute in
   bursts: a pipeline rank with 4x the work beside a busy loop, 1.4 ms per ms against its peers'
-  0.3-0.6, but 2.7 of its own before).
+  0.3-0.6, but 2.7 of its own before); and its process must not use more of a CPU than before
+  while its peers do not (:func:`_uses_more_cpu`: more work of its own; a competitor or a quota
+  takes CPU from a rank, it cannot make it use more).
 
 A whole host can be contended with no calm peer to show it (every rank of a one-host job shares
 its CPUs with the competitor; the scheduler spreads the loss over them): then the reference is the
@@ -127,6 +129,9 @@ class ContentionConfig:
     #: the rank's own delay per ms of compute before its onset, taken this many standard errors
     #: high, must leave the floor unexplained (:func:`_beyond_demand`)
     own_rate_sigmas: float = 1.0
+    #: a rank whose process's CPU share grew this many times over its own before the onset, and
+    #: over its peers' change, does more work: its delay is its demand (:func:`_uses_more_cpu`)
+    more_cpu_ratio: float = 1.25
     min_wait_explained: float = 0.5
     dwarfed: float = 0.25  # a later step up this many times the earlier level dates the finding
     confident_gap: float = 0.2
@@ -210,7 +215,11 @@ def detect(features: Features, cfg: ContentionConfig | None = None) -> list[Find
                 found = [f for f in found if f.rank != rank] + [r]
                 break
     comp = features.wide("compute_ms", cfg.warmup_steps).reindex_like(cpu)
-    found = [r for r in found if _beyond_demand(r, cpu, comp, step, cfg)]
+    found = [
+        r
+        for r in found
+        if _beyond_demand(r, cpu, comp, step, cfg) and not _uses_more_cpu(r, features, cfg)
+    ]
     by_host: dict[str, list[_Rank]] = {}
     for r in found:
         by_host.setdefault(hosts.get(r.rank, ""), []).append(r)
@@ -302,6 +311,34 @@ def _beyond_demand(
     # the rate's own noise (bursty delay over a few dozen steps): its standard error, in blocks
     se = _stderr(pre_delay - own_per_ms * pre_comp, cfg.window) / float(pre_comp.mean())
     return delay - (own_per_ms + cfg.own_rate_sigmas * se) * compute >= floor
+
+
+def _uses_more_cpu(r: _Rank, features: Features, cfg: ContentionConfig) -> bool:
+    """The rank's process took ``more_cpu_ratio`` times the CPU share after its onset that it
+    took before (the daemon's ``ProcSample.cpu_pct``, samples wholly on either side of the
+    onset's start, up to the anomaly's end), and that many times its peers' median change: it
+    does more work. A competitor, or a quota, takes CPU from a rank; it cannot make it use more.
+    A rank that computes without a break beside a busy loop waits more per millisecond than it
+    did in short bursts (a pipeline rank with 3.6x the work: 3.5 -> 23.7 ms/step of delay, its
+    own rate doubled), yet its process went from 31 % to 53 % of a core while its peers' fell
+    from ~37 % to ~23 %; the quota'd rank of another run went from 30 % to 25 %. Unknown (no
+    samples on a side, a rank from the start): False, the rank stands."""
+    proc, steps = features.proc, features.steps
+    if r.onset is None or proc.empty or "cpu_pct" not in proc.columns:
+        return False
+    at = steps.loc[steps["step"] == r.onset, "start_ns"]
+    until = steps.loc[steps["step"] == r.anomaly[1], "end_ns"]
+    if at.empty or until.empty:
+        return False
+    t_on, t_end = int(at.min()), int(until.max())
+    start = proc["ts_ns"] - proc["interval_ns"].clip(lower=0)
+    before = proc[proc["ts_ns"] <= t_on].groupby("rank")["cpu_pct"].mean()
+    after = proc[(start >= t_on) & (proc["ts_ns"] <= t_end)].groupby("rank")["cpu_pct"].mean()
+    change = (after / before.where(before > 0)).dropna()
+    if r.rank not in change.index or len(change) < 2:
+        return False
+    own, peers = float(change.loc[r.rank]), float(change.drop(r.rank).median())
+    return own >= cfg.more_cpu_ratio and own >= cfg.more_cpu_ratio * peers
 
 
 def _host_arrival(

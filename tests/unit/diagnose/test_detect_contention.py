@@ -287,6 +287,24 @@ def test_a_delay_while_another_rank_holds_everyone_up_is_not_the_jobs_slowdown(
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rank_that_uses_more_cpu_than_before_does_more_work_whatever_it_waits(
+    tmp_path: Path, seed: int
+) -> None:
+    # held-out node.pipeline_rank beside a busy loop (a second run): rank 3 with 3.6x the work
+    # waited 3.5 -> 23.7 ms/step for a CPU, twice its own rate per ms before, and read as
+    # contention by the loop; its process went from 31 % to 53 % of a core while its peers'
+    # fell. A competitor takes CPU from a rank; it cannot make it use more.
+    busy = {"burst_ms": 16.0, "burst_p": 0.6, "seed": seed, "hog_seen": True, "calmer_x": 0.3}
+    heavy = {"heavier": (1,), "heavier_x": 3.6, "heavier_wait_x": 7.0, **busy}
+    more = ContentionRun(heavier_cpu_pct=85.0, **heavy)
+    assert contention.detect(Features.from_store(more.write(tmp_path / "more"))) == []
+    # the same delays with its CPU share unchanged: nothing tells its work from a competitor
+    same = ContentionRun(**heavy)
+    (f,) = contention.detect(Features.from_store(same.write(tmp_path / "same")))
+    assert f.ranks == (1,)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_rank_its_own_cpu_quota_throttles_is_named_for_the_quota_not_the_hosts_hog(
     tmp_path: Path, seed: int
 ) -> None:
