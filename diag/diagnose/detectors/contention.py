@@ -963,6 +963,14 @@ def _finding(
     procs = sorted(procs, key=lambda p: _of_the_job(p, features, ranks))
     named = [p for p in procs if p.pct >= cfg.min_process_pct][: cfg.max_processes]
     foreign = [p for p in named if not _of_the_job(p, features, ranks)]
+    step_ms = float(features.steps.loc[features.steps["step"].between(*anomaly), "duration_ms"]
+                    .median()) if "duration_ms" in features.steps else 0.0  # fmt: skip
+    throttled = _throttling(features, lead.rank, ranks, span) if span else None
+    quota = reference == "peers" and _quota_explains(throttled, lead, step_ms)
+    if quota:
+        # its own quota, not the host's other processes: they are listed, not blamed (and a
+        # process on its CPU brings in no pinned mates)
+        foreign = []
     if onset is not None and span is not None and foreign and foreign[0].on_culprit_cpu:
         mates = _pinned_mates(foreign[0].cpu, ranks, lead, host, hosts, features, span, cfg)
         if mates:
@@ -978,18 +986,12 @@ def _finding(
         ident = f"contention-rank{ranks[0]}"
     when = "from the start" if onset is None else f"from step {onset}"
     against, waiters = ("on its peers", "peers") if reference == "peers" else ("before", "ranks")
-    step_ms = float(features.steps.loc[features.steps["step"].between(*anomaly), "duration_ms"]
-                    .median()) if "duration_ms" in features.steps else 0.0  # fmt: skip
-    throttled = _throttling(features, lead.rank, ranks, span) if span else None
-    quota = reference == "peers" and _quota_explains(throttled, lead, step_ms)
     if quota and throttled is not None:
-        # its own quota, not the host's other processes: they are listed, not blamed
         limit = f" of {throttled.limit_cores:.2g} cores" if throttled.limit_cores > 0 else ""
         why = (
             f"its cgroup's CPU quota{limit} held it throttled {throttled.ms_per_s:.0f} ms/s "
             f"against {throttled.peers_ms_per_s:.0f} ms/s on its peers"
         )
-        foreign = []
     elif foreign:
         p = foreign[0]
         where = f" on CPU {p.cpu}, a culprit's CPU" if p.on_culprit_cpu else f" on {host}"
