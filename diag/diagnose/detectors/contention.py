@@ -322,10 +322,20 @@ def _uses_more_cpu(r: _Rank, features: Features, cfg: ContentionConfig) -> bool:
     did in short bursts (a pipeline rank with 3.6x the work: 3.5 -> 23.7 ms/step of delay, its
     own rate doubled), yet its process went from 31 % to 53 % of a core while its peers' fell
     from ~37 % to ~23 %; the quota'd rank of another run went from 30 % to 25 %. Unknown (no
-    samples on a side, a rank from the start): False, the rank stands."""
+    samples on a side, a rank from the start): False, the rank stands. Its peers are the ranks
+    of its host where it has any (the host's load is what changed with it; and at fleet scale
+    the samples of one host, not of every rank, are grouped), else every other rank."""
     proc, steps = features.proc, features.steps
     if r.onset is None or proc.empty or "cpu_pct" not in proc.columns:
         return False
+    mine = proc["rank"].to_numpy() == r.rank
+    if not mine.any():
+        return False
+    if "host" in proc.columns:
+        host = proc["host"].to_numpy()[mine][-1]
+        local = proc["host"].to_numpy() == host
+        if len(np.unique(proc["rank"].to_numpy()[local])) >= 2:
+            proc = proc[local]
     at = steps.loc[steps["step"] == r.onset, "start_ns"]
     until = steps.loc[steps["step"] == r.anomaly[1], "end_ns"]
     if at.empty or until.empty:
