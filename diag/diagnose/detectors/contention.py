@@ -325,7 +325,7 @@ def _uses_more_cpu(r: _Rank, features: Features, cfg: ContentionConfig) -> bool:
     samples on a side, a rank from the start): False, the rank stands. Its peers are the ranks
     of its host where it has any (the host's load is what changed with it; and at fleet scale
     the samples of one host, not of every rank, are grouped), else every other rank."""
-    proc, steps = features.proc, features.steps
+    proc = features.proc
     if r.onset is None or proc.empty or "cpu_pct" not in proc.columns:
         return False
     mine = proc["rank"].to_numpy() == r.rank
@@ -336,11 +336,10 @@ def _uses_more_cpu(r: _Rank, features: Features, cfg: ContentionConfig) -> bool:
         local = proc["host"].to_numpy() == host
         if len(np.unique(proc["rank"].to_numpy()[local])) >= 2:
             proc = proc[local]
-    at = steps.loc[steps["step"] == r.onset, "start_ns"]
-    until = steps.loc[steps["step"] == r.anomaly[1], "end_ns"]
-    if at.empty or until.empty:
+    span = _span(features.steps, (r.onset, r.anomaly[1]))
+    if span is None:
         return False
-    t_on, t_end = int(at.min()), int(until.max())
+    t_on, t_end = span
     start = proc["ts_ns"] - proc["interval_ns"].clip(lower=0)
     before = proc[proc["ts_ns"] <= t_on].groupby("rank")["cpu_pct"].mean()
     after = proc[(start >= t_on) & (proc["ts_ns"] <= t_end)].groupby("rank")["cpu_pct"].mean()

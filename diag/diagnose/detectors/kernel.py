@@ -638,8 +638,7 @@ def _inside(child: dict, wrapper: dict, table: pd.DataFrame | None) -> bool:
     ranks = [r for r in child["ranks"] if r in inner.columns and r in outer.columns]
     if not ranks:
         return True
-    a = inner[ranks].reindex(outer.index)
-    b = outer[ranks].reindex(inner.index).reindex(a.index)
+    a, b = inner[ranks].reindex(outer.index), outer[ranks]
     both = (a > 0) & (b > 0)
     return bool((a.where(both, 0.0) <= b.where(both, 0.0) + 1_000).all(axis=None))
 
