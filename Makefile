@@ -13,13 +13,19 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# diag's operator observer for this torch (diag.hook.opstats: C++, ~10 s of g++ once; without a
+# compiler the profiler windows use Kineto and this says why)
+OBSERVER := $(PY) -m diag.hook.opstats build || true
+
 demo: $(STAMP)
+	$(OBSERVER)
 	$(VENV)/bin/diag demo
 
 test: $(STAMP) lint
 	# byte-compiled once: where PYTHONDONTWRITEBYTECODE is set (these machines), every process the
 	# tests start (ranks' hooks, daemons, analyzers, CLIs: hundreds) would compile diag again
 	$(PY) -m compileall -q diag probes tests bench scripts > /dev/null
+	$(OBSERVER)
 	# the unit tests on two workers (pure logic: no process, no job); the integration tests one at
 	# a time, as each starts real jobs whose timing a second worker would disturb
 	$(PY) -m pytest -q -n 2 -m "not integration"

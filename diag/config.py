@@ -73,6 +73,12 @@ class HookConfig:
     # collectives' kernels: what the kernel detector compares there), and the training thread
     # pays nothing per operator (~0.5 us while recorded, ~1.3-2 us more at the stop on CPU)
     profile_cpu_ops_on_cuda: bool = False
+    # periodic windows that record CPU operators (a rank without CUDA work, no shapes) count
+    # them with diag's own RecordFunction observer (diag.hook.opstats: per-operator calls and
+    # durations, ~0.3 us per call, no raw trace) where it is built for this torch, instead of
+    # Kineto (~2-3 us per call, most of it at the stop); off = Kineto always
+    profile_aggregate: bool = True
+    opstats_lib: str = ""  # the observer's library ("" = diag's cache for this torch)
     # a window's stop first waits up to this long for gloo's worker threads to end the records of
     # the collectives it saw (diag.hook.c10d_workers: torch frees them at the stop, a late end
     # writes through a freed pointer); 0 = do not wait

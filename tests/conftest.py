@@ -12,12 +12,13 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.fakes.netns import two_nodes
 
-__all__ = ["no_processes_in_unit_tests", "no_terminal_width", "two_nodes", "world"]
+__all__ = ["no_processes_in_unit_tests", "no_terminal_width", "observer", "two_nodes", "world"]
 
 UNIT = Path(__file__).resolve().parent / "unit"
 
@@ -90,3 +91,16 @@ def world() -> Iterator[None]:
     yield
     dist.destroy_process_group()
     shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def observer() -> Any:
+    """diag's operator observer built for this torch, loaded from the default cache where the
+    jobs' hooks look for it (``make test`` builds it first; the build itself is tested in
+    tests/integration/test_opstats_build.py); skipped, with why, where it is not built."""
+    from diag.hook import opstats
+
+    found, why = opstats.load()
+    if found is None:
+        pytest.skip(f"diag's operator observer: {why}")
+    return found

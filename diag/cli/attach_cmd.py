@@ -123,6 +123,7 @@ def attach(
         },
     )
     deadline = time.time() + args.duration + DETACH_WAIT_S if args.duration > 0 else 0.0
+    runtime.build_opstats(out)
     launcher = runtime.Launcher(host=host, job_id=run_id)
     analyzer: runtime.EmbeddedAnalyzer | None = None
     daemon = None

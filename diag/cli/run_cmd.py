@@ -239,6 +239,7 @@ def _run_and_watch(
         crash_dir=out / "crash",
     )
     live = args.live == "on" or (args.live == "auto" and sys.stdout.isatty())
+    runtime.build_opstats(out)
     start = time.monotonic()
     job = runtime.Job.start(command, env=env, log_path=out / "logs" / "job.log")
     previous = {s: signal.signal(s, job.forward_signal) for s in (signal.SIGTERM, signal.SIGHUP)}

@@ -148,6 +148,22 @@ def worker_env(
     return env
 
 
+def build_opstats(out: Path, env: Mapping[str, str] | None = None) -> None:
+    """Build diag's operator observer for this torch beside the job when it is not built yet
+    (:mod:`diag.hook.opstats`: ~10 s of g++ in the background, once per torch; the hooks load it
+    when it lands, their windows use Kineto until then). Not when the job's periodic windows
+    will not use it (``DIAG_HOOK_PROFILE_AGGREGATE`` false). Never fails the launch."""
+    env = os.environ if env is None else env
+    if env.get("DIAG_HOOK_PROFILE_AGGREGATE", "").strip().lower() in ("0", "false", "no", "off"):
+        return
+    from diag.hook import opstats
+
+    try:
+        opstats.build_in_background(out / "logs" / "opstats-build.log")
+    except Exception as exc:
+        log.debug("diag: the operator observer's build did not start: %s", exc)
+
+
 def metrics_ports(args: Any) -> tuple[int, int]:
     """The node daemon's and the embedded analyzer's metrics ports from ``--metrics-port P``:
     P and P + 1 (0: a free port each; not given: -1, off)."""

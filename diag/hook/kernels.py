@@ -37,6 +37,7 @@ from typing import Any
 from diag import schema
 from diag.fsutil import atomic_open
 from diag.hook.events import EventFactory
+from diag.hook.opstats import OpTotals
 from diag.hook.profiler import PLAIN_ID, WindowResult
 from diag.kernel_category import KernelStat, kernel_category
 
@@ -161,16 +162,15 @@ def summarize(
             acc.durations.append(dur)
             if dur > acc.max_ns:
                 acc.max_ns, acc.heaviest = dur, event
-    ranked = sorted(accs.items(), key=lambda kv: sum(kv[1].durations), reverse=True)
-    kept = [kv for i, kv in enumerate(ranked) if i < top_n or kv[0][1] == "collective"]
     window = max(1, duration_ns)
-    for (name, category, device), acc in kept:
-        total = sum(acc.durations)
+    rows = []
+    for (name, category, device), acc in accs.items():
         shapes = ""
         if record_shapes:
             recorded = acc.heaviest.shapes()
             shapes = str(recorded) if any(recorded) else ""
-        out.rows.append(
+        total = sum(acc.durations)
+        rows.append(
             KernelStat(
                 name=name,
                 category=category,
@@ -183,6 +183,43 @@ def summarize(
                 input_shapes=shapes,
             )
         )
+    out.rows = _kept(rows, top_n)
+    return out
+
+
+def _kept(rows: list[KernelStat], top_n: int) -> list[KernelStat]:
+    """The top ``top_n`` rows by total time, plus every collective."""
+    ranked = sorted(rows, key=lambda r: r.total_ns, reverse=True)
+    return [r for i, r in enumerate(ranked) if i < top_n or r.category == "collective"]
+
+
+def summarize_totals(totals: OpTotals, duration_ns: int, *, top_n: int = TOP_N) -> WindowSummary:
+    """The rows of a window counted by diag's operator observer (:mod:`diag.hook.opstats`):
+    the same names, categories and figures :func:`summarize` gives from Kineto's events (an
+    annotation is Kineto's "user_annotation", the rest "cpu_op")."""
+    out = WindowSummary()
+    window = max(1, duration_ns)
+    rows = []
+    for op in totals.rows:
+        activity = "user_annotation" if op.scope == "user" else "cpu_op"
+        category = category_of(op.name, activity)
+        if category is None:
+            continue
+        if activity == "cpu_op":
+            out.num_ops += op.calls
+        rows.append(
+            KernelStat(
+                name=op.name,
+                category=category,
+                device="cpu",
+                num_calls=op.calls,
+                total_ns=op.total_ns,
+                median_ns=op.median_ns,
+                max_ns=op.max_ns,
+                step_share=op.total_ns / window,
+            )
+        )
+    out.rows = _kept(rows, top_n)
     return out
 
 
@@ -292,6 +329,7 @@ def window_events(
             settle_ns=done.settle.waited_ns,
             unsettled=done.settle.unsettled,
             device_only=done.device_only,
+            aggregated=done.aggregated,
         )
     )
     return out
@@ -312,7 +350,11 @@ def process(
     summary = WindowSummary()
     trace_path, trace_bytes, error = "", 0, ""
     result = done.result
-    if result is not None:
+    if isinstance(result, OpTotals):
+        summary = summarize_totals(result, max(1, done.end_ns - done.start_ns))
+        if result.dropped:
+            error = f"{result.dropped} operator calls beyond the observer's bound not counted"
+    elif result is not None:
         duration = max(1, done.end_ns - done.start_ns)
         summary = summarize(
             result.events(), duration, record_shapes=record_shapes, pause=pause, chunk=chunk

@@ -104,6 +104,9 @@ class WindowResult:
     settle: Settle = NO_WAIT
     #: no CPU operators recorded: the device's activity only (:func:`records_cpu_ops`)
     device_only: bool = False
+    #: counted by diag's operator observer (:mod:`diag.hook.opstats`): ``result`` is its
+    #: :class:`~diag.hook.opstats.OpTotals`, there is no raw trace
+    aggregated: bool = False
 
 
 def records_shapes(plan: WindowPlan, cfg: HookConfig) -> bool:
@@ -124,6 +127,21 @@ def records_cpu_ops(plan: WindowPlan, cfg: HookConfig, cuda: bool) -> bool:
     and each recorded operator costs the training thread ~0.5 us while the window is open and
     ~1.3-2 us more when the profiler stops (it builds the trace then)."""
     return not cuda or plan.trigger == ON_DEMAND or cfg.profile_cpu_ops_on_cuda
+
+
+def records_aggregated(plan: WindowPlan, cfg: HookConfig, cpu_ops: bool, cuda_work: bool) -> bool:
+    """Whether a window that records CPU operators counts them with diag's observer
+    (:mod:`diag.hook.opstats`, when loaded) instead of Kineto: a periodic window
+    (``cfg.profile_aggregate``) of a rank that does not compute on CUDA, without shapes. An
+    on-demand window (someone asked for evidence: shapes, the raw trace) and a window that
+    records the device's kernels stay with Kineto."""
+    return (
+        cfg.profile_aggregate
+        and cpu_ops
+        and not cuda_work
+        and plan.trigger == PERIODIC
+        and not records_shapes(plan, cfg)
+    )
 
 
 def periodic_id(step: int) -> str:
@@ -192,6 +210,10 @@ class ProfilerWindows:
         self._device = "cpu"
         self._cuda = False
         self._cpu_ops = True  # the open window records CPU operators
+        self._aggregated = False  # the open window counts them with :attr:`opstats`
+        #: diag's operator observer (:mod:`diag.hook.opstats`), set by the hook thread once
+        #: loaded; None: windows use Kineto alone
+        self.opstats: Any = None
         #: set on the training thread at the first backward from a CUDA tensor: the job computes
         #: on the device (CUDA initialized alone, e.g. by a DataLoader's pin_memory, says not)
         self.device_work = False
@@ -281,12 +303,18 @@ class ProfilerWindows:
         t0 = self.clock()
         self._cuda = bool(torch.cuda.is_available() and torch.cuda.is_initialized())
         self._device = f"cuda:{torch.cuda.current_device()}" if self._cuda else "cpu"
+        cuda_work = self._cuda and self.device_work
+        self._cpu_ops = records_cpu_ops(plan, self.cfg, cuda_work)
+        opstats = self.opstats
+        if opstats is not None and records_aggregated(plan, self.cfg, self._cpu_ops, cuda_work):
+            self._start_aggregated(plan, step, opstats, t0)
+            return
         if torch._C._autograd._profiler_enabled():
             now = t0 + self.wall_offset_ns
             self.done.append(WindowResult(plan, None, now, now, self._device, "profiler busy"))
             return
+        self._aggregated = False
         self.workers.observe()  # between steps the workers wait at home: a sample of where
-        self._cpu_ops = records_cpu_ops(plan, self.cfg, self._cuda and self.device_work)
         activities = set()
         if self._cpu_ops:
             activities.add(autograd_profiler.ProfilerActivity.CPU)
@@ -318,6 +346,27 @@ class ProfilerWindows:
         self._start_ns = t1 + self.wall_offset_ns
         self._train_ns = t1 - t0
 
+    def _start_aggregated(self, plan: WindowPlan, step: int, opstats: Any, t0: int) -> None:
+        try:
+            started = opstats.start()
+        except Exception as exc:
+            started, error = (
+                False,
+                f"operator observer failed to start: {type(exc).__name__}: {exc}",
+            )
+        else:
+            error = "operator observer already running"
+        if not started:
+            now = self.clock() + self.wall_offset_ns
+            self.done.append(WindowResult(plan, None, now, now, self._device, error[:300]))
+            return
+        t1 = self.clock()
+        self._aggregated = True
+        self.active = plan
+        self.stop_after = step + max(1, plan.num_steps) - 1
+        self._start_ns = t1 + self.wall_offset_ns
+        self._train_ns = t1 - t0
+
     def _stop(self, error: str) -> None:
         # ``active`` is cleared only once the result is in ``done``: a detach waiting on another
         # thread for the window to stop (:meth:`close_at_boundary`) then runs the hook thread's
@@ -325,6 +374,9 @@ class ProfilerWindows:
         # while the profiler was still stopping here, and the window's event was lost)
         plan = self.active
         assert plan is not None
+        if self._aggregated:
+            self._stop_aggregated(plan, error)
+            return
         try:
             autograd_profiler = self.torch.autograd.profiler
             t_enter = t0 = self.clock()
@@ -358,6 +410,35 @@ class ProfilerWindows:
                 )
             )
         finally:
+            self.active = None
+
+    def _stop_aggregated(self, plan: WindowPlan, error: str) -> None:
+        """Stop diag's observer: no settle wait (a collective's record that ends on its worker
+        after this is dropped by the observer, not written into freed memory)."""
+        try:
+            t0 = self.clock()
+            result = None
+            try:
+                result = self.opstats.stop()
+            except Exception as exc:
+                error = f"operator observer failed to stop: {type(exc).__name__}: {exc}"
+                error = error.splitlines()[0][:300]
+            t1 = self.clock()
+            self.busy = result is not None
+            self.done.append(
+                WindowResult(
+                    plan,
+                    result,
+                    self._start_ns,
+                    t0 + self.wall_offset_ns,
+                    self._device,
+                    error,
+                    self._train_ns + (t1 - t0),
+                    aggregated=True,
+                )
+            )
+        finally:
+            self._aggregated = False
             self.active = None
 
 

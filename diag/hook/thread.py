@@ -16,7 +16,8 @@ with ``exiting=False``: the hook leaves a job that runs on).
 Each cycle it also reads the control frames the daemon wrote back (on-demand profile requests,
 scheduled through the :class:`~diag.hook.profiler.ProfilerWindows` inbox; a malformed one is
 counted as a hook error) and turns finished profiler windows into events
-(:func:`diag.hook.kernels.process`).
+(:func:`diag.hook.kernels.process`). Until it has it, it looks every ``OPSTATS_LOOK_S`` for diag's
+operator observer built for this torch (:mod:`diag.hook.opstats`) and hands it to the windows.
 
 While the Flight Recorder works, a finished step is held until the first harvest after its end, so
 its ``num_collectives`` counts the FR entries created inside it (DDP's C++ all-reduces included);
@@ -52,6 +53,7 @@ from diag import schema
 from diag.config import HookConfig
 from diag.flight_recorder import load_fr_dump, load_fr_json
 from diag.hook import kernels as hook_kernels
+from diag.hook import opstats as hook_opstats
 from diag.hook.device_timer import DeviceStep, DeviceTimer
 from diag.hook.events import EventFactory, fr_dtype_name
 from diag.hook.fr_pacing import FrPacer, probe_total
@@ -79,6 +81,8 @@ DEVICE_KEEP = 8192
 FR_SERVER_TIMEOUT_S = 5.0
 #: profiler-window events summarized between two pacing ticks (~100-150 us of work)
 WINDOW_TICK_EVENTS = 32
+#: how often the hook looks for diag's operator observer until it is built (diag.hook.opstats)
+OPSTATS_LOOK_S = 5.0
 
 
 def fr_buffer_size() -> int:
@@ -204,6 +208,9 @@ class HookThread(threading.Thread):
         #: writing the trace took here (wall time, pauses included), and when that was done
         #: (``time.perf_counter_ns()``: the steps before it may have waited for this thread).
         self.window_costs: deque[tuple[str, int, int, int]] = deque(maxlen=64)
+        #: when to look for diag's operator observer again (monotonic s; inf: never again)
+        self._next_opstats_look = 0.0 if self.cfg.profile_aggregate else float("inf")
+        self.opstats_note = ""  # why it is not loaded ("" once it is)
 
     # ----------------------------------------------------------------- loop
     def run(self) -> None:
@@ -228,6 +235,7 @@ class HookThread(threading.Thread):
         self.sender.close()  # the daemon sees the end now, not when the process exits
 
     def _start(self) -> None:
+        self._opstats_look()  # before the first periodic window, in all likelihood
         self._rank_info()
         if self.fr_ok and self.cfg.fr_dump_server:
             self.fr_server = FrServer.start(self.torch)
@@ -327,6 +335,7 @@ class HookThread(threading.Thread):
         if self._full_rank_info:
             self._layout()
         self._control()
+        self._opstats_look()
         self._profile_windows()
         if self.cfg.capture_checkpoints:
             self._patch_late()
@@ -355,6 +364,24 @@ class HookThread(threading.Thread):
                 log.debug("diag hook: profile window %s requested at step %d",
                           plan.window_id, plan.start_step)  # fmt: skip
                 self.profiler.inbox.append(plan)
+
+    def _opstats_look(self) -> None:
+        """Load diag's operator observer once it is built (``diag run`` builds it beside the
+        job's start: it may land after the hook starts); looked for every
+        :data:`OPSTATS_LOOK_S` until then. Loaded here, never on the training thread."""
+        now = time.monotonic()
+        if now < self._next_opstats_look:
+            return
+        found, why = hook_opstats.load(self.cfg.opstats_lib)
+        if found is None:
+            self._next_opstats_look = now + OPSTATS_LOOK_S
+            if why != self.opstats_note:
+                log.debug("diag hook: operator observer: %s", why)
+            self.opstats_note = why
+            return
+        self._next_opstats_look = float("inf")
+        self.opstats_note = ""
+        self.profiler.opstats = found
 
     def _profile_windows(self) -> None:
         profiler = self.profiler

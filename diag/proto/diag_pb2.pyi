@@ -371,7 +371,7 @@ class RunEvent(_message.Message):
     def __init__(self, phase: _Optional[str] = ..., run_id: _Optional[str] = ..., command: _Optional[str] = ..., nnodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., exit_code: _Optional[int] = ..., duration_ns: _Optional[int] = ...) -> None: ...
 
 class ProfileWindow(_message.Message):
-    __slots__ = ("window_id", "trigger", "request_id", "num_steps", "start_ns", "end_ns", "duration_ns", "device", "num_ops", "num_kernels", "trace_path", "trace_bytes", "late", "ok", "error", "settle_ns", "unsettled", "device_only")
+    __slots__ = ("window_id", "trigger", "request_id", "num_steps", "start_ns", "end_ns", "duration_ns", "device", "num_ops", "num_kernels", "trace_path", "trace_bytes", "late", "ok", "error", "settle_ns", "unsettled", "device_only", "aggregated")
     WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -390,6 +390,7 @@ class ProfileWindow(_message.Message):
     SETTLE_NS_FIELD_NUMBER: _ClassVar[int]
     UNSETTLED_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    AGGREGATED_FIELD_NUMBER: _ClassVar[int]
     window_id: str
     trigger: str
     request_id: str
@@ -408,7 +409,8 @@ class ProfileWindow(_message.Message):
     settle_ns: int
     unsettled: int
     device_only: bool
-    def __init__(self, window_id: _Optional[str] = ..., trigger: _Optional[str] = ..., request_id: _Optional[str] = ..., num_steps: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., device: _Optional[str] = ..., num_ops: _Optional[int] = ..., num_kernels: _Optional[int] = ..., trace_path: _Optional[str] = ..., trace_bytes: _Optional[int] = ..., late: _Optional[bool] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., settle_ns: _Optional[int] = ..., unsettled: _Optional[int] = ..., device_only: _Optional[bool] = ...) -> None: ...
+    aggregated: bool
+    def __init__(self, window_id: _Optional[str] = ..., trigger: _Optional[str] = ..., request_id: _Optional[str] = ..., num_steps: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., device: _Optional[str] = ..., num_ops: _Optional[int] = ..., num_kernels: _Optional[int] = ..., trace_path: _Optional[str] = ..., trace_bytes: _Optional[int] = ..., late: _Optional[bool] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., settle_ns: _Optional[int] = ..., unsettled: _Optional[int] = ..., device_only: _Optional[bool] = ..., aggregated: _Optional[bool] = ...) -> None: ...
 
 class KernelSummary(_message.Message):
     __slots__ = ("window_id", "name", "category", "device", "num_calls", "total_ns", "median_ns", "max_ns", "step_share", "input_shapes")
@@ -1439,7 +1441,7 @@ class RunEventColumns(_message.Message):
     def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., phase: _Optional[_Iterable[str]] = ..., run_id: _Optional[_Iterable[str]] = ..., command: _Optional[_Iterable[str]] = ..., nnodes: _Optional[_Iterable[int]] = ..., nproc_per_node: _Optional[_Iterable[int]] = ..., exit_code: _Optional[_Iterable[int]] = ..., duration_ns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProfileWindowColumns(_message.Message):
-    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "window_id", "trigger", "request_id", "num_steps", "start_ns", "end_ns", "duration_ns", "device", "num_ops", "num_kernels", "trace_path", "trace_bytes", "late", "ok", "error", "settle_ns", "unsettled", "device_only")
+    __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "window_id", "trigger", "request_id", "num_steps", "start_ns", "end_ns", "duration_ns", "device", "num_ops", "num_kernels", "trace_path", "trace_bytes", "late", "ok", "error", "settle_ns", "unsettled", "device_only", "aggregated")
     TS_NS_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -1466,6 +1468,7 @@ class ProfileWindowColumns(_message.Message):
     SETTLE_NS_FIELD_NUMBER: _ClassVar[int]
     UNSETTLED_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    AGGREGATED_FIELD_NUMBER: _ClassVar[int]
     ts_ns: _containers.RepeatedScalarFieldContainer[int]
     host: _containers.RepeatedScalarFieldContainer[str]
     rank: _containers.RepeatedScalarFieldContainer[int]
@@ -1492,7 +1495,8 @@ class ProfileWindowColumns(_message.Message):
     settle_ns: _containers.RepeatedScalarFieldContainer[int]
     unsettled: _containers.RepeatedScalarFieldContainer[int]
     device_only: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., window_id: _Optional[_Iterable[str]] = ..., trigger: _Optional[_Iterable[str]] = ..., request_id: _Optional[_Iterable[str]] = ..., num_steps: _Optional[_Iterable[int]] = ..., start_ns: _Optional[_Iterable[int]] = ..., end_ns: _Optional[_Iterable[int]] = ..., duration_ns: _Optional[_Iterable[int]] = ..., device: _Optional[_Iterable[str]] = ..., num_ops: _Optional[_Iterable[int]] = ..., num_kernels: _Optional[_Iterable[int]] = ..., trace_path: _Optional[_Iterable[str]] = ..., trace_bytes: _Optional[_Iterable[int]] = ..., late: _Optional[_Iterable[bool]] = ..., ok: _Optional[_Iterable[bool]] = ..., error: _Optional[_Iterable[str]] = ..., settle_ns: _Optional[_Iterable[int]] = ..., unsettled: _Optional[_Iterable[int]] = ..., device_only: _Optional[_Iterable[bool]] = ...) -> None: ...
+    aggregated: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., host: _Optional[_Iterable[str]] = ..., rank: _Optional[_Iterable[int]] = ..., local_rank: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[str]] = ..., source: _Optional[_Iterable[str]] = ..., seq: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., window_id: _Optional[_Iterable[str]] = ..., trigger: _Optional[_Iterable[str]] = ..., request_id: _Optional[_Iterable[str]] = ..., num_steps: _Optional[_Iterable[int]] = ..., start_ns: _Optional[_Iterable[int]] = ..., end_ns: _Optional[_Iterable[int]] = ..., duration_ns: _Optional[_Iterable[int]] = ..., device: _Optional[_Iterable[str]] = ..., num_ops: _Optional[_Iterable[int]] = ..., num_kernels: _Optional[_Iterable[int]] = ..., trace_path: _Optional[_Iterable[str]] = ..., trace_bytes: _Optional[_Iterable[int]] = ..., late: _Optional[_Iterable[bool]] = ..., ok: _Optional[_Iterable[bool]] = ..., error: _Optional[_Iterable[str]] = ..., settle_ns: _Optional[_Iterable[int]] = ..., unsettled: _Optional[_Iterable[int]] = ..., device_only: _Optional[_Iterable[bool]] = ..., aggregated: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class KernelSummaryColumns(_message.Message):
     __slots__ = ("ts_ns", "host", "rank", "local_rank", "job_id", "source", "seq", "step", "window_id", "name", "category", "device", "num_calls", "total_ns", "median_ns", "max_ns", "step_share", "input_shapes")
