@@ -37,6 +37,9 @@ measured from outside (median window step - median ordinary step), what switchin
 cost the training thread as the hook timed it, and the hook thread's processing time (wall time of
 summarizing + writing the trace, pauses included; an upper bound on its GIL time); the amortized
 cost at the default interval is (window step extra + hook-thread time) / (1000 x median step).
+The tier runs twice in one process: the periodic windows as shipped (their CPU operators counted
+by diag's operator observer, :mod:`diag.hook.opstats`, built first where it is not yet) and with
+Kineto (``profile_aggregate=false``; alone with ``--shapes``, which the observer does not record).
 
 Numerics tier (``--tier numerics``, ~50 ms step): no hook, the hook without the numerics
 checks and the hook with them at their default intervals, interleaved; plus the training
@@ -193,6 +196,17 @@ def percentile(values: list[int], q: float) -> float:
     return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
 
 
+def _observer() -> str:
+    """Build (or find) diag's operator observer for this torch: its path, or why not."""
+    from diag.hook import opstats
+
+    try:
+        built = opstats.build()
+    except Exception as exc:
+        return f"not built ({type(exc).__name__}: {exc})".splitlines()[0]
+    return str(built) if built is not None else "another build is running"
+
+
 def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
     """A/B of the hook with periodic profiler windows; window steps against ordinary steps."""
     steps_per_block, settle = 100, 20
@@ -203,6 +217,7 @@ def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
     ordinary_t: list[int] = []
     costs: list[tuple[str, int, int]] = []
     pairs: list[float] = []
+    aggregated = False
     for rep in range(reps):
         order = (True, False) if rep % 2 == 0 else (False, True)
         block_median: dict[bool, float] = {}
@@ -219,6 +234,7 @@ def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
                 block.append(step())
             if h is not None:
                 hook.uninstall()
+                aggregated = aggregated or h.profiler.opstats is not None
                 measured = set(indices)  # a window cut short by the uninstall is left out
                 mine = [c for c in h.thread.window_costs if int(c[0][1:]) in measured]
                 costs.extend(mine)
@@ -229,10 +245,11 @@ def kernel_tier(step: Callable[[], int], cfg: HookConfig, reps: int) -> None:
             block_median[on] = statistics.median(block)
         pairs.append(block_median[True] / block_median[False] - 1)
     med_on, med_off = statistics.median(times[True]), statistics.median(times[False])
+    how = "diag's operator observer" if aggregated else "Kineto"
     print(
         f"kernel tier: step ~50 ms, a 1-step profiler window every {cfg.profile_every_steps} "
-        f"steps, record_shapes={cfg.profile_record_shapes} ({len(times[True])} steps per arm, "
-        f"{reps} ABBA reps, {len(costs)} windows)"
+        f"steps, record_shapes={cfg.profile_record_shapes}, CPU operators counted by {how} "
+        f"({len(times[True])} steps per arm, {reps} ABBA reps, {len(costs)} windows)"
     )
     print(f"  (a) median  off {med_off / 1e6:8.3f} ms  on {med_on / 1e6:8.3f} ms  "
           f"overhead {100 * (med_on / med_off - 1):+.3f} %  "
@@ -528,7 +545,11 @@ def main() -> None:
             cfg, profile_first_step=20, profile_every_steps=args.window_every,
             trace_dir=args.trace_dir, profile_record_shapes=args.shapes,
         )  # fmt: skip
-        kernel_tier(step, kcfg, args.reps)
+        # the periodic windows as shipped (diag's operator observer, where built), then Kineto's
+        if kcfg.profile_aggregate and not args.shapes:
+            print(f"diag's operator observer: {_observer()}")
+            kernel_tier(step, kcfg, args.reps)
+        kernel_tier(step, dataclasses.replace(kcfg, profile_aggregate=False), args.reps)
     if args.tier in ("all", "metrics"):
         calibrate(50.0)
         metrics_tier(step, cpu, cfg, args.reps)
