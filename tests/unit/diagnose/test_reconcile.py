@@ -11,7 +11,7 @@ import pytest
 
 from diag.diagnose.features import Features
 from diag.diagnose.reconcile import ReconcileConfig, attribute, reconcile, steps_per_window
-from diag.findings import Evidence, Finding
+from diag.findings import Evidence, Finding, ranked
 from tests.fakes.scenarios import Scenario
 
 
@@ -389,3 +389,16 @@ def test_operators_of_one_layer_slowed_together_are_the_kernel(tmp_path: Path) -
     # one of them alone explains too little: the node finding stays
     top = run_all(_with_windows(sc, tmp_path / "one", OPS, {"aten::add": 1.55}, at=60))[0]
     assert (top.cause, top.ranks) == ("node", (2,))
+
+
+def test_a_symptom_never_ranks_above_the_slow_rank_it_is_a_symptom_of() -> None:
+    # held-out node.stop_cont: the stall an info node finding (5 % of the job), and a SIGSTOP
+    # inside aten::addmm in two windows read as 41 % of the rank's windowed step: demoted as a
+    # symptom, it still ranked first by the job's share lost x confidence
+    node = replace(_node(excess=30.0), severity="info", slowdown=0.05, confidence=0.52)
+    mm = replace(_kernel("aten::mm", excess_ms=12.0, ref_ms=40.0), slowdown=0.41, confidence=0.5)
+    addmm = replace(_kernel("aten::addmm", excess_ms=9.0, ref_ms=30.0), slowdown=0.3)
+    out = ranked(reconcile([node, mm, addmm]))
+    assert out[0].id == node.id and {f.id for f in out[1:]} == {mm.id, addmm.id}
+    assert all(f.slowdown is not None and f.slowdown <= node.slowdown for f in out[1:])
+    assert all(any(e.metric == "symptom_of" for e in f.evidence) for f in out[1:])
