@@ -26,6 +26,13 @@ and in periodic windows on a CUDA rank only with ``profile_cpu_ops_on_cuda``
 ``ProfileWindow.device_only``). If a profiler is already running (the job profiles itself) the
 window is skipped and reported with ``ok=False, error="profiler busy"``.
 
+A periodic window that records CPU operators on a rank without CUDA work, without shapes
+(:func:`records_aggregated`), counts them with diag's own operator observer instead, once the hook
+thread has loaded it (:attr:`ProfilerWindows.opstats`, :mod:`diag.hook.opstats`): per-operator
+totals, ~0.3 us per operator and a 0.1 ms stop against Kineto's ~2-3 us, no raw trace
+(``ProfileWindow.aggregated``); it runs beside a profiler of the job's own, and needs no settle
+wait (a record ended after its stop is dropped, not written into freed memory).
+
 Before ``_disable_profiler`` the stop waits (bounded, ``cfg.profile_settle_s``) until gloo's
 worker threads are back where they wait for work (:mod:`diag.hook.c10d_workers`): a collective
 the window recorded ends its record on its worker after the training thread has seen it complete,
