@@ -402,22 +402,30 @@ class ProfilerWindows:
             finally:
                 autograd_profiler._run_on_profiler_stop()
             t1 = self.clock()
-            self.busy = result is not None
-            self.done.append(
-                WindowResult(
-                    plan,
-                    result,
-                    self._start_ns,
-                    t0 + self.wall_offset_ns,
-                    self._device,
-                    error,
-                    self._train_ns + (t1 - t_enter),
-                    settle,
-                    not self._cpu_ops,
-                )
+            self._hand_over(
+                plan, result, t0, error, t1 - t_enter, settle=settle, device_only=not self._cpu_ops
             )
         finally:
             self.active = None
+
+    def _hand_over(
+        self, plan: WindowPlan, result: Any, stopped: int, error: str, stop_ns: int, **kind: Any
+    ) -> None:
+        """The stopped window (the profiler stopped at perf ns ``stopped``, its stop cost the
+        training thread ``stop_ns``) to the hook thread: :attr:`busy` until it frees it."""
+        self.busy = result is not None
+        self.done.append(
+            WindowResult(
+                plan,
+                result,
+                self._start_ns,
+                stopped + self.wall_offset_ns,
+                self._device,
+                error,
+                self._train_ns + stop_ns,
+                **kind,
+            )
+        )
 
     def _stop_aggregated(self, plan: WindowPlan, error: str) -> None:
         """Stop diag's observer: no settle wait (a collective's record that ends on its worker
@@ -430,20 +438,7 @@ class ProfilerWindows:
             except Exception as exc:
                 error = f"operator observer failed to stop: {type(exc).__name__}: {exc}"
                 error = error.splitlines()[0][:300]
-            t1 = self.clock()
-            self.busy = result is not None
-            self.done.append(
-                WindowResult(
-                    plan,
-                    result,
-                    self._start_ns,
-                    t0 + self.wall_offset_ns,
-                    self._device,
-                    error,
-                    self._train_ns + (t1 - t0),
-                    aggregated=True,
-                )
-            )
+            self._hand_over(plan, result, t0, error, self.clock() - t0, aggregated=True)
         finally:
             self._aggregated = False
             self.active = None

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 from diag import schema
 from diag.config import HookConfig
@@ -25,34 +24,9 @@ from diag.hook.opstats import OpRow, OpTotals
 from diag.hook.profiler import PERIODIC, WindowPlan, on_demand_id, records_aggregated
 from diag.kernel_category import kernel_category
 from tests.fakes.hook_sink import FrameSink, of_kind
+from tests.fakes.hook_trainer import BURN_ITERS, Trainer, wait_for
 
 FAST = {"flush_interval_s": 0.02, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
-BURN_ITERS = 8
-
-
-class Trainer:
-    def __init__(self) -> None:
-        torch.manual_seed(0)
-        self.model = nn.parallel.DistributedDataParallel(
-            nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-        )
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
-        self.burn = torch.randn(64, 64)
-
-    def step(self) -> None:
-        z = self.burn
-        for _ in range(BURN_ITERS):
-            z = torch.tanh(z @ self.burn)
-        self.opt.zero_grad()
-        nn.functional.mse_loss(self.model(torch.randn(4, 8)), torch.randn(4, 1)).backward()
-        self.opt.step()
-
-
-def wait_for(cond: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
 
 
 def _kineto_counts(trainer: Trainer, steps: int) -> collections.Counter[tuple[str, str]]:
@@ -62,8 +36,7 @@ def _kineto_counts(trainer: Trainer, steps: int) -> collections.Counter[tuple[st
     activities = {ap.ProfilerActivity.CPU}
     ap._prepare_profiler(config, activities)
     ap._enable_profiler(config, activities)
-    for _ in range(steps):
-        trainer.step()
+    trainer.steps(steps)
     time.sleep(0.2)  # gloo's worker ends its collective's record
     result = ap._disable_profiler()
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -76,13 +49,11 @@ def _kineto_counts(trainer: Trainer, steps: int) -> collections.Counter[tuple[st
 
 def test_the_observer_counts_what_kineto_records(world: None, observer: Any) -> None:
     trainer = Trainer()
-    for _ in range(3):
-        trainer.step()
+    trainer.steps(3)
     kineto = _kineto_counts(trainer, 2)
     assert observer.start()
     assert not observer.start()  # already on
-    for _ in range(2):
-        trainer.step()
+    trainer.steps(2)
     time.sleep(0.2)
     totals = observer.stop()
     assert not observer.running() and totals.dropped == 0
@@ -199,8 +170,7 @@ def test_periodic_windows_of_a_cpu_rank_use_the_observer(
     trainer = Trainer()
     # the job profiles itself meanwhile: the observer runs beside torch's profiler
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for _ in range(6):
-            trainer.step()
+        trainer.steps(6)
     hook.uninstall()
     events = sink.close()
     assert h.num_errors == 0, h.last_error

@@ -11,13 +11,12 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 from diag import schema
 from diag.config import HookConfig
@@ -28,13 +27,13 @@ from diag.hook.profiler import ProfilerWindows, RequestFilter, WindowPlan
 from diag.proto import diag_pb2 as pb
 from diag.transport import framing as frames
 from tests.fakes.hook_sink import FrameSink, of_kind
+from tests.fakes.hook_trainer import BURN_ITERS, Trainer, wait_for
 
 # Kineto's windows (diag's operator observer, which periodic CPU windows use when it is built,
 # has its own tests: test_opstats.py)
 FAST = {"flush_interval_s": 0.02, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05,
         "profile_aggregate": False}  # fmt: skip
 NO_PERIODIC = {"profile_every_steps": 0}
-BURN_ITERS = 8
 
 
 class ControlSink(FrameSink):
@@ -68,38 +67,6 @@ def sink(tmp_short: Path) -> Iterator[ControlSink]:
     s.start()
     yield s
     s.close()
-
-
-class Trainer:
-    """One DDP model and optimizer for the whole test (the hook's primary optimizer stays)."""
-
-    def __init__(self) -> None:
-        torch.manual_seed(0)
-        self.model = nn.parallel.DistributedDataParallel(
-            nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-        )
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
-        self.burn = torch.randn(64, 64)
-
-    def steps(self, n: int, settle: hook.Hook | None = None) -> None:
-        """``n`` steps; with ``settle``, each waits until that hook's thread has taken the last
-        window (the next one starts only then), so windows fall where they were asked for."""
-        for _ in range(n):
-            if settle is not None:
-                wait_for(lambda: not settle.profiler.busy)
-            z = self.burn
-            for _ in range(BURN_ITERS):
-                z = torch.tanh(z @ self.burn)
-            self.opt.zero_grad()
-            nn.functional.mse_loss(self.model(torch.randn(4, 8)), torch.randn(4, 1)).backward()
-            self.opt.step()
-
-
-def wait_for(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
 
 
 def by_window(events: list[schema.Event]) -> dict[str, schema.ProfileWindow]:
