@@ -30,8 +30,11 @@ A periodic window that records CPU operators on a rank without CUDA work, withou
 (:func:`records_aggregated`), counts them with diag's own operator observer instead, once the hook
 thread has loaded it (:attr:`ProfilerWindows.opstats`, :mod:`diag.hook.opstats`): per-operator
 totals, ~0.3 us per operator and a 0.1 ms stop against Kineto's ~2-3 us, no raw trace
-(``ProfileWindow.aggregated``); it runs beside a profiler of the job's own, and needs no settle
-wait (a record ended after its stop is dropped, not written into freed memory).
+(``ProfileWindow.aggregated``); it runs beside a profiler of the job's own. Its stop waits for
+gloo's workers as Kineto's does (below), not for safety (a record ended after the stop is dropped
+by the observer, never written into freed memory) but so that the step's last collectives,
+whose records their worker ends just after the training thread saw them complete, are counted
+(without the wait, one rank's one-step window lost its only `gloo:all_reduce` on a busy host).
 
 Before ``_disable_profiler`` the stop waits (bounded, ``cfg.profile_settle_s``) until gloo's
 worker threads are back where they wait for work (:mod:`diag.hook.c10d_workers`): a collective
@@ -354,6 +357,7 @@ class ProfilerWindows:
         self._train_ns = t1 - t0
 
     def _start_aggregated(self, plan: WindowPlan, step: int, opstats: Any, t0: int) -> None:
+        self.workers.observe()  # between steps the workers wait at home: a sample of where
         try:
             started = opstats.start()
         except Exception as exc:
@@ -428,17 +432,22 @@ class ProfilerWindows:
         )
 
     def _stop_aggregated(self, plan: WindowPlan, error: str) -> None:
-        """Stop diag's observer: no settle wait (a collective's record that ends on its worker
-        after this is dropped by the observer, not written into freed memory)."""
+        """Stop diag's observer, once gloo's workers have ended the records of the collectives
+        it saw (bounded, as Kineto's stop: a record ended after the stop is not counted)."""
         try:
-            t0 = self.clock()
+            t_enter = t0 = self.clock()
             result = None
+            settle = NO_WAIT
             try:
+                if self.cfg.profile_settle_s > 0:
+                    settle = self.workers.settle(self.cfg.profile_settle_s)
                 result = self.opstats.stop()
             except Exception as exc:
                 error = f"operator observer failed to stop: {type(exc).__name__}: {exc}"
                 error = error.splitlines()[0][:300]
-            self._hand_over(plan, result, t0, error, self.clock() - t0, aggregated=True)
+            self._hand_over(
+                plan, result, t0, error, self.clock() - t_enter, settle=settle, aggregated=True
+            )
         finally:
             self._aggregated = False
             self.active = None
