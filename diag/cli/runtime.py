@@ -152,13 +152,14 @@ def build_opstats(out: Path, env: Mapping[str, str] | None = None) -> None:
     """Build diag's operator observer for this torch beside the job when it is not built yet
     (:mod:`diag.hook.opstats`: ~10 s of g++ in the background, once per torch; the hooks load it
     when it lands, their windows use Kineto until then). Not when the job's periodic windows
-    will not use it (``DIAG_HOOK_PROFILE_AGGREGATE`` false). Never fails the launch."""
-    env = os.environ if env is None else env
-    if env.get("DIAG_HOOK_PROFILE_AGGREGATE", "").strip().lower() in ("0", "false", "no", "off"):
-        return
+    will not use it (``DIAG_HOOK_PROFILE_AGGREGATE`` false, read as the hooks read it). Never
+    fails the launch."""
+    from diag.config import load_config
     from diag.hook import opstats
 
     try:
+        if not load_config("hook", env=env).profile_aggregate:
+            return
         opstats.build_in_background(out / "logs" / "opstats-build.log")
     except Exception as exc:
         log.debug("diag: the operator observer's build did not start: %s", exc)

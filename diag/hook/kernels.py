@@ -350,12 +350,12 @@ def process(
     summary = WindowSummary()
     trace_path, trace_bytes, error = "", 0, ""
     result = done.result
+    duration = max(1, done.end_ns - done.start_ns)
     if isinstance(result, OpTotals):
-        summary = summarize_totals(result, max(1, done.end_ns - done.start_ns))
+        summary = summarize_totals(result, duration)
         if result.dropped:
             error = f"{result.dropped} operator calls beyond the observer's bound not counted"
     elif result is not None:
-        duration = max(1, done.end_ns - done.start_ns)
         summary = summarize(
             result.events(), duration, record_shapes=record_shapes, pause=pause, chunk=chunk
         )
