@@ -21,7 +21,9 @@ The hook thread is not started (``HookThread.start`` replaced here), so the figu
 training thread's own code and torch's hook mechanisms, not its competition with the hook
 thread for the GIL and the cores (``bench/overhead.py --tier thread`` has that). The numerics
 tier is off unless ``--numerics``: its sampled work has its own bench (``--tier numerics``).
-Then, for scale, the Flight Recorder's own cost per collective, in two child processes
+Then the function calls the hook adds to a step, counted (``sys.setprofile``: Python functions,
+diag's among them, and C functions), the figure a busy host cannot blur; and, for scale, the
+Flight Recorder's own cost per collective, in two child processes
 (``TORCH_FR_BUFFER_SIZE`` 0 and 512). Measured numbers only, no asserts.
 
     .venv/bin/python bench/overhead_parts.py [--calls 3000] [--rounds 9] [--numerics]
@@ -35,8 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -55,6 +59,30 @@ def least_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
             fn()
         best = min(best, (time.thread_time_ns() - c0) / calls)
     return best / 1e3
+
+
+def calls_per_step(step: Callable[[], object], steps: int) -> Counter[str]:
+    """The function calls ``steps`` calls of ``step`` make, per call, by kind (``sys.setprofile``:
+    "python" functions, "c" functions, and "diag": the Python ones in diag's modules). A count,
+    not a time: the one figure of this bench a busy host cannot blur."""
+    seen: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen["python"] += 1
+            if f"{os.sep}diag{os.sep}" in frame.f_code.co_filename:
+                seen["diag"] += 1
+        elif event == "c_call":
+            seen["c"] += 1
+
+    step()
+    sys.setprofile(profile)
+    try:
+        for _ in range(steps):
+            step()
+    finally:
+        sys.setprofile(None)
+    return Counter({k: v // steps for k, v in seen.items()})
 
 
 def fr_child(calls: int, rounds: int) -> None:
@@ -122,6 +150,7 @@ def main() -> None:
         "step": step,
     }
     results: dict[tuple[str, str], float] = {}
+    counts: dict[str, Counter[str]] = {}
     unwrapped = torch.autograd.backward
     for rep in range(2):  # off/on twice, each least kept: a drift between the arms cancels
         for arm in ("off", "on", "no_bw") if rep % 2 == 0 else ("no_bw", "on", "off"):
@@ -134,6 +163,8 @@ def main() -> None:
                 us = least_us(parts[name], args.calls, args.rounds)
                 key = (name, arm)
                 results[key] = min(results.get(key, us), us)
+            if rep == 0 and arm in ("off", "on"):
+                counts[arm] = calls_per_step(step, 200)
             if arm != "off":
                 hook.uninstall()
     numerics = "on" if args.numerics else "off"
@@ -150,6 +181,12 @@ def main() -> None:
     summed = sum(results[(n, "on")] - results[(n, "off")] for n in parts if n != "step")
     print(f"  the parts alone sum to {summed:+.2f} us; the step together "
           f"{results[('step', 'on')] - results[('step', 'off')]:+.2f} us")  # fmt: skip
+    on, off = counts["on"], counts["off"]
+    print(
+        f"  function calls the hook adds to a step (sys.setprofile, a count): Python "
+        f"{on['python'] - off['python']:+d} (diag's own {on['diag']}), C {on['c'] - off['c']:+d}; "
+        f"the step without the hook makes {off['python']} Python and {off['c']} C calls"
+    )
     dist.destroy_process_group()
 
     fr: dict[str, float] = {}

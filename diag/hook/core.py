@@ -63,7 +63,11 @@ if TYPE_CHECKING:
 EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
 #: the most an exit waits for c10d's gloo workers to drop their last collectives (``_shutdown``)
 EXIT_SETTLE_S = 1.0
-PROFILER_CLOSE_WAIT_S = 2.0  # the most a detach waits for the training thread to end a window
+PROFILER_CLOSE_WAIT_S = 2.0
+# A CPU job's steps ask torch whether CUDA is initialized (the device timer starts then) at
+# these steps only: its first ones, then every 16th.
+DEVICE_CHECK_FIRST = 4
+DEVICE_CHECK_EVERY = 16  # the most a detach waits for the training thread to end a window
 # Flight Recorder entries kept, unless the job set its own size (decided here, at install: torch
 # reads it when the first process group is created). A full dump holds the GIL ~7-10 us per entry
 # (measured: 512 entries 3.3 ms, 2000 entries 14 ms), so this is the largest ring whose dump
@@ -313,7 +317,8 @@ class Hook:
                     self.numerics_call(self.numerics.post_step, self.tracker.step)
                 self._end_step(self.clock())
             self.tracker.enter(OPTIMIZER, self.clock())
-            self._device_mark(DEVICE_OPT)
+            if self.device is not None:
+                self._device_mark(DEVICE_OPT)
             if self.numerics is not None and self.cycle.is_closer(optimizer):
                 self.numerics_call(self.numerics.pre_step, optimizer, self.tracker.step)
         except Exception as exc:
@@ -321,7 +326,7 @@ class Hook:
 
     def optimizer_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
-            if not self.active or not self.on_train_thread():
+            if not self.active or threading.get_ident() != self.train_tid:
                 return
             closes = self.cycle.after(optimizer)
             if self.numerics is not None and closes:
@@ -341,12 +346,19 @@ class Hook:
             if runq is not None:
                 self.tracker.discount_runqueue(runq)
             now = self.clock()
-        self._device_end(self.tracker.step)
+        step = self.tracker.step
+        if self.device is not None or (
+            not self._device_checked
+            and (step < DEVICE_CHECK_FIRST or step % DEVICE_CHECK_EVERY == 0)
+        ):
+            self._device_end(step)
         self.tracker.end_step(now)
 
     def _device_end(self, step: int) -> None:
         """Close the step on the device timer; start one once the job has initialized CUDA
-        (never initializes it: ``torch.cuda.is_initialized()`` is a flag read)."""
+        (never initializes it: ``torch.cuda.is_initialized()`` is a flag read). :meth:`_end_step`
+        asks a job without one at its first steps and then every ``DEVICE_CHECK_EVERY`` steps
+        (a Python call a step saved; CUDA is set up before the training loop in practice)."""
         try:
             if self.device is not None:
                 self.device.end_step(step)
@@ -398,12 +410,15 @@ class Hook:
         cell = [0, 0, 0, -1]
         engine = torch.autograd.Variable._execution_engine
 
+        read_runq = tracker.runqueue
+
         def grads_done() -> None:
             cell[0] = clock()
             cell[1] = tracker.py_coll_ns
-            runq = tracker.runqueue_now()
-            cell[3] = -1 if runq is None else runq
-            self._device_mark(DEVICE_GRADS)
+            if read_runq is not None:
+                cell[3] = read_runq()
+            if self.device is not None:
+                self._device_mark(DEVICE_GRADS)
 
         def prehook(grad_outputs: Any) -> None:
             try:
@@ -413,7 +428,10 @@ class Hook:
             except Exception as exc:
                 self.error(exc)
 
-        handles = [t.grad_fn.register_prehook(prehook) for t in roots if t.grad_fn is not None]
+        handles = []
+        for t in roots:
+            if t.grad_fn is not None:
+                handles.append(t.grad_fn.register_prehook(prehook))
         if not self.profiler.device_work and roots and roots[0].is_cuda:
             self.profiler.device_work = True  # the job computes on its GPU, not only holds one
         return cell, handles, loss
@@ -424,25 +442,24 @@ class Hook:
         self._bw_depth = 0
         for handle in handles:
             handle.remove()
+        tracker = self.tracker
         sync_ns = 0
         if cell[0]:
-            sync_ns = (now - cell[0]) - (self.tracker.py_coll_ns - cell[1])
-            runq = self.tracker.runqueue_now()
-            if runq is not None and cell[3] >= 0:
-                self.tracker.runq_in_wait += max(0, runq - cell[3])
-        self.tracker.exit(BACKWARD, now)
-        self.tracker.add_backward(loss, sync_ns)
+            sync_ns = (now - cell[0]) - (tracker.py_coll_ns - cell[1])
+            if tracker.runqueue is not None and cell[3] >= 0:
+                tracker.runq_in_wait += max(0, tracker.runqueue() - cell[3])
+        tracker.exit(BACKWARD, now)
+        tracker.add_backward(loss, sync_ns)
 
     def on_collective(
         self, op: str, t0: int, t1: int, nbytes: int, dtype: Any, group: Any, sync: bool, ok: bool
     ) -> None:
         tracker = self.tracker
         step = tracker.step if tracker.started else -1
-        if tracker.started and self.on_train_thread():
+        tid = threading.get_ident()
+        if tracker.started and tid == self.train_tid:
             tracker.add_collective(t1 - t0, sync)
-        self.state.emit(
-            ("coll", step, op, t0, t1, nbytes, dtype, group, sync, ok, threading.get_ident())
-        )
+        self.state.emit(("coll", step, op, t0, t1, nbytes, dtype, group, sync, ok, tid))
 
     def on_exception(self, info: ExceptionInfo) -> None:
         """An uncaught exception (from the chained excepthooks): queued even when the queue is

@@ -86,7 +86,10 @@ class StepCycle:
     def before(self, opt: Any) -> bool:
         """``opt.step()`` begins; True if the training step ended before it (see the module
         docstring: learning found the iteration that just finished unclosed)."""
-        key = self._key(opt)
+        key = id(opt)
+        ref = self._refs.get(key)
+        if ref is None or ref() is not opt:  # not an optimizer seen before (or its id reused)
+            key = self._key(opt)
         if self.opener is None:
             self.opener = self.closer = key
         start = -1  # the step() that began the iteration just learned (-1: nothing learned)

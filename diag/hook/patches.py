@@ -34,6 +34,8 @@ class HookCallbacks(Protocol):
     """The job side of an installed hook, as the wrappers see it.
 
     ``active`` is False once the hook is uninstalled (every wrapper then passes through);
+    ``train_tid`` the training thread's ident (the hot wrappers compare ``get_ident()`` with it
+    inline rather than call ``on_train_thread``);
     ``clock`` is the hook's perf-counter ns clock; ``tracker`` the step tracker the region
     wrappers enter and exit; ``numerics`` the numerics tier (None when off). The methods are
     called on the thread that called the wrapped function; none of them raises (``error`` counts
@@ -41,6 +43,7 @@ class HookCallbacks(Protocol):
     """
 
     active: bool
+    train_tid: int | None
     cfg: HookConfig
     torch: Any
     clock: Callable[[], int]
@@ -145,11 +148,21 @@ def _payload(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[in
     return num_bytes, dtype
 
 
-def _group(args: tuple[Any, ...], kwargs: dict[str, Any], pg_type: type) -> Any:
+def _group(
+    args: tuple[Any, ...], kwargs: dict[str, Any], pg_type: type, kinds: dict[type, bool]
+) -> Any:
+    """The process group a collective was called with (None: the default group). ``kinds``
+    caches per argument type whether it is a process group: ``isinstance`` against
+    ``ProcessGroup`` goes through a Python ``__instancecheck__`` (torch's opaque-object
+    metaclass), a call per argument per collective otherwise."""
     group = kwargs.get("group")
     if group is None:
         for arg in args:
-            if isinstance(arg, pg_type):
+            kind = type(arg)
+            is_group = kinds.get(kind)
+            if is_group is None:
+                is_group = kinds[kind] = isinstance(arg, pg_type)
+            if is_group:
                 return arg
     return group
 
@@ -157,6 +170,7 @@ def _group(args: tuple[Any, ...], kwargs: dict[str, Any], pg_type: type) -> Any:
 def wrap_collective(hook: HookCallbacks, op: str, original: Any) -> Any:
     local = threading.local()
     pg_type = hook.torch.distributed.ProcessGroup
+    kinds: dict[type, bool] = {}
     clock = hook.clock
 
     @functools.wraps(original)
@@ -179,7 +193,7 @@ def wrap_collective(hook: HookCallbacks, op: str, original: Any) -> Any:
                 sync = op not in _ALWAYS_ASYNC and not kwargs.get("async_op", False)
                 nbytes, dtype = _payload(op, args, kwargs)
                 hook.on_collective(
-                    op, t0, t1, nbytes, dtype, _group(args, kwargs, pg_type), sync, ok
+                    op, t0, t1, nbytes, dtype, _group(args, kwargs, pg_type, kinds), sync, ok
                 )
             except Exception as exc:
                 hook.error(exc)
@@ -194,7 +208,7 @@ def wrap_wait(hook: HookCallbacks, original: Any) -> Any:
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         depth: int = getattr(_IN_COLLECTIVE, "depth", 0)
-        if depth or not hook.active or not hook.on_train_thread():
+        if depth or not hook.active or threading.get_ident() != hook.train_tid:
             return original(self, *args, **kwargs)
         t0 = clock()
         try:
@@ -219,7 +233,7 @@ def wrap_region(
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         tracked = False
-        if hook.active and hook.on_train_thread():
+        if hook.active and threading.get_ident() == hook.train_tid:
             try:
                 tracked = tracker.enter(phase, clock())
             except Exception as exc:
@@ -274,7 +288,7 @@ def wrap_backward(hook: HookCallbacks, original: Any) -> Any:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         token = None
-        if hook.active and hook.on_train_thread():
+        if hook.active and threading.get_ident() == hook.train_tid:
             try:
                 token = hook.before_backward(args, kwargs)
             except Exception as exc:

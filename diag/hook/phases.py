@@ -74,7 +74,7 @@ class StepTracker:
     ) -> None:
         self._emit = emit
         self._clock = clock
-        self._runqueue = runqueue  # the training thread's cumulative run-queue delay (ns)
+        self.runqueue = runqueue  # the training thread's cumulative run-queue delay (ns)
         self._runq0 = 0
         self.on_begin = on_begin
         self.step = 0  # index of the step in progress
@@ -103,16 +103,16 @@ class StepTracker:
     def _begin(self, now: int) -> None:
         self.started = True
         self._reset(now)
-        if self._runqueue is not None:
-            self._runq0 = self._runqueue()
+        if self.runqueue is not None:
+            self._runq0 = self.runqueue()
         self._emit(("start", now))
         self._call_on_begin()
 
     def _call_on_begin(self) -> None:
         """``on_begin`` returns True when it did diag's own work (started a profiler window): the
         run-queue delay that work met is not the step's, so the step's clock is read after it."""
-        if self.on_begin is not None and self.on_begin(self.step) and self._runqueue is not None:
-            self._runq0 = self._runqueue()
+        if self.on_begin is not None and self.on_begin(self.step) and self.runqueue is not None:
+            self._runq0 = self.runqueue()
 
     def enter(self, phase: int, now: int) -> bool:
         """Open a region; False if untracked (no step started and this one cannot start it)."""
@@ -130,8 +130,8 @@ class StepTracker:
         # the run-queue clock around a top-level data or checkpoint region (two reads, ~0.5 us):
         # delay met there is not the compute's
         runq = -1
-        if not stack and phase in _OUTSIDE_COMPUTE and self._runqueue is not None:
-            runq = self._runqueue()
+        if not stack and phase in _OUTSIDE_COMPUTE and self.runqueue is not None:
+            runq = self.runqueue()
         stack.append([phase, now, 0, runq])
         return True
 
@@ -142,8 +142,8 @@ class StepTracker:
             region = stack.pop()
             dur = now - region[1]
             self._acc[region[0]] += dur - region[2]
-            if region[3] >= 0 and self._runqueue is not None:
-                self.runq_in_data += max(0, self._runqueue() - region[3])
+            if region[3] >= 0 and self.runqueue is not None:
+                self.runq_in_data += max(0, self.runqueue() - region[3])
             if stack:
                 stack[-1][2] += dur
             else:
@@ -155,15 +155,15 @@ class StepTracker:
 
     def runqueue_now(self) -> int | None:
         """The training thread's cumulative run-queue delay (ns), ``None`` where unknown."""
-        return None if self._runqueue is None else self._runqueue()
+        return None if self.runqueue is None else self.runqueue()
 
     def discount_runqueue(self, since: int) -> None:
         """diag's own work ran on the training thread since the run-queue clock read ``since``
         (a profiler window's stop: four ranks' disables at once on a small host queue for CPUs):
         the delay it met is left out of the step's ``cpu_wait_ns``, which says how long the
         job's own work waited for a CPU."""
-        if self._runqueue is not None:
-            self.runq_own += max(0, self._runqueue() - since)
+        if self.runqueue is not None:
+            self.runq_own += max(0, self.runqueue() - since)
 
     def add_backward(self, loss: Any, grad_sync_ns: int) -> None:
         """Record one finished backward: its loss (float, a device tensor or None) and sync wait."""
@@ -192,7 +192,7 @@ class StepTracker:
         data, backward, optimizer, checkpoint = self._acc
         forward = self._forward_ns
         other = duration - data - backward - optimizer - checkpoint - forward
-        runq_now = self._runq0 if self._runqueue is None else self._runqueue()
+        runq_now = self._runq0 if self.runqueue is None else self.runqueue()
         # Only the delay outside collective waits: a thread woken when an all-reduce completes
         # may wait for a CPU before it runs on, and that time is already counted as wait.
         runq = min(max(0, runq_now - self._runq0 - self.runq_in_wait - self.runq_own), duration)
@@ -219,4 +219,5 @@ class StepTracker:
         self.step += 1
         self._reset(now)
         self._runq0 = runq_now
-        self._call_on_begin()
+        if self.on_begin is not None and self.on_begin(self.step) and self.runqueue is not None:
+            self._runq0 = self.runqueue()  # as _call_on_begin, inline: once a step

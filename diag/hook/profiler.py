@@ -234,6 +234,14 @@ class ProfilerWindows:
         of diag's own (a window started or stopped): the step tracker then reads its run-queue
         clock again, so the delay that work met is not counted as the step's."""
         try:
+            if (  # the common step: nothing open, asked for or due (no call made)
+                not self.closing
+                and not self.inbox
+                and not self.pending
+                and self.active is None
+                and not (0 <= self.next_periodic <= step)
+            ):
+                return False
             if self.closing:
                 stopped = self.active is not None
                 self.close()

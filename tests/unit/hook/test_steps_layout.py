@@ -13,6 +13,7 @@ from torch import nn
 from diag import schema
 from diag.config import HookConfig
 from diag.hook import core as hook
+from diag.hook import patches as hook_patches
 from tests.fakes.hook_sink import FrameSink, of_kind
 
 FAST = {"flush_interval_s": 0.05, "fr_poll_interval_s": 0.1, "reconnect_interval_s": 0.05}
@@ -117,6 +118,20 @@ def test_process_groups_are_reported_once_with_their_members(world: None, sink: 
     mine = [g for g in infos if g.pg_desc == "dp"]
     assert len(mine) == 1 and json.loads(mine[0].ranks_json) == [0] and mine[0].size == 1
     assert all(g.rank == 0 for g in infos)
+
+
+def test_the_collective_wrapper_finds_the_group_by_position_or_keyword(world: None) -> None:
+    """The group among the positional arguments is found by type (cached per argument type,
+    since ``isinstance`` against ``ProcessGroup`` is a Python call), a tensor never taken for
+    one; the keyword wins; none given is the default group (None)."""
+    group = dist.new_group([0], group_desc="tp")
+    pg_type, kinds = dist.ProcessGroup, {}
+    t = torch.ones(2)
+    for _ in range(2):  # the second time from the cache
+        assert hook_patches._group((t, dist.ReduceOp.SUM, group), {}, pg_type, kinds) is group
+        assert hook_patches._group((t,), {"group": group}, pg_type, kinds) is group
+        assert hook_patches._group((t, dist.ReduceOp.SUM), {}, pg_type, kinds) is None
+    assert kinds[torch.Tensor] is False and kinds[type(group)] is True
 
 
 def test_waits_on_async_collectives_count_as_collective_wait(world: None, sink: FrameSink) -> None:
