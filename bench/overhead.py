@@ -11,14 +11,16 @@ Prints, per step size, the median step time with and without the hook, the media
 (relative to the no-hook median, and the median of per-block-pair overheads), and the worst case
 (p99 and max). Then the figures a busy host blurs less: the training thread's CPU time per step
 (``thread_time``: what the hook's wrappers cost it, whoever else wants the cores) with and
-without the hook, and the hook thread's CPU time per step (its own clock, read around each
-measured block, after the settle steps: harvests, encoding, sending). The step sizes are
-calibrated on the training thread's CPU time, so "~50 ms" is 50 ms of work however busy the
-host is. Each block installs the hook anew, so its step count restarts and the default
-schedule's first profiler window (hook step 20) falls in every block: the hook's steps are also
-split into the *steady state*, window steps and after-window steps (the step after a window and
-every later one begun before the hook thread had finished summarizing it: ``window_kinds``), and
-the steady state's median and p99 are set against the no-hook arm's. Last, the bytes and
+without the hook (and the median over block pairs of a block's median against the adjacent
+no-hook block's, where the VM's drift between blocks cancels), and the hook thread's CPU time
+per step (its own clock, read around each measured block, after the settle steps: harvests,
+encoding, sending). The step sizes are calibrated on the training thread's CPU time, so
+"~50 ms" is 50 ms of work however busy the host is. Each block installs the hook anew, so its
+step count restarts and the default schedule's first profiler window (hook step 20) falls in
+every block: the hook's steps are also split into the *steady state*, window steps and
+after-window steps (the step after a window and every later one begun before the hook thread
+had finished summarizing it: ``window_kinds``), and the steady state's median and p99 are set
+against the no-hook arm's. Last, the bytes and
 events the hook shipped to the daemon socket per step (framing included; its blocks' every
 step, settle and windows too). Measured numbers only, no asserts.
 
@@ -284,6 +286,7 @@ class _Arm:
         self.kinds: dict[str, list[int]] = {}  # event kind: [events, encoded bytes] shipped
         self.split: dict[str, list[int]] = {"steady": [], "window": [], "after": []}
         self.pairs: list[float] = []  # block median / the adjacent no-hook block's median - 1
+        self.cpu_pairs: list[float] = []  # block median CPU - the adjacent no-hook block's (ns)
 
 
 def base_tier(
@@ -304,6 +307,7 @@ def base_tier(
     for rep in range(reps):
         order = names if rep % 2 == 0 else names[::-1]
         block_median: dict[str, float] = {}
+        block_cpu: dict[str, float] = {}
         for name in order:
             arm, hook_cfg = got[name], arms.get(name)
             if hook_cfg is not None:
@@ -318,12 +322,14 @@ def base_tier(
             if installed is not None and installed.thread.ident is not None:
                 clock = time.pthread_getcpuclockid(installed.thread.ident)
                 arm.hook_cpu_ns -= time.clock_gettime_ns(clock)
-            block, indices, begun = [], [], []
+            block, indices, begun, cpus = [], [], [], []
             for _ in range(steps_per_block):
                 indices.append(installed.tracker.step if installed is not None else -1)
                 begun.append(time.perf_counter_ns())
                 block.append(step())
-                arm.cpus.append(cpu[0])
+                cpus.append(cpu[0])
+            arm.cpus.extend(cpus)
+            block_cpu[name] = statistics.median(cpus)
             if clock is not None:
                 arm.hook_cpu_ns += time.clock_gettime_ns(clock)
                 arm.hook_steps += steps_per_block
@@ -347,6 +353,7 @@ def base_tier(
             block_median[name] = statistics.median(block)
         for name in arms:
             got[name].pairs.append(block_median[name] / block_median["off"] - 1)
+            got[name].cpu_pairs.append(block_cpu[name] - block_cpu["off"])
     off = got["off"]
     med_off, p99_off = statistics.median(off.times), percentile(off.times, 0.99)
     cpu_off = statistics.median(off.cpus)
@@ -383,8 +390,11 @@ def base_tier(
                   f"steps of the hook's blocks, windows included)")  # fmt: skip
             print("    " + shipped_split(arm.kinds, arm.shipped_steps))
         cpu_on = statistics.median(arm.cpus)
+        cpu_pair = statistics.median(arm.cpu_pairs)
         print(f"  training-thread CPU per step (median)  off {cpu_off / 1e6:8.3f} ms  "
-              f"{name} {cpu_on / 1e6:8.3f} ms  ({(cpu_on - cpu_off) / 1e3:+.1f} us)")  # fmt: skip
+              f"{name} {cpu_on / 1e6:8.3f} ms  ({(cpu_on - cpu_off) / 1e3:+.1f} us; median of "
+              f"block pairs {cpu_pair / 1e3:+.1f} us, {100 * cpu_pair / cpu_off:+.3f} % of the "
+              "step)")  # fmt: skip
         if arm.hook_steps:
             per = arm.hook_cpu_ns / arm.hook_steps
             print(f"  hook-thread CPU per step  {per / 1e3:8.1f} us  "

@@ -18,7 +18,8 @@ the source, torch's version and build, Python's and the machine's; the cache is
 ``$DIAG_CACHE_DIR``, else ``$XDG_CACHE_HOME/diag``, else ``~/.cache/diag``. The hook only loads a
 library of its own key from a directory it owns that nobody else can write (a library planted
 there would run inside the job). Where none is built (no compiler, another torch), windows use
-Kineto as before.
+Kineto as before. A build removes the libraries it makes stale (:func:`prune`): those built for
+the same torch installation (an older diag source or torch there) or for a torch since removed.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 SOURCE = Path(__file__).with_name("opstats.cpp")
+#: beside each library, the torch directory it was built for (what :func:`prune` reads)
+OWNER_SUFFIX = ".torch"
 #: Operator calls counted per window at most (8 bytes each kept for the median): beyond it the
 #: calls are counted as dropped.
 MAX_CALLS = 1 << 21
@@ -227,10 +230,45 @@ def build(root: Path | None = None, *, verbose: bool = False) -> Path | None:
             )
             built = scratch / f"{name}.so"
             os.chmod(built, 0o700)
+            owner = scratch / f"{name}{OWNER_SUFFIX}"
+            owner.write_text(_torch_dir() + "\n", encoding="utf-8")
+            os.replace(owner, final.with_suffix(OWNER_SUFFIX))
             os.replace(built, final)  # whole or not at all: the hooks may look at any moment
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+        prune(final)
     return final
+
+
+def _torch_dir() -> str:
+    """The installed torch's package directory ("" without one)."""
+    spec = importlib.util.find_spec("torch")
+    return str(Path(spec.origin).parent) if spec is not None and spec.origin else ""
+
+
+def prune(keep: Path) -> list[Path]:
+    """Remove the libraries beside ``keep`` that no process will load again: built for the
+    same torch installation as ``keep`` (an older diag source or an older torch in that place)
+    or for one that is gone. Each build records its torch's directory beside the library
+    (``<name>.torch``); a library without that record is left alone. A library a running job
+    has loaded stays mapped in it; the removed paths are returned."""
+    mine = _torch_dir()
+    removed: list[Path] = []
+    for owner in sorted(keep.parent.glob(f"diag_opstats_*{OWNER_SUFFIX}")):
+        lib = owner.with_suffix(".so")
+        if lib == keep:
+            continue
+        try:
+            place = owner.read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if place and place != mine and Path(place).is_dir():
+            continue  # another torch, still installed: its jobs load this one
+        for path in (lib, owner):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 def build_in_background(log_path: Path) -> subprocess.Popen[bytes] | None:

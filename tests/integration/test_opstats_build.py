@@ -50,9 +50,11 @@ def test_build_once_into_a_private_cache_then_load_in_a_job(tmp_path: Path) -> N
     assert str(lib) == where and lib.parent == cache / "opstats"
     assert lib.name.startswith("diag_opstats_") and lib.suffix == ".so"
     assert stat.S_IMODE(lib.parent.stat().st_mode) & 0o077 == 0  # nobody else writes there
-    assert [p.name for p in lib.parent.iterdir() if not p.name.startswith(".build.lock")] == [
-        lib.name
-    ]  # no build directory left behind
+    assert sorted(p.name for p in lib.parent.iterdir() if not p.name.startswith(".build.lock")) == [
+        lib.name,
+        lib.with_suffix(opstats.OWNER_SUFFIX).name,
+    ]  # no build directory left behind; the record of its torch (what a later build prunes by)
+    assert (lib.with_suffix(opstats.OWNER_SUFFIX)).read_text().strip() == opstats._torch_dir()
     loaded = subprocess.run(
         [sys.executable, "-c", LOAD], env=e, capture_output=True, text=True, timeout=120
     )

@@ -121,6 +121,38 @@ def test_a_library_is_loaded_only_from_a_private_place_and_for_this_torch(
     assert found is None and why == f"not loaded: {shared} is writable by others"
 
 
+def test_a_build_prunes_the_libraries_it_made_stale(tmp_path: Path) -> None:
+    """Beside a new library: one built for this same torch installation (an older source) and
+    one for a torch since removed go; one for another torch still installed, and one without a
+    record of its torch, stay."""
+    cache = tmp_path / "opstats"
+    cache.mkdir()
+    here = opstats._torch_dir()
+    other_torch = tmp_path / "venv2" / "torch"
+    other_torch.mkdir(parents=True)
+
+    def lib(key: str, torch_dir: str | None) -> Path:
+        path = cache / f"diag_opstats_{key}.so"
+        path.write_bytes(b"\x7fELF")
+        if torch_dir is not None:
+            path.with_suffix(opstats.OWNER_SUFFIX).write_text(torch_dir + "\n")
+        return path
+
+    new = lib("aaaa", here)
+    same = lib("bbbb", here)
+    gone = lib("cccc", str(tmp_path / "removed-venv" / "torch"))
+    other = lib("dddd", str(other_torch))
+    unknown = lib("eeee", None)
+    removed = opstats.prune(new)
+    assert sorted(p.name for p in removed) == sorted(
+        [same.name, gone.name, same.with_suffix(".torch").name, gone.with_suffix(".torch").name]
+    )
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [new.name, new.with_suffix(".torch").name, other.name, other.with_suffix(".torch").name,
+         unknown.name]
+    )  # fmt: skip
+
+
 def test_totals_become_the_rows_kineto_events_would_give() -> None:
     totals = OpTotals(
         (
