@@ -3,6 +3,7 @@ device clock, events that complete late, and never a synchronization on the trai
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -145,6 +146,40 @@ def test_the_hook_times_a_cuda_job_on_the_device_without_synchronizing(
         assert s.device_compute_ns == pytest.approx((31.0 if slow else 21.0) * 1e6), s
         assert s.device_wait_ns == pytest.approx(4.0e6), s
         assert s.device_duration_ns == pytest.approx((35.0 if slow else 25.0) * 1e6), s
+
+
+def test_a_job_that_initializes_cuda_late_is_timed_on_the_device_from_a_later_step(
+    world: None, sink: FrameSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU job is asked whether CUDA is initialized at its first steps and then every 16th
+    (not every step: a Python call saved); one that initializes it at step 6 is timed on the
+    device from the next asked step on."""
+    _fake_cuda(monkeypatch)
+    asked: list[int] = []
+    cuda_on = [False]
+    h = hook.install(HookConfig(daemon_sock=sink.path, flush_interval_s=0.05,
+                                fr_poll_interval_s=0.1, profile_first_step=10**6))  # fmt: skip
+
+    def is_initialized() -> bool:
+        if threading.current_thread() is threading.main_thread():  # the steps' own question
+            asked.append(h.tracker.step)
+        return cuda_on[0]
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", is_initialized)
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i in range(40):
+        cuda_on[0] = i >= 6
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    hook.uninstall()
+    steps = sorted(of_kind(sink.close(), schema.StepEvent), key=lambda s: s.step)
+    assert h.num_errors == 0, h.last_error
+    assert asked == [0, 1, 2, 3, 16]
+    assert h.device is not None
+    timed = [s.step for s in steps if s.device_duration_ns is not None]
+    assert timed and min(timed) >= 17 and max(timed) == 39
 
 
 def test_fast_steps_keep_their_device_times_between_harvests(
