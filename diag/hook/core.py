@@ -63,11 +63,11 @@ if TYPE_CHECKING:
 EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
 #: the most an exit waits for c10d's gloo workers to drop their last collectives (``_shutdown``)
 EXIT_SETTLE_S = 1.0
-PROFILER_CLOSE_WAIT_S = 2.0
+PROFILER_CLOSE_WAIT_S = 2.0  # the most a detach waits for the training thread to end a window
 # A CPU job's steps ask torch whether CUDA is initialized (the device timer starts then) at
 # these steps only: its first ones, then every 16th.
 DEVICE_CHECK_FIRST = 4
-DEVICE_CHECK_EVERY = 16  # the most a detach waits for the training thread to end a window
+DEVICE_CHECK_EVERY = 16
 # Flight Recorder entries kept, unless the job set its own size (decided here, at install: torch
 # reads it when the first process group is created). A full dump holds the GIL ~7-10 us per entry
 # (measured: 512 entries 3.3 ms, 2000 entries 14 ms), so this is the largest ring whose dump
