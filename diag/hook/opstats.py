@@ -250,7 +250,8 @@ def prune(keep: Path) -> list[Path]:
     """Remove the libraries beside ``keep`` that no process will load again: built for the
     same torch installation as ``keep`` (an older diag source or an older torch in that place)
     or for one that is gone. Each build records its torch's directory beside the library
-    (``<name>.torch``); a library without that record is left alone. A library a running job
+    (``<name>.torch``); a library without that record is left alone, and one that cannot be
+    removed stays (the build that called this succeeded all the same). A library a running job
     has loaded stays mapped in it; the removed paths are returned."""
     mine = _torch_dir()
     removed: list[Path] = []
@@ -262,10 +263,10 @@ def prune(keep: Path) -> list[Path]:
             place = owner.read_text(encoding="utf-8").strip()
         except OSError:
             continue
-        if place and place != mine and Path(place).is_dir():
-            continue  # another torch, still installed: its jobs load this one
+        if not place or (place != mine and Path(place).is_dir()):
+            continue  # its torch unknown, or another torch still installed: its jobs load it
         for path in (lib, owner):
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # gone already, or not ours to remove: kept
                 path.unlink()
                 removed.append(path)
     return removed

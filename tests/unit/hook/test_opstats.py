@@ -143,13 +143,14 @@ def test_a_build_prunes_the_libraries_it_made_stale(tmp_path: Path) -> None:
     gone = lib("cccc", str(tmp_path / "removed-venv" / "torch"))
     other = lib("dddd", str(other_torch))
     unknown = lib("eeee", None)
+    blank = lib("ffff", "")  # a record that names no torch: left alone too
     removed = opstats.prune(new)
     assert sorted(p.name for p in removed) == sorted(
         [same.name, gone.name, same.with_suffix(".torch").name, gone.with_suffix(".torch").name]
     )
     assert sorted(p.name for p in cache.iterdir()) == sorted(
         [new.name, new.with_suffix(".torch").name, other.name, other.with_suffix(".torch").name,
-         unknown.name]
+         unknown.name, blank.name, blank.with_suffix(".torch").name]
     )  # fmt: skip
 
 
