@@ -83,15 +83,21 @@ def torch_identity() -> str:
     """The installed torch's version and commit, read from its ``version.py`` without importing
     it (the launcher looks for a built observer before the job imports torch); "" when torch is
     not installed."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.origin:
+    origin = _torch_origin()
+    if not origin:
         return ""
     try:
-        text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
+        text = (Path(origin).parent / "version.py").read_text(encoding="utf-8")
     except OSError:
         return ""
     found = dict(_VERSION_LINE.findall(text))
-    return f"{found.get('__version__', '')} {found.get('git_version', '')} {spec.origin}"
+    return f"{found.get('__version__', '')} {found.get('git_version', '')} {origin}"
+
+
+def _torch_origin() -> str:
+    """Where the installed torch's package is imported from ("" without one); not imported."""
+    spec = importlib.util.find_spec("torch")
+    return spec.origin if spec is not None and spec.origin else ""
 
 
 _VERSION_LINE = re.compile(
@@ -242,8 +248,8 @@ def build(root: Path | None = None, *, verbose: bool = False) -> Path | None:
 
 def _torch_dir() -> str:
     """The installed torch's package directory ("" without one)."""
-    spec = importlib.util.find_spec("torch")
-    return str(Path(spec.origin).parent) if spec is not None and spec.origin else ""
+    origin = _torch_origin()
+    return str(Path(origin).parent) if origin else ""
 
 
 def prune(keep: Path) -> list[Path]:

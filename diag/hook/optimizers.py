@@ -89,7 +89,7 @@ class StepCycle:
         key = id(opt)
         ref = self._refs.get(key)
         if ref is None or ref() is not opt:  # not an optimizer seen before (or its id reused)
-            key = self._key(opt)
+            self._learn(opt, key, ref)
         if self.opener is None:
             self.opener = self.closer = key
         start = -1  # the step() that began the iteration just learned (-1: nothing learned)
@@ -124,12 +124,9 @@ class StepCycle:
         self._end_seq = self._last.get(key, self._seq - 1)
         return True
 
-    def _key(self, opt: Any) -> int:
-        """``opt``'s id, after giving a new optimizer the role of a dead opener or closer."""
-        key = id(opt)
-        ref = self._refs.get(key)
-        if ref is not None and ref() is opt:
-            return key
+    def _learn(self, opt: Any, key: int, ref: Callable[[], Any] | None) -> None:
+        """``opt`` (under ``key``, its id) was not seen before (``ref``: what ``key`` held, a dead
+        optimizer's reference, or None): it may take the role of a dead opener or closer."""
         if ref is not None:  # a new object under a dead one's id: set the dead one apart first
             self._dead -= 1
             self._refs[self._dead] = _dead_ref
@@ -141,7 +138,6 @@ class StepCycle:
                 self._replace(role, key)
                 break
         self._refs[key] = _ref(opt)
-        return key
 
     def _replace(self, old: int, new: int) -> None:
         if self.opener == old:

@@ -443,7 +443,7 @@ class ProfilerWindows:
         """Stop diag's observer, once gloo's workers have ended the records of the collectives
         it saw (bounded, as Kineto's stop: a record ended after the stop is not counted)."""
         try:
-            t_enter = t0 = self.clock()
+            t0 = self.clock()
             result = None
             settle = NO_WAIT
             try:
@@ -454,7 +454,7 @@ class ProfilerWindows:
                 error = f"operator observer failed to stop: {type(exc).__name__}: {exc}"
                 error = error.splitlines()[0][:300]
             self._hand_over(
-                plan, result, t0, error, self.clock() - t_enter, settle=settle, aggregated=True
+                plan, result, t0, error, self.clock() - t0, settle=settle, aggregated=True
             )
         finally:
             self._aggregated = False
