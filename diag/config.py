@@ -50,6 +50,9 @@ class HookConfig:
     # server adds torch's HTTP thread pool and c10d log lines to every rank, and on a 2-core
     # host its dump competes with the job for the cores (README, session 16)
     fr_dump_server: bool = False
+    # dump the Flight Recorder through diag's native library (diag.hook.opstats: the same call,
+    # with the GIL released while torch builds the dump) once it is built for this torch
+    fr_dump_native: bool = True
     health_interval_s: float = 5.0
     reconnect_interval_s: float = 1.0
     capture_collectives: bool = True

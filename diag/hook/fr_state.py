@@ -189,6 +189,18 @@ class FrState:
             self._emitted = {r for r in self._emitted if r >= low}
         return out
 
+    def new_ring(
+        self, extra_sizes: Mapping[str, int] | None = None
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """The harvest moves to another Flight Recorder ring (:mod:`diag.hook.fr_dump`), whose
+        record ids start again: the held entries of this one are emitted as last seen (as when
+        the ring overwrites them) and its ids forgotten. The calls waiting for an entry stay."""
+        sizes = dict(extra_sizes or {})
+        out = [self._emit(rid, self._held.pop(rid), sizes) for rid in sorted(self._held)]
+        self._emitted.clear()
+        self._held_since.clear()
+        return out
+
     def _emit(
         self, rid: int, entry: Mapping[str, Any], sizes: Mapping[str, int]
     ) -> tuple[int, dict[str, Any]]:

@@ -36,6 +36,8 @@ class ProcessGroups:
         self.dist = dist
         self._seen: set[GroupLayout] = set()
         self._num_names = -1  # len(pg_names) at the last look (-1: never looked)
+        self._nccl = False
+        self._num_nccl_looked = -1  # len(pg_names) when uses_nccl last looked
 
     def info(self, group: Any) -> tuple[str, int]:
         """(name, size) of a process group (None = the default group); ("", 0) if unknown."""
@@ -53,6 +55,19 @@ class ProcessGroups:
             return {}
         names = list(dist.distributed_c10d._world.pg_names.items())
         return {str(name): int(pg.size()) for pg, name in names}
+
+    def uses_nccl(self) -> bool:
+        """Whether one of this rank's groups runs NCCL (its collectives go to NCCL's own Flight
+        Recorder ring: :mod:`diag.hook.fr_dump`); cheap when the registry did not change."""
+        dist = self.dist
+        if not (dist.is_available() and dist.is_initialized()):
+            return False
+        groups = list(dist.distributed_c10d._world.pg_names)
+        if len(groups) != self._num_nccl_looked:
+            backend_of = getattr(dist.distributed_c10d, "get_backend", None)
+            self._nccl = any(_runs_nccl(pg, backend_of) for pg in groups)
+            self._num_nccl_looked = len(groups)
+        return self._nccl
 
     def unseen(self) -> list[GroupLayout]:
         """The groups this rank belongs to that no earlier call returned (in name order); cheap
@@ -93,3 +108,17 @@ class ProcessGroups:
 
 def _name_key(name: str) -> tuple[int, int | str]:
     return (0, int(name)) if name.isdigit() else (1, name)
+
+
+def _runs_nccl(pg: Any, backend_of: Any) -> bool:
+    """A group's backend names NCCL ("nccl", "cuda:nccl,cpu:gloo"), or its CUDA backend is
+    NCCL's (a group created without naming one); False for a group being destroyed."""
+    try:
+        if backend_of is not None and "nccl" in str(backend_of(pg)).lower():
+            return True
+        for device in getattr(pg, "_device_types", None) or ():
+            if getattr(device, "type", "") == "cuda":
+                return "nccl" in type(pg._get_backend(device)).__name__.lower()
+    except Exception:
+        return False
+    return False

@@ -1,4 +1,5 @@
-// diag's operator totals: a RecordFunction observer for periodic CPU profiler windows.
+// diag's native library: operator totals (a RecordFunction observer for periodic CPU profiler
+// windows) and the Flight Recorder's dumps without the GIL (at the end of this file).
 //
 // torch's profiler (Kineto) keeps every operator call of a window and builds its trace when it
 // stops: ~2-3 us per call on the training thread (a window step +40-50 % on a CPU job of small
@@ -14,7 +15,13 @@
 
 #include <ATen/record_function.h>
 #include <pybind11/pybind11.h>
+#if __has_include(<torch/csrc/distributed/c10d/FlightRecorder.hpp>)
+#include <torch/csrc/distributed/c10d/FlightRecorder.hpp>
+#define DIAG_HAS_FR 1
+#endif
 #include <pybind11/stl.h>
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -191,6 +198,54 @@ pybind11::tuple stop() {
 
 bool running() { return g_handle != 0; }
 
+// The Flight Recorder's pickled dumps without stack traces, what torch's _dump_fr_trace /
+// _dump_nccl_trace(includeCollectives, includeStackTraces=False) return, built with the GIL
+// released: torch's bindings hold it throughout (~5 us per entry, ~3 ms for a 512-entry ring),
+// which stalls the training thread whenever it needs Python meanwhile (diag/hook/fr_dump.py).
+using DumpFn = std::string (*)(bool, bool, bool);
+
+pybind11::object dump_with(DumpFn fn, bool include_collectives) {
+  if (fn == nullptr) {
+    return pybind11::none();
+  }
+  std::string out;
+  {
+    pybind11::gil_scoped_release release;
+    out = fn(include_collectives, false, false);
+  }
+  return pybind11::bytes(out);
+}
+
+// torch's generic ring (gloo's entries): declared by its header where this torch ships it.
+DumpFn generic_dump() {
+#ifdef DIAG_HAS_FR
+  // a lambda, not the function's address: a later torch adds a defaulted parameter
+  return [](bool collectives, bool stacks, bool active) {
+    return c10d::dump_fr_trace(collectives, stacks, active);
+  };
+#else
+  return nullptr;
+#endif
+}
+
+// NCCL's ring: c10d::dump_nccl_trace lives in libtorch_cuda, declared only in CUDA builds (its
+// header needs USE_C10D_NCCL), so it is looked up at run time, by its mangled name; nullptr in a
+// CPU build, or where it is not loaded.
+DumpFn nccl_dump() {
+  static const DumpFn fn = [] {
+    const char* name = "_ZN4c10d15dump_nccl_traceB5cxx11Ebbb";
+    void* sym = dlsym(RTLD_DEFAULT, name);
+    if (sym == nullptr) {
+      void* lib = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+      if (lib != nullptr) {
+        sym = dlsym(lib, name);
+      }
+    }
+    return reinterpret_cast<DumpFn>(sym);
+  }();
+  return fn;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -199,6 +254,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("stop", &stop);
   m.def("running", &running);
   m.def("key", []() { return std::string(DIAG_KEY); });
+  m.def("fr_dump", [](bool c) { return dump_with(generic_dump(), c); },
+        pybind11::arg("include_collectives"));
+  m.def("nccl_dump", [](bool c) { return dump_with(nccl_dump(), c); },
+        pybind11::arg("include_collectives"));
   m.attr("SCOPE_FUNCTION") = static_cast<int>(at::RecordScope::FUNCTION);
   m.attr("SCOPE_BACKWARD") = static_cast<int>(at::RecordScope::BACKWARD_FUNCTION);
   m.attr("SCOPE_USER") = static_cast<int>(at::RecordScope::USER_SCOPE);

@@ -160,6 +160,12 @@ class OpStats:
     def running(self) -> bool:
         return bool(self._m.running())
 
+    def dump_fn(self, ring: str) -> Any:
+        """``fn(include_collectives) -> bytes | None``: the Flight Recorder ring's pickled dump
+        without stack traces, built with the GIL released (:mod:`diag.hook.fr_dump`; ``ring``
+        "fr" or "nccl"); None where this library has no such dump (an older build)."""
+        return getattr(self._m, f"{ring}_dump", None)
+
     def stop(self) -> OpTotals:
         rows, dropped = self._m.stop()
         return OpTotals(

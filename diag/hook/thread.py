@@ -4,9 +4,10 @@ Every ``flush_interval_s`` it drains the record queue, reports the process group
 reported yet (:class:`~diag.schema.ProcessGroupInfo`: the job's layout, groups created after
 install included), in its first cycle and then every ``health_interval_s`` it emits a
 :class:`~diag.schema.HookHealth`, and it writes what it built to the daemon socket. It harvests
-the Flight Recorder (``_dump_fr_trace`` without stack traces, parsed by the restricted
-unpickler; with ``fr_dump_server``, as JSON from torch's control-plane server, whose threads
-dump without the GIL: :mod:`diag.hook.fr_server`) when about half its ring buffer is new or
+the Flight Recorder (the generic ring, or NCCL's once a group runs NCCL, dumped without stack
+traces and without the GIL once diag's native library is loaded: :mod:`diag.hook.fr_dump`;
+parsed by the restricted unpickler; with ``fr_dump_server``, as JSON from torch's control-plane
+server: :mod:`diag.hook.fr_server`) when about half its ring buffer is new or
 ``fr_poll_interval_s`` passed (:mod:`diag.hook.fr_pacing`: it looks as often as the job's
 measured collectives need, between its cycles too). On stop it does a final drain, harvest and
 health event and one last flush, then closes the daemon connection. The last health event says
@@ -17,7 +18,8 @@ Each cycle it also reads the control frames the daemon wrote back (on-demand pro
 scheduled through the :class:`~diag.hook.profiler.ProfilerWindows` inbox; a malformed one is
 counted as a hook error) and turns finished profiler windows into events
 (:func:`diag.hook.kernels.process`). Until it has it, it looks every ``OPSTATS_LOOK_S`` for diag's
-operator observer built for this torch (:mod:`diag.hook.opstats`) and hands it to the windows.
+native library built for this torch (:mod:`diag.hook.opstats`) and hands its operator observer to
+the windows and its dumps to the harvest.
 
 While the Flight Recorder works, a finished step is held until the first harvest after its end, so
 its ``num_collectives`` counts the FR entries created inside it (DDP's C++ all-reduces included);
@@ -56,6 +58,7 @@ from diag.hook import kernels as hook_kernels
 from diag.hook import opstats as hook_opstats
 from diag.hook.device_timer import DeviceStep, DeviceTimer
 from diag.hook.events import EventFactory, fr_dtype_name
+from diag.hook.fr_dump import FrDumper
 from diag.hook.fr_pacing import FrPacer, probe_total
 from diag.hook.fr_server import FrServer
 from diag.hook.fr_state import FrState, PyCall, StepWindows
@@ -159,9 +162,9 @@ class HookThread(threading.Thread):
         )
         self.windows = StepWindows()
         self.fr = FrState(self.windows)
-        c10d = getattr(torch._C, "_distributed_c10d", None)
-        self._dump_fn = getattr(c10d, "_dump_fr_trace", None)
-        self.fr_ok = bool(self.cfg.capture_collectives and self._dump_fn is not None)
+        #: the Flight Recorder ring harvested, and how it is dumped (diag.hook.fr_dump)
+        self.dumper = FrDumper(getattr(torch._C, "_distributed_c10d", None))
+        self.fr_ok = bool(self.cfg.capture_collectives and self.dumper.ok)
         #: where harvests come from when it runs (started by the thread: :meth:`_start`)
         self.fr_server: FrServer | None = None
         self.num_server_dumps = 0  # harvests served by it (the rest: _dump_fr_trace)
@@ -209,7 +212,9 @@ class HookThread(threading.Thread):
         #: (``time.perf_counter_ns()``: the steps before it may have waited for this thread).
         self.window_costs: deque[tuple[str, int, int, int]] = deque(maxlen=64)
         #: when to look for diag's operator observer again (monotonic s; inf: never again)
-        self._next_opstats_look = 0.0 if self.cfg.profile_aggregate else float("inf")
+        self._next_opstats_look = (
+            0.0 if self.cfg.profile_aggregate or self.cfg.fr_dump_native else float("inf")
+        )
         self.opstats_note = ""  # why it is not loaded ("" once it is)
 
     # ----------------------------------------------------------------- loop
@@ -240,7 +245,7 @@ class HookThread(threading.Thread):
         if self.fr_ok and self.cfg.fr_dump_server:
             self.fr_server = FrServer.start(self.torch)
         if self.fr_ok:  # the first dump can take seconds: pay it here, not mid-run
-            self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
+            self.dumper.dump()
             self._server_dump()
 
     def _wait(self, next_cycle: float) -> bool:
@@ -381,7 +386,10 @@ class HookThread(threading.Thread):
             return
         self._next_opstats_look = float("inf")
         self.opstats_note = ""
-        self.profiler.opstats = found
+        if self.cfg.profile_aggregate:
+            self.profiler.opstats = found
+        if self.cfg.fr_dump_native:
+            self.dumper.use_native(found)
 
     def _profile_windows(self) -> None:
         profiler = self.profiler
@@ -483,7 +491,7 @@ class HookThread(threading.Thread):
     def _fresh_dump(self) -> dict[str, Any] | None:
         if not self.fr_ok:
             return None
-        return load_fr_dump(self._dump_fn(includeStackTraces=False), validate=False)  # type: ignore[misc]
+        return load_fr_dump(self.dumper.dump(), validate=False)
 
     def _release_steps(self, before_wall_ns: int | None, *, final: bool = True) -> None:
         """Emit the held steps that ended before ``before_wall_ns`` (all when None); on a CUDA
@@ -534,12 +542,32 @@ class HookThread(threading.Thread):
     def _fr_due(self) -> bool:
         """Probe the Flight Recorder's counters (a dump without entries, ~3 us) and ask the
         pacer whether a harvest is due; a failed probe leaves the decision to the clock."""
+        if self.dumper.may_follow and self.groups.uses_nccl():
+            self._follow_nccl()
         try:
-            raw = self._dump_fn(includeCollectives=False, includeStackTraces=False)  # type: ignore[misc]
+            raw = self.dumper.dump(collectives=False)
             self._probe = probe_total(load_fr_dump(raw, validate=False).get("pg_status"))
         except Exception:
             self._probe = None
         return self.pacer.due(time.monotonic(), self._probe)
+
+    def _follow_nccl(self) -> None:
+        """A group runs NCCL: harvest NCCL's ring from now on (:mod:`diag.hook.fr_dump`), after a
+        last harvest of the generic one; the pacing starts again with the new ring's ids."""
+        self._harvest(final=False)
+        if not self.fr_ok:
+            return
+        self.dumper.follow(True)
+        self._server_off(None)  # torch's server dumps the generic ring
+        rows = self.fr.new_ring(self._pg_sizes)
+        self.sender.add(self.ev.make_all(schema.CollectiveEvent, rows, self.gil.tick))
+        self.pacer = FrPacer(
+            fr_buffer_size(),
+            longest_s=self.cfg.fr_poll_interval_s,
+            flush_s=self.cfg.flush_interval_s,
+        )
+        self._probe = None
+        log.info("diag hook: a process group runs NCCL: harvesting its Flight Recorder ring")
 
     def _harvest(self, *, final: bool) -> None:
         # A dump unpickles ~40 objects per entry (80k for a full 2000-entry buffer); they die by
@@ -587,8 +615,8 @@ class HookThread(threading.Thread):
         try:
             dump = self._server_dump()
             if dump is None:
-                raw = self._dump_fn(includeStackTraces=False)  # type: ignore[misc]
-                self.gil.tick()  # the dump held the GIL throughout (C++): let the job run first
+                raw = self.dumper.dump()
+                self.gil.tick()  # torch's own dump held the GIL throughout: let the job run
                 dump = load_fr_dump(raw, validate=False, tick=self.gil.tick)  # in slices
                 del raw
             self.gil.tick()

@@ -202,3 +202,18 @@ def test_a_harvests_events_made_in_one_go_are_what_make_gives_one_by_one() -> No
         dataclasses.replace(e, **strip) for e in one
     ]
     assert ev.make_all(schema.CollectiveEvent, []) == []
+
+
+def test_a_new_ring_emits_what_was_held_and_forgets_the_old_ids() -> None:
+    ms = 1_000_000
+    fr = FrState(StepWindows(), hold_s=30)
+    old = {"pg_config": {}, "entries": [_entry(0, 10 * ms), _entry(1, 20 * ms, retired=False)]}
+    assert fr.process(old, now_s=1.0) == []  # both held: first sight, one in flight
+    assert [kw["seq_id"] for _, kw in fr.process(old, now_s=2.0)] == [1]
+    (held,) = fr.new_ring({"0": 4})  # the one in flight, as last seen
+    assert held[1]["seq_id"] == 2 and held[1]["pg_size"] == 4
+    assert fr.new_ring() == []
+    # the other ring's ids start at 0 again: its entries are new, not repeats
+    new = {"pg_config": {}, "entries": [dict(_entry(0, 30 * ms), collective_seq_id=3)]}
+    assert fr.process(new, now_s=3.0) == []
+    assert [kw["seq_id"] for _, kw in fr.process(new, now_s=4.0)] == [3]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch
 
 from diag import schema
 from diag.config import HookConfig
+from diag.flight_recorder import load_fr_dump
 from diag.hook import core as hook
 from diag.hook import opstats
 from diag.hook.kernels import summarize, summarize_totals
@@ -219,3 +221,68 @@ def test_periodic_windows_of_a_cpu_rank_use_the_observer(
     (cost,) = h.thread.window_costs
     assert cost[0] == "p3"
     assert any(e.key == "aten::tanh" for e in prof.key_averages())  # the job's profile intact
+
+
+def _entries(raw: bytes) -> list[tuple[Any, ...]]:
+    dump = load_fr_dump(raw, validate=False)
+    return [(e["record_id"], e["profiling_name"], e["state"]) for e in dump["entries"]]
+
+
+def test_the_native_flight_recorder_dump_is_torchs_without_holding_the_gil(
+    world: None, observer: Any
+) -> None:
+    import torch.distributed as dist
+    from torch._C import _distributed_c10d as c10d
+
+    t = torch.ones(64)
+    for _ in range(40):
+        dist.all_reduce(t)
+    time.sleep(0.1)  # every one retired
+    ours, torchs = observer.dump_fn("fr")(True), c10d._dump_fr_trace(includeStackTraces=False)
+    assert _entries(ours) == _entries(torchs) and len(_entries(ours)) >= 40
+    probe = load_fr_dump(observer.dump_fn("fr")(False), validate=False)
+    assert "entries" not in probe
+    assert probe["pg_status"] == load_fr_dump(torchs, validate=False)["pg_status"]
+
+    # While a thread that never yields the GIL otherwise (a switch interval of a minute) dumps,
+    # this one runs only if the dump itself lets go of the GIL; torch's own binding never does.
+    ran = [0]
+    seen: list[int] = []
+    done = threading.Event()
+
+    def dumps() -> None:
+        deadline = time.monotonic() + 3
+        while not ran[0] and time.monotonic() < deadline:
+            observer.dump_fn("fr")(True)
+        seen.append(ran[0])  # before this thread lets go of the GIL for good
+        done.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        worker = threading.Thread(target=dumps)
+        worker.start()
+        while not done.wait(0.001):
+            ran[0] += 1
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert seen[0] > 0
+
+
+def test_the_hook_harvests_through_the_native_dump(world: None, observer: Any) -> None:
+    sink = FrameSink(Path(os.environ["TMPDIR"]) / f"n{os.getpid()}.sock")
+    sink.start()
+    h = hook.install(HookConfig(daemon_sock=str(sink.path), **FAST))
+    wait_for(lambda: h.thread.dumper.native())  # loaded at the thread's start
+    trainer = Trainer()
+    trainer.steps(8)
+    hook.uninstall()
+    events = sink.close()
+    assert h.num_errors == 0, h.last_error
+    assert h.thread.dumper.num_native > 0 and h.state.num_fr_dropped == 0
+    steps = [s for s in of_kind(events, schema.StepEvent) if s.num_collectives]
+    colls = [c for c in of_kind(events, schema.CollectiveEvent) if c.step >= 0]
+    assert len(steps) == 8
+    assert len(colls) == sum(s.num_collectives for s in steps)
+    assert all(c.origin == "fr" for c in colls)

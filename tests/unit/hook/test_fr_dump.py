@@ -1,0 +1,151 @@
+"""Which Flight Recorder ring the hook harvests and how it dumps it (:mod:`diag.hook.fr_dump`):
+the ring follows the job to NCCL's once a group runs NCCL, the dumps go through diag's native
+library where it can make them, and a real hook that moves to another ring mid-run loses and
+repeats nothing."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from diag import schema
+from diag.config import HookConfig
+from diag.flight_recorder import load_fr_dump
+from diag.hook import core as hook
+from diag.hook.fr_dump import FrDumper
+from diag.hook.groups import _runs_nccl
+from tests.fakes.hook_sink import FrameSink, of_kind
+from tests.fakes.hook_trainer import Trainer, wait_for
+
+
+class Calls:
+    """A dump function that records how it was called."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.calls: list[Any] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(args or kwargs)
+        return self.answer
+
+
+def test_the_ring_follows_the_job_to_nccl_only_where_torch_dumps_it() -> None:
+    generic, nccl = Calls(b"g"), Calls(b"n")
+    cpu_build = FrDumper(SimpleNamespace(_dump_fr_trace=generic))
+    assert cpu_build.ok and not cpu_build.may_follow
+    assert not cpu_build.follow(True) and cpu_build.ring == "fr"
+    assert cpu_build.dump(collectives=False) == b"g"
+    assert generic.calls == [{"includeCollectives": False, "includeStackTraces": False}]
+
+    cuda_build = FrDumper(SimpleNamespace(_dump_fr_trace=generic, _dump_nccl_trace=nccl))
+    assert cuda_build.may_follow and not cuda_build.follow(False)
+    assert cuda_build.follow(True) and cuda_build.ring == "nccl" and not cuda_build.may_follow
+    assert not cuda_build.follow(True)  # once
+    assert cuda_build.dump() == b"n"
+    assert not FrDumper(None).ok
+
+
+def test_native_dumps_replace_torchs_for_the_rings_they_can_dump() -> None:
+    generic, nccl = Calls(b"torch-g"), Calls(b"torch-n")
+    native_fr, native_nccl = Calls(b"native-g"), Calls(None)  # a CPU build: no NCCL dump
+    library = SimpleNamespace(dump_fn={"fr": native_fr, "nccl": native_nccl}.get)
+    dumper = FrDumper(SimpleNamespace(_dump_fr_trace=generic, _dump_nccl_trace=nccl))
+    dumper.use_native(library)
+    assert dumper.native("fr") and not dumper.native("nccl")
+    assert dumper.dump() == b"native-g" and native_fr.calls[-1] == (True,)
+    assert generic.calls == [] and dumper.num_native == 1
+    dumper.follow(True)
+    assert dumper.dump() == b"torch-n" and dumper.num_native == 1
+    old = FrDumper(SimpleNamespace(_dump_fr_trace=generic))
+    old.use_native(SimpleNamespace(dump_fn=lambda ring: None))  # a library built before dumps
+    assert not old.native() and old.dump() == b"torch-g"
+
+
+def test_which_groups_run_nccl() -> None:
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+
+    class Group:
+        def __init__(self, devices: list[torch.device], backend: object) -> None:
+            self._device_types = devices
+            self.backend = backend
+
+        def _get_backend(self, device: torch.device) -> object:
+            return self.backend
+
+    class ProcessGroupNCCL:
+        pass
+
+    named = {"a": "nccl", "b": "cuda:nccl,cpu:gloo", "c": "gloo", "d": "undefined"}
+    assert _runs_nccl("a", named.get) and _runs_nccl("b", named.get)
+    assert not _runs_nccl("c", named.get)
+    unnamed = Group([cpu, cuda], ProcessGroupNCCL())  # created without naming its backend
+    assert _runs_nccl(unnamed, lambda pg: "undefined")
+    assert not _runs_nccl(Group([cpu], object()), lambda pg: "undefined")
+
+    def gone(pg: object) -> str:
+        raise ValueError("Invalid process group specified")
+
+    assert not _runs_nccl(Group([cpu], object()), gone)
+
+
+def test_a_hook_that_moves_to_nccls_ring_mid_run_loses_and_repeats_nothing(world: None) -> None:
+    """Without a GPU, "NCCL's ring" is the generic ring seen from the move on, its record ids
+    starting again at 0, as a ring of its own would: every DDP all-reduce of every step is
+    emitted once, from the ring that held it, and each step counts its own."""
+    from torch._C import _distributed_c10d as c10d
+
+    first: list[int] = []
+    base: dict[tuple[str, str], int] = {}
+
+    def nccl_ring(includeCollectives: bool = True, includeStackTraces: bool = True) -> bytes:
+        dump = load_fr_dump(c10d._dump_fr_trace(includeStackTraces=False), validate=False)
+        entries = dump.get("entries") or []
+        status = dump.get("pg_status") or {}
+        if not first:  # the move: what the generic ring holds from now on is "NCCL's"
+            first.append(1 + max((e["record_id"] for e in entries), default=-1))
+            base.update({(g, k): v for g, s in status.items() for k, v in s.items()})
+        for g, s in status.items():  # its counters start again too
+            for k, v in s.items():
+                s[k] = max(-1, v - base.get((g, k), 0))
+        kept = [dict(e, record_id=e["record_id"] - first[0]) for e in entries
+                if e["record_id"] >= first[0]]  # fmt: skip
+        if includeCollectives:
+            dump["entries"] = kept
+        else:
+            dump.pop("entries", None)
+        return pickle.dumps(dump, protocol=2)
+
+    sink = FrameSink(Path(os.environ["TMPDIR"]) / f"r{os.getpid()}.sock")
+    sink.start()
+    cfg = HookConfig(daemon_sock=str(sink.path), flush_interval_s=0.02, fr_poll_interval_s=0.1,
+                     fr_dump_native=False)  # fmt: skip
+    h = hook.install(cfg)
+    thread = h.thread
+    thread.dumper._torch["nccl"] = nccl_ring
+    nccl = [False]
+    thread.groups.uses_nccl = lambda: nccl[0]  # type: ignore[method-assign]
+    trainer = Trainer()
+    trainer.steps(5)
+    time.sleep(0.3)
+    nccl[0] = True  # a group runs NCCL now
+    wait_for(lambda: thread.dumper.ring == "nccl" and bool(first))
+    trainer.steps(5)
+    hook.uninstall()
+    events = sink.close()
+    assert h.num_errors == 0, h.last_error
+    assert h.state.num_fr_dropped == 0
+    steps = {s.step: s.num_collectives for s in of_kind(events, schema.StepEvent)}
+    colls = [c for c in of_kind(events, schema.CollectiveEvent) if c.step >= 0]
+    assert all(c.origin == "fr" for c in colls)
+    seqs = [c.seq_id for c in colls]
+    assert len(seqs) == len(set(seqs))  # none twice
+    assert sorted(steps) == list(range(10)) and all(n >= 1 for n in steps.values())
+    for step, n in steps.items():
+        assert sum(1 for c in colls if c.step == step) == n
