@@ -1,12 +1,14 @@
-"""What a Flight Recorder harvest costs the training thread: the in-process dump against torch's
-control-plane server (``HookConfig.fr_dump_server``, :mod:`diag.hook.fr_server`).
+"""What a Flight Recorder harvest costs the training thread: torch's in-process dump, the same dump
+made by diag's native library without the GIL (``HookConfig.fr_dump_native``, the default where the
+library is built: :mod:`diag.hook.fr_dump`) and torch's control-plane server
+(``HookConfig.fr_dump_server``, :mod:`diag.hook.fr_server`).
 
 One gloo process (world size 1) fills the recorder's ring (``--ring`` entries), then, for each
 way of dumping, a second thread harvests every ``--every-ms`` the way the hook thread does
-(``_dump_fr_trace`` + the paced unpickling, or the server's JSON + the paced decoding, with the
-same 1 ms slices and pauses of :class:`~diag.hook.gil_share.GilShare`, the cyclic collector
-off) while the main thread stands in for a training thread in two ways, one after the other,
-``--seconds`` each:
+(``_dump_fr_trace`` or the native dump + the paced unpickling, or the server's JSON + the paced
+decoding, with the same 1 ms slices and pauses of :class:`~diag.hook.gil_share.GilShare`, the
+cyclic collector off) while the main thread stands in for a training thread in two ways, one
+after the other, ``--seconds`` each:
 
 - *GIL*: a pure-Python loop timing each pass (a few microseconds): a pass that took more than a
   millisecond waited for the GIL that long (the forward pass of a real job is such Python between
@@ -46,6 +48,7 @@ def main() -> None:
     from diag.flight_recorder import load_fr_dump, load_fr_json
     from diag.hook.fr_server import FrServer
     from diag.hook.gil_share import GilShare
+    from diag.hook.opstats import load as load_native
 
     tmp = tempfile.mkdtemp(prefix="diag-bench-")
     dist.init_process_group("gloo", store=dist.FileStore(os.path.join(tmp, "s"), 1),
@@ -71,7 +74,20 @@ def main() -> None:
         gil.tick()
         load_fr_json(body, tick=gil.tick)
 
+    library, why = load_native()
+    native = library.dump_fn("fr") if library is not None else None
+
+    def without_gil(gil: GilShare) -> None:
+        assert native is not None
+        raw = native(True)
+        gil.tick()
+        load_fr_dump(raw, validate=False, tick=gil.tick)
+
     ways = {"none": None, "in-process dump": in_process}
+    if native is not None:
+        ways["native, no GIL"] = without_gil
+    else:
+        print(f"no native dump: {why}")
     if server is not None:
         ways["control-plane server"] = through_server
     for load in ("GIL", "collectives"):

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import FrameSink
 
 from diag.config import HookConfig
-from diag.hook import c10d_workers
+from diag.hook import c10d_workers, fr_dump
 from diag.hook import core as hook
 from diag.hook import sender as hook_sender
 from diag.hook import thread as hook_thread
@@ -81,20 +81,12 @@ def instrument(parts: Parts, thread_cpu: list[int]) -> None:
     parts.patch(hook_sender.FrameSender, "flush", "FrameSender.flush")
     parts.patch(c10d_workers.CollectiveWorkers, "observe", "gloo workers: a sample")
     parts.patch(hook_thread, "load_fr_dump", "Flight Recorder: unpickling")
-    init, run = cls.__init__, cls.run
+    run = cls.run
+    dump = fr_dump.FrDumper.dump
 
-    def init_timed(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        dump = self._dump_fn
-        if dump is None:
-            return
-
-        def dump_timed(*a: Any, **k: Any) -> Any:
-            name = "Flight Recorder: full dump" if k.get("includeCollectives", True) else \
-                "Flight Recorder: probe"  # fmt: skip
-            return parts.timed(name, dump)(*a, **k)
-
-        self._dump_fn = dump_timed
+    def dump_timed(self: Any, *, collectives: bool = True) -> Any:
+        name = "Flight Recorder: full dump" if collectives else "Flight Recorder: probe"
+        return parts.timed(name, dump)(self, collectives=collectives)
 
     def run_timed(self: Any) -> None:
         c0 = time.thread_time_ns()
@@ -103,7 +95,7 @@ def instrument(parts: Parts, thread_cpu: list[int]) -> None:
         finally:
             thread_cpu[0] += time.thread_time_ns() - c0
 
-    cls.__init__ = init_timed  # type: ignore[method-assign]
+    fr_dump.FrDumper.dump = dump_timed  # type: ignore[method-assign]
     cls.run = run_timed  # type: ignore[method-assign]
 
 

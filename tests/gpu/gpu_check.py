@@ -101,6 +101,10 @@ def main() -> int:
         if nproc > 1:
             if not same:
                 check("NCCL durations", len(nccl) > 0, f"{len(nccl)} of {len(coll)} timed")
+                # NCCL keeps its entries in a Flight Recorder ring of its own (diag/hook/fr_dump.py)
+                ring = coll[coll["origin"] == "fr"]
+                check("NCCL's Flight Recorder ring harvested", len(ring) > 0,
+                      f"{len(ring)} of {len(coll)} from the Flight Recorder")  # fmt: skip
             found = [f for f in triage(out) if f.severity != "info"]
             named = bool(found) and found[0].ranks == (slow,)
             check("slow GPU named", named, found[0].summary if found else "no finding")
