@@ -175,15 +175,19 @@ class FrState:
         sizes = dict(extra_sizes or {})
         sizes.update(pg_sizes(dump.get("pg_config") or {}))
         entries = [e for e in dump.get("entries") or () if isinstance(e, Mapping)]
-        entries.sort(key=lambda e: int(e.get("record_id", -1)))
+        # each entry's id read once (a dump lists them in record order: sorted only if not)
+        rids = [int(e.get("record_id", -1)) for e in entries]
+        if rids != sorted(rids):
+            pairs = sorted(zip(rids, entries, strict=True), key=lambda p: p[0])
+            rids, entries = [p[0] for p in pairs], [p[1] for p in pairs]
         out: list[tuple[int, dict[str, Any]]] = []
-        present = {int(e.get("record_id", -1)) for e in entries}
+        present = set(rids)
         # Held entries the ring overwrote since: emitted as last seen, oldest first.
         for rid in sorted(r for r in self._held if r not in present):
             out.append(self._emit(rid, self._held.pop(rid), sizes))
-        for entry in entries:
-            rid = int(entry.get("record_id", -1))
-            if rid in self._emitted:
+        emitted = self._emitted
+        for rid, entry in zip(rids, entries, strict=True):
+            if rid in emitted:
                 continue
             # An entry waits one harvest even when done: the record of the Python call that made
             # it may reach the hook thread only after the dump that first shows the entry.
@@ -198,7 +202,7 @@ class FrState:
                 tick()
             out.append(self._emit(rid, entry, sizes))
         if entries:  # forget ids that left the ring buffer
-            low = int(entries[0].get("record_id", 0))
+            low = rids[0]
             self._emitted = {r for r in self._emitted if r >= low}
         return out
 

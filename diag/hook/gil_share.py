@@ -17,8 +17,9 @@ steps instead of landing on one.
 The pauses never cost data: each burst of work (:meth:`GilShare.burst`) gets a budget of pause
 time (what the Flight Recorder's ring or the flush interval leaves as slack, see the callers in
 :mod:`diag.hook.thread`); once it is spent, or for the final cycle (``budget_s=0``), the work runs
-unpaced, as before. What cannot be sliced stays whole: one call into C (the Flight Recorder dump,
-the unpickling) holds the GIL for its duration.
+unpaced, as before. What cannot be sliced stays whole: one call into C holds the GIL for its
+duration (torch's own Flight Recorder dump; diag's native one lets go of it:
+:mod:`diag.hook.fr_dump`).
 
 Clock and sleep are injected: pure bookkeeping, tested without threads.
 """

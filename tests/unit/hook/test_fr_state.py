@@ -217,3 +217,12 @@ def test_a_new_ring_emits_what_was_held_and_forgets_the_old_ids() -> None:
     new = {"pg_config": {}, "entries": [dict(_entry(0, 30 * ms), collective_seq_id=3)]}
     assert fr.process(new, now_s=3.0) == []
     assert [kw["seq_id"] for _, kw in fr.process(new, now_s=4.0)] == [3]
+
+
+def test_entries_listed_out_of_order_are_emitted_in_record_order() -> None:
+    ms = 1_000_000
+    fr = FrState(StepWindows(), hold_s=30)
+    dump = {"pg_config": {}, "entries": [_entry(i, (10 + i) * ms) for i in (3, 1, 2, 0)]}
+    assert fr.process(dump, now_s=1.0) == []
+    assert [kw["seq_id"] for _, kw in fr.process(dump, now_s=2.0)] == [1, 2, 3, 4]
+    assert fr.process(dump, now_s=3.0) == []
