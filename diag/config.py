@@ -44,6 +44,9 @@ class HookConfig:
     # share of the GIL near gil_share while it is busy (diag.hook.gil_share); 0 = unpaced
     gil_share: float = 0.25
     gil_slice_s: float = 0.001
+    # the hook thread's own nice value (Linux schedules threads apart): above 0, a core the
+    # training thread wants goes to it first (0 = the process's)
+    thread_nice: int = 0
     # harvest the Flight Recorder through torch's control-plane server on a private Unix socket
     # (its C++ threads build the dump without the GIL; diag.hook.fr_server) instead of
     # _dump_fr_trace, which holds the GIL while it dumps the whole ring. Off by default: the

@@ -220,11 +220,25 @@ class HookThread(threading.Thread):
     # ----------------------------------------------------------------- loop
     def run(self) -> None:
         try:
+            self._lower_priority()
             self._serve()
         except BaseException as exc:  # last resort: the thread ends; say why while it still can
             self._died(exc)
         finally:
             self._server_off(None)
+
+    def _lower_priority(self) -> None:
+        """Raise this thread's nice value by ``thread_nice`` (Linux keeps one per thread; an
+        unprivileged thread may raise its own); a platform without it leaves it as it is."""
+        nice = self.cfg.thread_nice
+        if nice <= 0:
+            return
+        try:
+            tid = threading.get_native_id()
+            now = os.getpriority(os.PRIO_PROCESS, tid)
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, now + nice))
+        except (AttributeError, OSError) as exc:
+            log.debug("diag hook: thread priority left as it is: %s", exc)
 
     def _serve(self) -> None:
         self._guarded(self._start)

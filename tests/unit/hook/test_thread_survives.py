@@ -203,3 +203,21 @@ def test_the_hook_threads_pauses_are_counted_in_its_health(world: None, sink: Fr
     assert final.num_gil_pauses == gil.num_pauses >= 1
     assert final.gil_paused_ns == round(gil.paused_s * 1e9) > 0
     assert final.num_dropped == 0
+
+
+def test_the_hook_thread_alone_runs_at_a_lower_priority(world: None, sink: FrameSink) -> None:
+    """``thread_nice`` lowers the hook thread's priority only: the training thread's is the
+    process's as before, and the events flow as ever."""
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    h = hook.install(dataclasses.replace(fast(sink), thread_nice=3))
+    try:
+        tid = h.thread.native_id
+        assert tid is not None
+        wait_for(lambda: os.getpriority(os.PRIO_PROCESS, tid) == min(19, mine + 3), "the nice")
+        assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+        train(STEPS)
+    finally:
+        hook.uninstall()
+    assert h.num_errors == 0, h.last_error
+    wait_for(lambda: len([e for e in sink.events if isinstance(e, schema.StepEvent)]) >= STEPS,
+             "the steps")  # fmt: skip
