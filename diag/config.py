@@ -44,8 +44,9 @@ class HookConfig:
     # share of the GIL near gil_share while it is busy (diag.hook.gil_share); 0 = unpaced
     gil_share: float = 0.25
     gil_slice_s: float = 0.001
-    # the hook thread's own nice value (Linux schedules threads apart): above 0, a core the
-    # training thread wants goes to it first (0 = the process's)
+    # raise the hook thread's own nice value by this much (Linux schedules threads apart): a
+    # core the training thread also wants goes to it first; 0 = unchanged. Not the default: on a
+    # host another process saturates, a low-priority hook thread would fall behind (README)
     thread_nice: int = 0
     # harvest the Flight Recorder through torch's control-plane server on a private Unix socket
     # (its C++ threads build the dump without the GIL; diag.hook.fr_server) instead of
