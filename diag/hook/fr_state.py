@@ -212,7 +212,7 @@ class FrState:
         """The harvest moves to another Flight Recorder ring (:mod:`diag.hook.fr_dump`), whose
         record ids start again: the held entries of this one are emitted as last seen (as when
         the ring overwrites them) and its ids forgotten. The calls waiting for an entry stay."""
-        sizes = dict(extra_sizes or {})
+        sizes = extra_sizes or {}
         out = [self._emit(rid, self._held.pop(rid), sizes) for rid in sorted(self._held)]
         self._emitted.clear()
         self._held_since.clear()

@@ -167,7 +167,7 @@ class HookThread(threading.Thread):
         self.fr_ok = bool(self.cfg.capture_collectives and self.dumper.ok)
         #: where harvests come from when it runs (started by the thread: :meth:`_start`)
         self.fr_server: FrServer | None = None
-        self.num_server_dumps = 0  # harvests served by it (the rest: _dump_fr_trace)
+        self.num_server_dumps = 0  # harvests served by it (the rest: the dumper's)
         self._stop_evt = threading.Event()
         self._exiting = True  # the last cycle's health says final (set by stop() before _stop_evt)
         self._pending_steps: deque[tuple[Any, ...]] = deque()
@@ -181,11 +181,7 @@ class HookThread(threading.Thread):
         self._announced = False
         self._prev_dump_wall_ns = 0
         self._pg_sizes: dict[str, int] = {}
-        self.pacer = FrPacer(
-            fr_buffer_size(),
-            longest_s=self.cfg.fr_poll_interval_s,
-            flush_s=self.cfg.flush_interval_s,
-        )
+        self.pacer = self._new_pacer()
         self.requests = RequestFilter(self.cfg.profile_num_steps)
         self._fr_completed = 0  # sum of the groups' last completed collective, latest harvest
         self.watchdog = HangWatchdog(
@@ -575,13 +571,17 @@ class HookThread(threading.Thread):
         self._server_off(None)  # torch's server dumps the generic ring
         rows = self.fr.new_ring(self._pg_sizes)
         self.sender.add(self.ev.make_all(schema.CollectiveEvent, rows, self.gil.tick))
-        self.pacer = FrPacer(
+        self.pacer = self._new_pacer()
+        self._probe = None
+        log.info("diag hook: a process group runs NCCL: harvesting its Flight Recorder ring")
+
+    def _new_pacer(self) -> FrPacer:
+        """The pacing of a ring harvested from its start (:mod:`diag.hook.fr_pacing`)."""
+        return FrPacer(
             fr_buffer_size(),
             longest_s=self.cfg.fr_poll_interval_s,
             flush_s=self.cfg.flush_interval_s,
         )
-        self._probe = None
-        log.info("diag hook: a process group runs NCCL: harvesting its Flight Recorder ring")
 
     def _harvest(self, *, final: bool) -> None:
         # A dump unpickles ~40 objects per entry (80k for a full 2000-entry buffer); they die by
