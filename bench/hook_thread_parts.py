@@ -16,7 +16,7 @@ alone (on this 2-core VM a probe that costs ~6 us alone takes ~150 us): the two 
 execution units are shared, and that is the cost the job pays. Measured numbers only, no asserts.
 
     .venv/bin/python bench/hook_thread_parts.py [--iters 1500] [--steps 300] [--every 0]
-        [--collectives 1]
+        [--collectives 1] [--set FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from overhead import FrameSink
+from overhead import FrameSink, _fields
 
 from diag.config import HookConfig
 from diag.hook import c10d_workers, fr_dump
@@ -81,6 +81,9 @@ def instrument(parts: Parts, thread_cpu: list[int]) -> None:
     parts.patch(hook_sender.FrameSender, "flush", "FrameSender.flush")
     parts.patch(c10d_workers.CollectiveWorkers, "observe", "gloo workers: a sample")
     parts.patch(hook_thread, "load_fr_dump", "Flight Recorder: unpickling")
+    parts.patch(cls, "_ring_dump", "HookThread._ring_dump")
+    parts.patch(fr_dump.FrDumper, "since", "Flight Recorder: read")
+    parts.patch(fr_dump.FrDumper, "next_id", "Flight Recorder: probe (read)")
     run = cls.run
     dump = fr_dump.FrDumper.dump
 
@@ -106,11 +109,13 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=0, help="a profiler window every N steps")
     ap.add_argument("--collectives", type=int, default=1,
                     help="Python-level all-reduces per step (besides DDP's)")  # fmt: skip
+    ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                    help="HookConfig fields of the hook measured")  # fmt: skip
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dhp")
     sock = os.path.join(tmp, "sink")
     sink = FrameSink(sock)
-    cfg = HookConfig(daemon_sock=sock, profile_every_steps=args.every)
+    cfg = HookConfig(daemon_sock=sock, profile_every_steps=args.every, **_fields(args.set))
     hook.install(cfg)  # before the process group, so the Flight Recorder is sized
     hook.uninstall()
     parts, thread_cpu = Parts(), [0]

@@ -57,6 +57,9 @@ class HookConfig:
     # dump the Flight Recorder through diag's native library (diag.hook.opstats: the same call,
     # with the GIL released while torch builds the dump) once it is built for this torch
     fr_dump_native: bool = True
+    # and read the generic ring from the first entry a harvest needs, not dump it whole
+    # (diag.hook.fr_dump: trusted once a read agrees with torch's dump); needs fr_dump_native
+    fr_read_native: bool = True
     health_interval_s: float = 5.0
     reconnect_interval_s: float = 1.0
     capture_collectives: bool = True

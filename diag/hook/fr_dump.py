@@ -13,15 +13,35 @@ Both torch bindings hold the GIL while they build the dump (~5 us per entry: ~3 
 the steady state's p99. diag's native library (:mod:`diag.hook.opstats`, where it is built) makes
 the same C++ calls with the GIL released; once loaded (``fr_dump_native``), the dumps go through
 it (:meth:`FrDumper.use_native`), the bytes identical.
+
+A dump holds the whole ring however little of it is new: the hook harvests when half of it is
+(:mod:`diag.hook.fr_pacing`), so each entry was built, pickled and unpickled about twice, and at a
+slow step (a harvest every ``fr_poll_interval_s`` whatever is new) several times (~330 us of the
+hook thread's CPU per ~50 ms step). The native library also *reads* the generic ring from a
+record id on (:meth:`FrDumper.since`: entries as the dump's dicts, the groups' configuration and
+counters), so a harvest costs what is new; torch does not export the ring, and the library finds
+it through ``libtorch_cpu.so``'s symbol table (:mod:`diag.hook.elf_symbols`). The reader is
+trusted only once a read and torch's own dump of the same moment agree
+(:meth:`FrDumper.verify`, at the first harvest that has entries); until then, where it cannot
+be built or found, or once they disagree, the harvests dump as before. NCCL's ring is always
+dumped (reading it needs CUDA's headers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
+
+log = logging.getLogger("diag.hook")
 
 #: the rings, and torch's binding that dumps each
 RINGS: dict[str, str] = {"fr": "_dump_fr_trace", "nccl": "_dump_nccl_trace"}
+#: an entry's fields that never change once recorded: what a read and a dump must agree on
+STABLE_FIELDS = ("record_id", "pg_id", "process_group", "thread_name", "thread_id",
+                 "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name",
+                 "time_created_ns", "input_sizes", "input_dtypes", "output_sizes",
+                 "output_dtypes", "timeout_ms", "is_p2p")  # fmt: skip
 
 
 class FrDumper:
@@ -34,6 +54,13 @@ class FrDumper:
         self._native: dict[str, Callable[[bool], Any]] = {}
         self.ring = "fr"
         self.num_native = 0  # dumps made without the GIL (probes included)
+        #: the native reader of the generic ring (:meth:`since`), once it is loaded and until it
+        #: fails; ``verified`` once a read agreed with torch's dump
+        self._since: Callable[..., Any] | None = None
+        self.verified = False
+        self.since_note = ""  # why the ring is dumped, not read ("" while it is read or unknown)
+        self._epoch = 0
+        self.num_reads = 0  # harvests and probes served by the reader
 
     @property
     def ok(self) -> bool:
@@ -53,13 +80,79 @@ class FrDumper:
         self.ring = "nccl"
         return True
 
-    def use_native(self, library: Any) -> None:
+    def use_native(self, library: Any, *, read: bool = True) -> None:
         """Dump through diag's native library (an :class:`~diag.hook.opstats.OpStats`): each ring
         it can dump in this process (its NCCL dump answers None in a CPU build)."""
         for ring in RINGS:
             fn = library.dump_fn(ring)
             if fn is not None and self._torch[ring] is not None and fn(False) is not None:
                 self._native[ring] = fn
+        since = library.since_fn() if read and self._torch["fr"] is not None else None
+        first = since(0, False) if since is not None else None
+        if first is None:
+            self.since_note = (library.since_why() if read else "off") or "no reader here"
+            return
+        self._since, self._epoch = since, int(first["reset_epoch"])
+
+    @property
+    def reads(self) -> bool:
+        """Whether the harvested ring can be read from a record id on (:meth:`since`), trusted
+        or not yet."""
+        return self.ring == "fr" and self._since is not None
+
+    def since(self, record_id: int) -> dict[str, Any] | None:
+        """The generic ring from ``record_id`` on (a dump's dict, with ``next_record_id``); None
+        when the reader is off (the ring was reset since: its ids started again, and the
+        harvests go back to dumps)."""
+        if self._since is None:
+            return None
+        read: dict[str, Any] | None = self._since(record_id, True)
+        return self._checked(read)
+
+    def next_id(self) -> int | None:
+        """The record id the ring gives its next entry (the pacer's probe: ~10 us); None when
+        the reader is off."""
+        if self._since is None:
+            return None
+        read = self._checked(self._since(0, False))
+        return None if read is None else int(read["next_record_id"])
+
+    def _checked(self, read: dict[str, Any] | None) -> dict[str, Any] | None:
+        if read is None or int(read["reset_epoch"]) != self._epoch:
+            self.off("the Flight Recorder ring was reset" if read else "the reader failed")
+            return None
+        self.num_reads += 1
+        return read
+
+    def verify(self, dump: Mapping[str, Any]) -> bool:
+        """Check the reader against ``dump``, torch's dump just made: a read from its first
+        entry must hold the same entries (:data:`STABLE_FIELDS`) and group configuration. True
+        once they agreed; False while there is nothing to compare (no entry yet) or once they
+        did not (the reader is then off, with why)."""
+        entries = [e for e in dump.get("entries") or () if isinstance(e, Mapping)]
+        if self.verified or not entries or self._since is None:
+            return self.verified
+        low = min(int(e.get("record_id", -1)) for e in entries)
+        read = self.since(max(low, 0))
+        if read is None:
+            return False
+        mine = {int(e["record_id"]): e for e in read["entries"]}
+        common = [e for e in entries if int(e.get("record_id", -1)) in mine]
+        differ = [
+            f for e in common for f in STABLE_FIELDS if e.get(f) != mine[int(e["record_id"])].get(f)
+        ]
+        if not common or differ or read["pg_config"] != dump.get("pg_config"):
+            why = f"fields {sorted(set(differ))}" if differ else "its entries or groups"
+            self.off(f"a read and torch's dump disagree ({why})")
+            return False
+        self.verified = True
+        return True
+
+    def off(self, why: str) -> None:
+        """Stop reading (``why``, logged once): the harvests dump the ring again."""
+        if self._since is not None:
+            log.info("diag hook: Flight Recorder reader off: %s; dumping the ring", why)
+        self._since, self.verified, self.since_note = None, False, why
 
     def native(self, ring: str | None = None) -> bool:
         """Whether ``ring`` (default: the harvested one) is dumped without the GIL."""

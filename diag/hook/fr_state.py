@@ -206,6 +206,11 @@ class FrState:
             self._emitted = {r for r in self._emitted if r >= low}
         return out
 
+    def first_needed(self, top: int) -> int:
+        """The lowest record id a harvest must see again: the oldest entry held (seen, not yet
+        emitted), else the one after ``top``, the highest harvested (-1 before the first)."""
+        return min(self._held, default=max(top, -1) + 1)
+
     def new_ring(
         self, extra_sizes: Mapping[str, int] | None = None
     ) -> list[tuple[int, dict[str, Any]]]:

@@ -22,6 +22,15 @@
 #include <pybind11/stl.h>
 
 #include <dlfcn.h>
+#if defined(DIAG_HAS_FR) && defined(DIAG_FR_GET) && defined(DIAG_FR_DUMP) && \
+    defined(DIAG_FR_BUILD_ID)
+// the build found where libtorch_cpu.so keeps the generic ring (diag/hook/elf_symbols.py)
+#define DIAG_FR_SINCE 1
+#include <elf.h>
+#include <link.h>
+
+#include <optional>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +40,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -246,6 +256,399 @@ DumpFn nccl_dump() {
   return fn;
 }
 
+#ifdef DIAG_FR_SINCE
+// The generic ring read from a record id on: what a harvest needs of torch's dump (entries and
+// the groups' configuration and counters) without building the dump of the whole ring. torch
+// does not export the ring (FlightRecorder<c10::Event>::get() is a local symbol): the build read
+// its address in libtorch_cpu.so's symbol table (DIAG_FR_GET, beside the exported dump_fr_trace's,
+// DIAG_FR_DUMP, and the file's build id); here the loaded library must have that build id and
+// dump_fr_trace where the file said, or nothing at the other address is ever called.
+using GenericFR = c10d::FlightRecorder<c10::Event>;
+
+struct Located {
+  GenericFR* fr = nullptr;
+  std::string why;  // why not, when fr is null
+};
+
+struct ObjectQuery {
+  uintptr_t addr = 0;  // an address inside the object looked for
+  uintptr_t bias = 0;  // the object's load bias: file address + bias = address in memory
+  std::string build_id;
+  bool found = false;
+};
+
+std::string note_build_id(const char* p, size_t size) {
+  static const char hex[] = "0123456789abcdef";
+  size_t at = 0;
+  while (at + sizeof(ElfW(Nhdr)) <= size) {
+    ElfW(Nhdr) h;
+    std::memcpy(&h, p + at, sizeof(h));
+    const size_t name_at = at + sizeof(h);
+    const size_t desc_at = name_at + ((h.n_namesz + 3) & ~size_t{3});
+    if (desc_at + h.n_descsz > size) {
+      break;
+    }
+    if (h.n_type == NT_GNU_BUILD_ID && h.n_namesz == 4 && std::memcmp(p + name_at, "GNU", 4) == 0) {
+      std::string out;
+      for (size_t i = 0; i < h.n_descsz; ++i) {
+        const auto byte = static_cast<unsigned char>(p[desc_at + i]);
+        out += hex[byte >> 4];
+        out += hex[byte & 15];
+      }
+      return out;
+    }
+    at = desc_at + ((h.n_descsz + 3) & ~size_t{3});
+  }
+  return "";
+}
+
+int find_object(dl_phdr_info* info, size_t, void* data) {
+  auto* q = static_cast<ObjectQuery*>(data);
+  bool holds = false;
+  for (int i = 0; i < info->dlpi_phnum && !holds; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+    holds = ph.p_type == PT_LOAD && q->addr >= lo && q->addr < lo + ph.p_memsz;
+  }
+  if (!holds) {
+    return 0;
+  }
+  q->found = true;
+  q->bias = info->dlpi_addr;
+  for (int i = 0; i < info->dlpi_phnum && q->build_id.empty(); ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_NOTE) {
+      q->build_id = note_build_id(
+          reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr), ph.p_filesz);
+    }
+  }
+  return 1;
+}
+
+Located locate_generic() {
+  Located out;
+  void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+  void* dump = lib != nullptr ? dlsym(lib, "_ZN4c10d13dump_fr_traceB5cxx11Ebbb") : nullptr;
+  if (lib != nullptr) {
+    dlclose(lib);  // NOLOAD took a reference: torch holds its own
+  }
+  if (dump == nullptr) {
+    out.why = "libtorch_cpu.so's dump_fr_trace is not loaded";
+    return out;
+  }
+  ObjectQuery q;
+  q.addr = reinterpret_cast<uintptr_t>(dump);
+  dl_iterate_phdr(&find_object, &q);
+  const std::string want = DIAG_STR(DIAG_FR_BUILD_ID);
+  if (!q.found || q.build_id != want) {
+    out.why = "the loaded libtorch_cpu.so (build id " + q.build_id +
+              ") is not the one diag was built against (" + want + ")";
+    return out;
+  }
+  if (q.bias + static_cast<uintptr_t>(DIAG_FR_DUMP) != q.addr) {
+    out.why = "libtorch_cpu.so's dump_fr_trace is not where its symbol table says";
+    return out;
+  }
+  auto get = reinterpret_cast<GenericFR* (*)()>(q.bias + static_cast<uintptr_t>(DIAG_FR_GET));
+  GenericFR* fr = get();
+  if (fr == nullptr) {
+    out.why = "the Flight Recorder is not there";
+    return out;
+  }
+  {
+    std::lock_guard<std::mutex> guard(fr->mutex_);
+    if (fr->max_entries_ > (size_t{1} << 26) || fr->entries_.size() > fr->max_entries_ ||
+        fr->next_ > fr->max_entries_) {
+      out.why = "the Flight Recorder's ring is not what diag expects";
+      return out;
+    }
+  }
+  out.fr = fr;
+  return out;
+}
+
+const Located& generic_fr() {
+  static const Located located = locate_generic();
+  return located;
+}
+
+struct RawEntry {
+  size_t id = 0, pg_id = 0, coll = 0, p2p_seq = 0, op = 0;
+  std::string pg_name, pg_desc, profiling_name, thread_name, thread_id;
+  int64_t created = 0, timeout_ms = 0;
+  bool is_p2p = false, retired = false;
+  std::optional<float> duration;
+  std::optional<int64_t> started, completed;
+  std::vector<std::vector<int64_t>> in_sizes, out_sizes;
+  std::vector<std::string> in_dtypes, out_dtypes;
+};
+
+struct RawStatus {
+  size_t pg_id = 0;
+  int64_t enqueued = -1, started = -1, completed = -1;
+};
+
+struct RawConfig {
+  std::string name, desc, ranks;
+};
+
+struct RawRead {
+  std::vector<RawEntry> entries;
+  std::vector<RawStatus> status;
+  std::vector<RawConfig> config;
+  size_t next_id = 0, epoch = 0, capacity = 0;
+};
+
+std::vector<std::vector<int64_t>> read_sizes(const c10::SmallVector<int64_t, 4>& dims,
+                                             const int64_t*& it, const int64_t* end) {
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(dims.size());
+  for (const int64_t dim : dims) {
+    std::vector<int64_t> one;
+    for (int64_t i = 0; i < dim && it < end; ++i) {
+      one.push_back(*it++);
+    }
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
+// c10d::ranks_str's text ("[0, 1, 2]"): torch formats it with fmt, which it does not export
+std::string ranks_text(const std::vector<uint64_t>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  return out + "]";
+}
+
+// Everything a read needs, copied under the ring's mutex (the caller released the GIL): the
+// entries of the current epoch from record id `since` on, in record order, their state brought up
+// to date as torch's dump does (update_state), and the groups' configuration and counters.
+void read_ring(GenericFR* fr, size_t since, bool entries, RawRead& out) {
+  std::lock_guard<std::mutex> guard(fr->mutex_);
+  out.next_id = fr->id_;
+  out.epoch = fr->reset_epoch_;
+  out.capacity = fr->max_entries_;
+  for (const auto& [pg_id, status] : fr->all_pg_status_) {
+    if (status) {
+      out.status.push_back(RawStatus{pg_id, status->lastEnqueuedSeq, status->lastStartedSeq,
+                                     status->lastCompletedSeq});
+    }
+  }
+  for (const auto& [name, ranks] : fr->pg_name_to_ranks_) {
+    out.config.push_back(
+        RawConfig{std::get<0>(name), std::get<1>(name), ranks_text(ranks)});
+  }
+  if (!entries) {
+    return;
+  }
+  const size_t n = fr->entries_.size();
+  const size_t next = n == 0 ? 0 : fr->next_ % n;
+  std::vector<std::pair<std::thread::id, std::string>> thread_ids;
+  for (size_t k = 0; k < n; ++k) {
+    const auto& e = fr->entries_[(next + k) % n];
+    if (e.reset_epoch_ != fr->reset_epoch_ || e.id_ < since) {
+      continue;
+    }
+    RawEntry r;
+    r.id = e.id_;
+    r.pg_id = e.pg_id_;
+    r.pg_name = std::get<0>(e.pg_name_);
+    r.pg_desc = std::get<1>(e.pg_name_);
+    r.coll = e.collective_seq_id_;
+    r.p2p_seq = e.p2p_seq_id_;
+    r.op = e.op_id_;
+    r.profiling_name = e.profiling_name_;
+    r.thread_name = e.thread_name_;
+    // the text torch's dump writes (an ostringstream each: cached per thread)
+    auto known = std::find_if(thread_ids.begin(), thread_ids.end(),
+                              [&](const auto& t) { return t.first == e.thread_id_; });
+    if (known == thread_ids.end()) {
+      known = thread_ids.emplace(thread_ids.end(), e.thread_id_, c10::str(e.thread_id_));
+    }
+    r.thread_id = known->second;
+    r.created = e.time_created_;
+    r.timeout_ms = e.timeout_ms_;
+    r.is_p2p = e.isP2P_;
+    r.retired = e.retired_;
+    r.duration = e.duration_;
+    r.started = e.time_discovered_started_;
+    r.completed = e.time_discovered_completed_;
+    try {
+      if (e.start_ != nullptr && !r.started && e.start_->query()) {
+        r.started = c10::getTime();
+      }
+      if (e.end_ != nullptr && !r.completed && e.end_->query()) {
+        r.completed = c10::getTime();
+      }
+    } catch (const std::exception&) {
+      // torch's dump logs and goes on: the state stays as recorded
+    }
+    const int64_t* it = e.sizes_.data();
+    const int64_t* end = it + e.sizes_.size();
+    r.in_sizes = read_sizes(e.input_dims_, it, end);
+    r.out_sizes = read_sizes(e.output_dims_, it, end);
+    for (const auto dtype : e.input_dtypes_) {
+      r.in_dtypes.emplace_back(c10::toString(dtype));
+    }
+    for (const auto dtype : e.output_dtypes_) {
+      r.out_dtypes.emplace_back(c10::toString(dtype));
+    }
+    out.entries.push_back(std::move(r));
+  }
+}
+
+// Python objects for a read's values, built with the GIL held: the dict keys made once (and kept
+// for the process's life), each distinct string of a read made once (a ring repeats its group,
+// operation, thread and dtype names).
+class Builder {
+ public:
+  enum Key {
+    kRecordId, kPgId, kProcessGroup, kThreadName, kThreadId, kCollSeq, kP2pSeq, kOpId,
+    kProfilingName, kCreated, kDuration, kInSizes, kInDtypes, kOutSizes, kOutDtypes, kState,
+    kStarted, kCompleted, kRetired, kTimeout, kIsP2p, kNumKeys
+  };
+
+  static PyObject* key(Key k) {
+    static PyObject** keys = [] {
+      static const char* names[kNumKeys] = {
+          "record_id", "pg_id", "process_group", "thread_name", "thread_id",
+          "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "time_created_ns",
+          "duration_ms", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "state",
+          "time_discovered_started_ns", "time_discovered_completed_ns", "retired", "timeout_ms",
+          "is_p2p"};
+      auto** out = new PyObject*[kNumKeys];  // never freed: see the comment above
+      for (int i = 0; i < kNumKeys; ++i) {
+        out[i] = PyUnicode_InternFromString(names[i]);
+      }
+      return out;
+    }();
+    return keys[k];
+  }
+
+  // a new reference to the string's object (one per distinct string of this read)
+  pybind11::object str(const std::string& s) {
+    auto it = strs_.find(s);
+    if (it == strs_.end()) {
+      it = strs_.emplace(s, pybind11::str(s)).first;
+    }
+    return it->second;
+  }
+
+  static void set(pybind11::dict& d, Key k, const pybind11::handle& v) {
+    if (PyDict_SetItem(d.ptr(), key(k), v.ptr()) != 0) {
+      throw pybind11::error_already_set();
+    }
+  }
+
+  pybind11::list sizes(const std::vector<std::vector<int64_t>>& sizes) {
+    pybind11::list out(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      pybind11::list one(sizes[i].size());
+      for (size_t j = 0; j < sizes[i].size(); ++j) {
+        one[j] = pybind11::int_(sizes[i][j]);
+      }
+      out[i] = one;
+    }
+    return out;
+  }
+
+  pybind11::list strs(const std::vector<std::string>& values) {
+    pybind11::list out(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      out[i] = str(values[i]);
+    }
+    return out;
+  }
+
+ private:
+  std::unordered_map<std::string, pybind11::object> strs_;
+};
+
+pybind11::object opt_int(const std::optional<int64_t>& v) {
+  return v ? pybind11::object(pybind11::int_(*v)) : pybind11::object(pybind11::none());
+}
+
+// The read as the dict torch's pickled dump unpickles to (the same keys and values for each
+// entry, no stack traces), plus next_record_id, reset_epoch and capacity; None where this
+// process's ring cannot be read.
+pybind11::object fr_since(int64_t since, bool entries) {
+  const Located& at = generic_fr();
+  if (at.fr == nullptr) {
+    return pybind11::none();
+  }
+  RawRead raw;
+  {
+    pybind11::gil_scoped_release release;
+    read_ring(at.fr, static_cast<size_t>(std::max<int64_t>(since, 0)), entries, raw);
+  }
+  Builder b;
+  pybind11::dict config;
+  for (const auto& c : raw.config) {
+    pybind11::dict one;
+    one["name"] = b.str(c.name);
+    one["desc"] = b.str(c.desc);
+    one["ranks"] = c.ranks;
+    config[b.str(c.name)] = one;
+  }
+  pybind11::dict status;
+  for (const auto& s : raw.status) {
+    pybind11::dict one;
+    one["last_enqueued_collective"] = s.enqueued;
+    one["last_started_collective"] = s.started;
+    one["last_completed_collective"] = s.completed;
+    status[pybind11::str(std::to_string(s.pg_id))] = one;
+  }
+  static const pybind11::handle states[3] = {
+      pybind11::str("scheduled").release(), pybind11::str("started").release(),
+      pybind11::str("completed").release()};
+  pybind11::list rows(raw.entries.size());
+  size_t row = 0;
+  for (const auto& r : raw.entries) {
+    if (row > 0 && row % 128 == 0) {
+      pybind11::gil_scoped_release let_go;  // a chance for the training thread, every 128 rows
+    }
+    pybind11::dict d;
+    Builder::set(d, Builder::kRecordId, pybind11::int_(r.id));
+    Builder::set(d, Builder::kPgId, pybind11::int_(r.pg_id));
+    Builder::set(d, Builder::kProcessGroup,
+                 pybind11::make_tuple(b.str(r.pg_name), b.str(r.pg_desc)));
+    Builder::set(d, Builder::kThreadName, b.str(r.thread_name));
+    Builder::set(d, Builder::kThreadId, b.str(r.thread_id));
+    Builder::set(d, Builder::kCollSeq, pybind11::int_(r.coll));
+    Builder::set(d, Builder::kP2pSeq, pybind11::int_(r.p2p_seq));
+    Builder::set(d, Builder::kOpId, pybind11::int_(r.op));
+    Builder::set(d, Builder::kProfilingName, b.str(r.profiling_name));
+    Builder::set(d, Builder::kCreated, pybind11::int_(r.created));
+    if (r.duration) {
+      Builder::set(d, Builder::kDuration, pybind11::float_(static_cast<double>(*r.duration)));
+    }
+    Builder::set(d, Builder::kInSizes, b.sizes(r.in_sizes));
+    Builder::set(d, Builder::kInDtypes, b.strs(r.in_dtypes));
+    Builder::set(d, Builder::kOutSizes, b.sizes(r.out_sizes));
+    Builder::set(d, Builder::kOutDtypes, b.strs(r.out_dtypes));
+    Builder::set(d, Builder::kState, states[r.completed ? 2 : (r.started ? 1 : 0)]);
+    Builder::set(d, Builder::kStarted, opt_int(r.started));
+    Builder::set(d, Builder::kCompleted, opt_int(r.completed));
+    Builder::set(d, Builder::kRetired, pybind11::bool_(r.retired));
+    Builder::set(d, Builder::kTimeout, pybind11::int_(r.timeout_ms));
+    Builder::set(d, Builder::kIsP2p, pybind11::bool_(r.is_p2p));
+    rows[row++] = d;
+  }
+  pybind11::dict out;
+  out["pg_config"] = config;
+  out["pg_status"] = status;
+  out["entries"] = rows;
+  out["next_record_id"] = raw.next_id;
+  out["reset_epoch"] = raw.epoch;
+  out["capacity"] = raw.capacity;
+  return out;
+}
+
+std::string fr_since_why() { return generic_fr().why; }
+#endif
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -258,6 +661,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("include_collectives"));
   m.def("nccl_dump", [](bool c) { return dump_with(nccl_dump(), c); },
         pybind11::arg("include_collectives"));
+#ifdef DIAG_FR_SINCE
+  m.def("fr_since", &fr_since, pybind11::arg("since"), pybind11::arg("entries") = true);
+  m.def("fr_since_why", &fr_since_why);
+#endif
   m.attr("SCOPE_FUNCTION") = static_cast<int>(at::RecordScope::FUNCTION);
   m.attr("SCOPE_BACKWARD") = static_cast<int>(at::RecordScope::BACKWARD_FUNCTION);
   m.attr("SCOPE_USER") = static_cast<int>(at::RecordScope::USER_SCOPE);

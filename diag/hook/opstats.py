@@ -166,6 +166,19 @@ class OpStats:
         "fr" or "nccl"); None where this library has no such dump (an older build)."""
         return getattr(self._m, f"{ring}_dump", None)
 
+    def since_fn(self) -> Any:
+        """``fn(since, entries=True) -> dict | None``: the generic Flight Recorder ring read from
+        record id ``since`` on (:mod:`diag.hook.fr_dump`); None where this library has no reader
+        (the build found no symbol table in ``libtorch_cpu.so``, or an older build)."""
+        return getattr(self._m, "fr_since", None)
+
+    def since_why(self) -> str:
+        """Why :meth:`since_fn` reads nothing in this process ("" when it reads)."""
+        fn = getattr(self._m, "fr_since_why", None)
+        if fn is None:
+            return "this build of diag's native library has no Flight Recorder reader"
+        return str(fn())
+
     def stop(self) -> OpTotals:
         rows, dropped = self._m.stop()
         return OpTotals(
@@ -237,7 +250,7 @@ def build(root: Path | None = None, *, verbose: bool = False) -> Path | None:
                 name,
                 [str(SOURCE)],
                 build_directory=str(scratch),
-                extra_cflags=["-O2", f"-DDIAG_OPSTATS_KEY={key}"],
+                extra_cflags=["-O2", f"-DDIAG_OPSTATS_KEY={key}", *_fr_defines()],
                 verbose=verbose,
             )
             built = scratch / f"{name}.so"
@@ -250,6 +263,15 @@ def build(root: Path | None = None, *, verbose: bool = False) -> Path | None:
             shutil.rmtree(scratch, ignore_errors=True)
         prune(final)
     return final
+
+
+def _fr_defines() -> list[str]:
+    """Where this torch's ``libtorch_cpu.so`` keeps its generic Flight Recorder (the native
+    reader's flags, :func:`diag.hook.elf_symbols.fr_defines`); none where it does not say."""
+    from diag.hook import elf_symbols
+
+    torch_dir = _torch_dir()
+    return elf_symbols.fr_defines(Path(torch_dir) / "lib" / "libtorch_cpu.so") if torch_dir else []
 
 
 def _torch_dir() -> str:

@@ -399,7 +399,7 @@ class HookThread(threading.Thread):
         if self.cfg.profile_aggregate:
             self.profiler.opstats = found
         if self.cfg.fr_dump_native:
-            self.dumper.use_native(found)
+            self.dumper.use_native(found, read=self.cfg.fr_read_native)
 
     def _profile_windows(self) -> None:
         profiler = self.profiler
@@ -555,11 +555,20 @@ class HookThread(threading.Thread):
         if self.dumper.may_follow and self.groups.uses_nccl():
             self._follow_nccl()
         try:
-            raw = self.dumper.dump(collectives=False)
-            self._probe = probe_total(load_fr_dump(raw, validate=False).get("pg_status"))
+            if self._reading():
+                self._probe = self.dumper.next_id()
+            else:
+                raw = self.dumper.dump(collectives=False)
+                self._probe = probe_total(load_fr_dump(raw, validate=False).get("pg_status"))
         except Exception:
             self._probe = None
         return self.pacer.due(time.monotonic(), self._probe)
+
+    def _reading(self) -> bool:
+        """Whether harvests read the ring from a record id on (:meth:`FrDumper.since`) instead
+        of dumping it whole; the pacer's probe then counts the ring's entries, not the groups'
+        collectives."""
+        return self.fr_server is None and self.dumper.reads and self.dumper.verified
 
     def _follow_nccl(self) -> None:
         """A group runs NCCL: harvest NCCL's ring from now on (:mod:`diag.hook.fr_dump`), after a
@@ -629,10 +638,7 @@ class HookThread(threading.Thread):
         try:
             dump = self._server_dump()
             if dump is None:
-                raw = self.dumper.dump()
-                self.gil.tick()  # torch's own dump held the GIL throughout: let the job run
-                dump = load_fr_dump(raw, validate=False, tick=self.gil.tick)  # in slices
-                del raw
+                dump = self._ring_dump()
             self.gil.tick()
         except Exception as exc:
             self._fr_off(f"Flight Recorder dump failed: {type(exc).__name__}: {exc}")
@@ -641,7 +647,8 @@ class HookThread(threading.Thread):
         self._fr_completed = completed_total(dump)
         self._paced(dump)
         status = dump.get("pg_status") or {}
-        if not dump.get("entries") and any(
+        recorded = dump.get("next_record_id", len(dump.get("entries") or ()))
+        if not recorded and any(
             int(s.get("last_enqueued_collective", -1)) > 0 for s in status.values()
         ):
             self._fr_off("Flight Recorder is off (TORCH_FR_BUFFER_SIZE=0?)")
@@ -660,12 +667,33 @@ class HookThread(threading.Thread):
         self._release_steps(None if final else self._prev_dump_wall_ns, final=final)
         self._prev_dump_wall_ns = dump_wall_ns
 
+    def _ring_dump(self) -> dict[str, Any]:
+        """This harvest's view of the ring: read from the first entry it still needs where the
+        reader is trusted, else torch's dump (checking the reader against it until it is
+        trusted: :meth:`FrDumper.verify`)."""
+        dumper = self.dumper
+        if self._reading():
+            read = dumper.since(self.fr.first_needed(self.pacer.top))
+            if read is not None:
+                return read
+        raw = dumper.dump()
+        self.gil.tick()  # torch's own dump held the GIL throughout: let the job run
+        dump = load_fr_dump(raw, validate=False, tick=self.gil.tick)  # in slices
+        del raw
+        if self.fr_server is None and dumper.reads and not dumper.verified:
+            dumper.verify(dump)
+        return dump
+
     def _paced(self, dump: dict[str, Any]) -> None:
         """Tell the pacer what this harvest saw; count (and explain once) lost entries."""
         ids = [
             int(e.get("record_id", -1)) for e in dump.get("entries") or () if isinstance(e, dict)
         ]
-        self._probe = probe_total(dump.get("pg_status"))
+        if self._reading():
+            read_id = dump.get("next_record_id")
+            self._probe = int(read_id) if read_id is not None else self.dumper.next_id()
+        else:
+            self._probe = probe_total(dump.get("pg_status"))
         steps = self.steps.step if self.steps.started else 0
         lost = self.pacer.harvested(time.monotonic(), ids, self._probe, steps)
         if lost:

@@ -55,7 +55,11 @@ def test_the_ring_follows_the_job_to_nccl_only_where_torch_dumps_it() -> None:
 def test_native_dumps_replace_torchs_for_the_rings_they_can_dump() -> None:
     generic, nccl = Calls(b"torch-g"), Calls(b"torch-n")
     native_fr, native_nccl = Calls(b"native-g"), Calls(None)  # a CPU build: no NCCL dump
-    library = SimpleNamespace(dump_fn={"fr": native_fr, "nccl": native_nccl}.get)
+    library = SimpleNamespace(
+        dump_fn={"fr": native_fr, "nccl": native_nccl}.get,
+        since_fn=lambda: None,  # a build that found no reader
+        since_why=lambda: "no symbol table",
+    )
     dumper = FrDumper(SimpleNamespace(_dump_fr_trace=generic, _dump_nccl_trace=nccl))
     dumper.use_native(library)
     assert dumper.native("fr") and not dumper.native("nccl")
@@ -64,8 +68,69 @@ def test_native_dumps_replace_torchs_for_the_rings_they_can_dump() -> None:
     dumper.follow(True)
     assert dumper.dump() == b"torch-n" and dumper.num_native == 1
     old = FrDumper(SimpleNamespace(_dump_fr_trace=generic))
-    old.use_native(SimpleNamespace(dump_fn=lambda ring: None))  # a library built before dumps
+    old.use_native(  # a library built before dumps
+        SimpleNamespace(dump_fn=lambda ring: None, since_fn=lambda: None, since_why=lambda: "")
+    )
     assert not old.native() and old.dump() == b"torch-g"
+    assert not dumper.reads and dumper.since_note == "no symbol table"
+
+
+class Reader:
+    """A stand-in for the native reader: ``ring`` (dicts by record id) read from an id on."""
+
+    def __init__(self, entries: list[dict[str, Any]], epoch: int = 0) -> None:
+        self.entries, self.epoch = entries, epoch
+
+    def __call__(self, since: int, entries: bool = True) -> dict[str, Any]:
+        rows = [e for e in self.entries if e["record_id"] >= since] if entries else []
+        return {"pg_config": {"0": {"name": "0"}}, "pg_status": {}, "entries": rows,
+                "next_record_id": len(self.entries), "reset_epoch": self.epoch}  # fmt: skip
+
+
+def _library(reader: Reader | None) -> SimpleNamespace:
+    return SimpleNamespace(
+        dump_fn=lambda ring: None, since_fn=lambda: reader, since_why=lambda: "not found"
+    )
+
+
+def _fr_entry(rid: int, name: str = "gloo:all_reduce") -> dict[str, Any]:
+    return {"record_id": rid, "profiling_name": name, "collective_seq_id": rid + 1,
+            "time_created_ns": 1000 + rid, "retired": rid < 3}  # fmt: skip
+
+
+def test_the_reader_is_trusted_once_it_agrees_with_torchs_dump() -> None:
+    entries = [_fr_entry(i) for i in range(5)]
+    reader = Reader(entries)
+    dumper = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b""), _dump_nccl_trace=Calls(b"")))
+    dumper.use_native(_library(reader))
+    assert dumper.reads and not dumper.verified
+    assert not dumper.verify({"entries": [], "pg_config": {}})  # nothing to compare yet
+    # the dump saw entry 2 still running: states may differ, the recorded fields may not
+    dump = {"entries": [dict(e, retired=False) for e in entries[1:]],
+            "pg_config": {"0": {"name": "0"}}}  # fmt: skip
+    assert dumper.verify(dump) and dumper.verified
+    assert [e["record_id"] for e in dumper.since(3)["entries"]] == [3, 4]
+    assert dumper.next_id() == 5 and dumper.num_reads == 3
+    assert dumper.follow(True) and not dumper.reads  # NCCL's ring has no reader
+
+    wrong = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"")))
+    wrong.use_native(_library(Reader([_fr_entry(i, "gloo:broadcast") for i in range(5)])))
+    assert not wrong.verify(dump) and not wrong.reads
+    assert "profiling_name" in wrong.since_note and wrong.since(0) is None
+
+    missing = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"")))
+    missing.use_native(_library(None))
+    assert not missing.reads and missing.since_note == "not found"
+
+
+def test_a_reset_ring_turns_the_reader_off() -> None:
+    reader = Reader([_fr_entry(i) for i in range(4)])
+    dumper = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"")))
+    dumper.use_native(_library(reader))
+    assert dumper.verify({"entries": reader.entries, "pg_config": {"0": {"name": "0"}}})
+    reader.epoch = 1  # torch reset the ring: its record ids start again at 0
+    assert dumper.since(2) is None and not dumper.reads
+    assert dumper.since_note == "the Flight Recorder ring was reset"
 
 
 def test_which_groups_run_nccl() -> None:

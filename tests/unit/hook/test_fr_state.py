@@ -226,3 +226,35 @@ def test_entries_listed_out_of_order_are_emitted_in_record_order() -> None:
     assert fr.process(dump, now_s=1.0) == []
     assert [kw["seq_id"] for _, kw in fr.process(dump, now_s=2.0)] == [1, 2, 3, 4]
     assert fr.process(dump, now_s=3.0) == []
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_reading_from_the_first_needed_id_emits_what_whole_dumps_do(seed: int) -> None:
+    """A ring of 16 entries harvested 60 times, entries arriving in bursts (some more than the
+    ring holds), some in flight over several harvests: one FrState sees the whole ring each
+    time, the other only the entries from :meth:`FrState.first_needed` on (the native reader's
+    view); they emit the same events at the same harvests."""
+    import random
+
+    rng = random.Random(seed)
+    ms = 1_000_000
+    capacity, ring = 16, []
+    whole, reads = FrState(StepWindows(), hold_s=5), FrState(StepWindows(), hold_s=5)
+    done_at: dict[int, int] = {}
+    top = -1
+    for harvest in range(60):
+        for _ in range(rng.choice((0, 1, 3, 8, 20))):
+            rid = len(done_at)
+            done_at[rid] = harvest + rng.choice((0, 0, 0, 1, 3, 9))  # 9: past hold_s
+            ring.append(rid)
+        ring = ring[-capacity:]
+        entries = [_entry(r, (r + 1) * ms, retired=done_at[r] <= harvest) for r in ring]
+        since = reads.first_needed(top)
+        now = float(harvest)
+        a = whole.process({"pg_config": {}, "entries": entries}, now)
+        b = reads.process(
+            {"pg_config": {}, "entries": [e for e in entries if e["record_id"] >= since]}, now
+        )
+        assert a == b, harvest
+        top = max([top, *ring])
+    assert whole.counts == reads.counts and sum(whole.counts.values()) > 100

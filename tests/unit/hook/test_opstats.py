@@ -270,6 +270,30 @@ def test_the_native_flight_recorder_dump_is_torchs_without_holding_the_gil(
     assert seen[0] > 0
 
 
+def test_the_native_reader_reads_torchs_ring_from_any_record_id(world: None, observer: Any) -> None:
+    import torch.distributed as dist
+    from torch._C import _distributed_c10d as c10d
+
+    read = observer.since_fn()
+    assert read is not None, observer.since_why()
+    t = torch.ones(8, 3)
+    for _ in range(600):  # more than the ring holds (512: the hook sized it)
+        dist.all_reduce(t)
+    dist.broadcast(t, 0)
+    dist.all_gather([torch.empty(8, 3)], t)
+    dist.barrier()
+    time.sleep(0.1)  # every one retired
+    torchs = load_fr_dump(c10d._dump_fr_trace(includeStackTraces=False), validate=False)
+    ours = read(0)
+    assert ours["entries"] == torchs["entries"] and len(ours["entries"]) == 512
+    assert ours["pg_config"] == torchs["pg_config"] and ours["pg_status"] == torchs["pg_status"]
+    top = ours["entries"][-1]["record_id"]
+    assert ours["next_record_id"] == top + 1 and ours["capacity"] == 512
+    assert [e["record_id"] for e in read(top - 2)["entries"]] == [top - 2, top - 1, top]
+    assert read(top + 1)["entries"] == [] and "entries" in read(0, False)
+    assert read(0, False)["entries"] == [] and read(0, False)["next_record_id"] == top + 1
+
+
 def test_the_hook_harvests_through_the_native_dump(world: None, observer: Any) -> None:
     sink = FrameSink(Path(os.environ["TMPDIR"]) / f"n{os.getpid()}.sock")
     sink.start()
@@ -281,6 +305,8 @@ def test_the_hook_harvests_through_the_native_dump(world: None, observer: Any) -
     events = sink.close()
     assert h.num_errors == 0, h.last_error
     assert h.thread.dumper.num_native > 0 and h.state.num_fr_dropped == 0
+    # the ring is read, not dumped, once a read agreed with torch's dump
+    assert h.thread.dumper.verified and h.thread.dumper.num_reads > 0
     steps = [s for s in of_kind(events, schema.StepEvent) if s.num_collectives]
     colls = [c for c in of_kind(events, schema.CollectiveEvent) if c.step >= 0]
     assert len(steps) == 8
