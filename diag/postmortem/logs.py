@@ -374,8 +374,12 @@ def _end_thread(st: _Stream, out: LogResult) -> None:
     if c.detail.count("\n") + 1 >= MAX_THREADS_TOLD:
         return
     where = frames[0].text() if frames else "no Python frame"
-    own = next((f for f in frames if not _stdlib(f.file)), None)
-    if own is not None and own is not frames[0]:
-        where += f", from {own.text()}"  # the code that thread runs: a waiting lock says little
+    own = [f for f in frames if not _stdlib(f.file)]
+    if own and own[0] is not frames[0]:
+        where += f", from {own[0].text()}"  # the code that thread runs: a waiting lock says little
+    if len(own) > 1:
+        # and whose thread it is (diag's hook, a data loader's): its outermost frame of its own,
+        # where the innermost is a helper (a pause, a lock) that many threads call
+        where += f", running {own[-1].text()}"
     line = f"thread {thread}: {where}"
     out.clues[st.fatal] = dataclasses.replace(c, detail=(c.detail + "\n" + line).strip())

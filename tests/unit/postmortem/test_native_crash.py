@@ -75,6 +75,23 @@ def test_faulthandler_report_is_a_fatal_clue_with_the_crashing_threads_stack() -
     assert verdict is not None and not verdict.primary  # an abort's reason is another line
 
 
+def test_a_thread_caught_in_a_helper_is_named_by_the_code_it_runs() -> None:
+    """A thread whose innermost frame is its own helper (the hook thread pausing between two
+    slices of work) is still told by the code it runs, its outermost frame of its own."""
+    pausing = FATAL_REPORT.replace(
+        '  File "/usr/lib/python3.11/threading.py", line 331 in wait\n'
+        '  File "/venv/diag/hook/thread.py", line 232 in _wait\n',
+        '  File "/venv/diag/hook/gil_share.py", line 74 in tick\n'
+        '  File "/venv/diag/hook/fr_state.py", line 190 in process\n',
+    )
+    assert "gil_share.py" in pausing
+    (clue,) = parse_log(pausing.splitlines(keepends=True), "rank1.pid7.log", rank=1).clues
+    assert (
+        "thread 0x00007f25b63296c0: /venv/diag/hook/gil_share.py:74 in tick, "
+        "running /venv/diag/hook/thread.py:209 in _serve"
+    ) in clue.detail
+
+
 def test_a_segfault_report_is_the_programs_failure_and_a_report_cut_short_still_counts() -> None:
     cut = FATAL_REPORT.replace("Aborted", "Segmentation fault").split("\n\nExtension")[0]
     (clue,) = parse_log(cut.splitlines(keepends=True), "x.log", rank=2).clues
@@ -101,7 +118,10 @@ def test_the_fatal_report_gives_the_crash_its_stacks(tmp_path: Path) -> None:
     assert top.ranks == (1,) and "at /job/train.py" not in top.summary  # innermost: torch's
     assert top.summary.endswith("graph.py:979 in _engine_run_backward"), top.summary
     (stack,) = [e for e in top.evidence if e.metric == "stack"]
-    assert "threading.py:331 in wait, from /venv/diag/hook/thread.py:232 in _wait" in stack.note
+    assert (
+        "threading.py:331 in wait, from /venv/diag/hook/thread.py:232 in _wait, "
+        "running /venv/diag/hook/thread.py:209 in _serve"
+    ) in stack.note
     assert "threading.py:331 in wait" in stack.note and "/job/train.py:549 in main" in stack.note
 
 
