@@ -57,6 +57,7 @@ class FrDumper:
         #: the native reader of the generic ring (:meth:`since`), once it is loaded and until it
         #: fails; ``verified`` once a read agreed with torch's dump
         self._since: Callable[..., Any] | None = None
+        self._next_id: Callable[[], Any] | None = None  # its probe, where the library has one
         self.verified = False
         self.since_note = ""  # why the ring is dumped, not read ("" while it is read or unknown)
         self._epoch = 0
@@ -93,6 +94,7 @@ class FrDumper:
             self.since_note = (library.since_why() if read else "off") or "no reader here"
             return
         self._since, self._epoch = since, int(first["reset_epoch"])
+        self._next_id = library.next_id_fn()
 
     @property
     def reads(self) -> bool:
@@ -114,8 +116,13 @@ class FrDumper:
         the reader is off."""
         if self._since is None:
             return None
-        read = self._checked(self._since(0, False))
-        return None if read is None else int(read["next_record_id"])
+        if self._next_id is not None:
+            found = self._next_id()
+            read = {"next_record_id": found[0], "reset_epoch": found[1]} if found else None
+        else:
+            read = self._since(0, False)
+        checked = self._checked(read)
+        return None if checked is None else int(checked["next_record_id"])
 
     def _checked(self, read: dict[str, Any] | None) -> dict[str, Any] | None:
         if read is None or int(read["reset_epoch"]) != self._epoch:

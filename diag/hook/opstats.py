@@ -172,6 +172,11 @@ class OpStats:
         (the build found no symbol table in ``libtorch_cpu.so``, or an older build)."""
         return getattr(self._m, "fr_since", None)
 
+    def next_id_fn(self) -> Any:
+        """``fn() -> (next record id, reset epoch) | None``: the reader's probe (None where
+        this library has no reader)."""
+        return getattr(self._m, "fr_next_id", None)
+
     def since_why(self) -> str:
         """Why :meth:`since_fn` reads nothing in this process ("" when it reads)."""
         fn = getattr(self._m, "fr_since_why", None)

@@ -88,8 +88,14 @@ class Reader:
 
 
 def _library(reader: Reader | None) -> SimpleNamespace:
+    def next_id() -> tuple[int, int] | None:
+        return None if reader is None else (len(reader.entries), reader.epoch)
+
     return SimpleNamespace(
-        dump_fn=lambda ring: None, since_fn=lambda: reader, since_why=lambda: "not found"
+        dump_fn=lambda ring: None,
+        since_fn=lambda: reader,
+        next_id_fn=lambda: next_id,
+        since_why=lambda: "not found",
     )
 
 
@@ -128,8 +134,9 @@ def test_a_reset_ring_turns_the_reader_off() -> None:
     dumper = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"")))
     dumper.use_native(_library(reader))
     assert dumper.verify({"entries": reader.entries, "pg_config": {"0": {"name": "0"}}})
+    assert dumper.next_id() == 4
     reader.epoch = 1  # torch reset the ring: its record ids start again at 0
-    assert dumper.since(2) is None and not dumper.reads
+    assert dumper.next_id() is None and not dumper.reads and dumper.since(2) is None
     assert dumper.since_note == "the Flight Recorder ring was reset"
 
 

@@ -292,6 +292,7 @@ def test_the_native_reader_reads_torchs_ring_from_any_record_id(world: None, obs
     assert [e["record_id"] for e in read(top - 2)["entries"]] == [top - 2, top - 1, top]
     assert read(top + 1)["entries"] == [] and "entries" in read(0, False)
     assert read(0, False)["entries"] == [] and read(0, False)["next_record_id"] == top + 1
+    assert observer.next_id_fn()() == (top + 1, ours["reset_epoch"])
 
 
 def test_the_hook_harvests_through_the_native_dump(world: None, observer: Any) -> None:
