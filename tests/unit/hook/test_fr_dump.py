@@ -18,7 +18,7 @@ from diag import schema
 from diag.config import HookConfig
 from diag.flight_recorder import load_fr_dump
 from diag.hook import core as hook
-from diag.hook.fr_dump import FrDumper
+from diag.hook.fr_dump import CONFIG_MISSES, FrDumper
 from diag.hook.groups import _runs_nccl
 from tests.fakes.hook_sink import FrameSink, of_kind
 from tests.fakes.hook_trainer import Trainer, wait_for
@@ -123,6 +123,19 @@ def test_the_reader_is_trusted_once_it_agrees_with_torchs_dump() -> None:
     wrong.use_native(_library(Reader([_fr_entry(i, "gloo:broadcast") for i in range(5)])))
     assert not wrong.verify(dump) and not wrong.reads
     assert "profiling_name" in wrong.since_note and wrong.since(0) is None
+
+    # a group made between the dump and the read: asked again, a few times
+    moving = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"")))
+    moving.use_native(_library(reader))
+    other_groups = dict(dump, pg_config={"0": {"name": "0"}, "1": {"name": "1"}})
+    for _ in range(CONFIG_MISSES - 1):
+        assert not moving.verify(other_groups) and moving.reads
+    assert moving.verify(dump) and moving.verified
+    stuck = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"")))
+    stuck.use_native(_library(reader))
+    for _ in range(CONFIG_MISSES):
+        assert not stuck.verify(other_groups)
+    assert not stuck.reads and "groups" in stuck.since_note
 
     missing = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"")))
     missing.use_native(_library(None))
