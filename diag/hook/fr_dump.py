@@ -111,7 +111,11 @@ class FrDumper:
         harvests go back to dumps)."""
         if self._since is None:
             return None
-        read: dict[str, Any] | None = self._since(record_id, True)
+        try:
+            read: dict[str, Any] | None = self._since(record_id, True)
+        except Exception as exc:  # the harvest goes on with a dump
+            self.off(f"the reader failed: {type(exc).__name__}: {exc}")
+            return None
         return self._checked(read)
 
     def next_id(self) -> int | None:
@@ -119,11 +123,15 @@ class FrDumper:
         the reader is off."""
         if self._since is None:
             return None
-        if self._next_id is not None:
-            found = self._next_id()
-            read = {"next_record_id": found[0], "reset_epoch": found[1]} if found else None
-        else:
-            read = self._since(0, False)
+        try:
+            if self._next_id is not None:
+                found = self._next_id()
+                read = {"next_record_id": found[0], "reset_epoch": found[1]} if found else None
+            else:
+                read = self._since(0, False)
+        except Exception as exc:
+            self.off(f"the reader failed: {type(exc).__name__}: {exc}")
+            return None
         checked = self._checked(read)
         return None if checked is None else int(checked["next_record_id"])
 

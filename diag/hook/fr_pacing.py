@@ -104,6 +104,14 @@ class FrPacer:
         left = self.half - (self.estimate(probe) if probe is not None else 0.0)
         return max(MIN_WAKE_S, min(self.flush_s, until_longest, left / rate / 2))
 
+    def rebase(self, probe: int | None) -> None:
+        """The probe counts something else from now on (the ring's entries instead of the
+        groups' collectives: :mod:`diag.hook.fr_dump`'s reader): ``probe`` is its value now, and
+        the ratio learned for the old count is forgotten."""
+        self.ratio = 1.0
+        if probe is not None:
+            self._probe_at_harvest = probe
+
     def harvested(
         self, now_s: float, record_ids: Iterable[int], probe: int | None, steps_ended: int
     ) -> int:

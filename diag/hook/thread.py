@@ -680,8 +680,8 @@ class HookThread(threading.Thread):
         self.gil.tick()  # torch's own dump held the GIL throughout: let the job run
         dump = load_fr_dump(raw, validate=False, tick=self.gil.tick)  # in slices
         del raw
-        if self.fr_server is None and dumper.reads and not dumper.verified:
-            dumper.verify(dump)
+        if self.fr_server is None and dumper.reads and not dumper.verified and dumper.verify(dump):
+            self.pacer.rebase(dumper.next_id())  # the probe counts the ring's entries now
         return dump
 
     def _paced(self, dump: dict[str, Any]) -> None:

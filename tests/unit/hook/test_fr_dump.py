@@ -142,6 +142,22 @@ def test_the_reader_is_trusted_once_it_agrees_with_torchs_dump() -> None:
     assert not missing.reads and missing.since_note == "not found"
 
 
+def test_a_reader_that_fails_is_off_and_the_ring_dumped() -> None:
+    def broken(since: int, entries: bool = True) -> Any:
+        if entries:
+            raise RuntimeError("boom")
+        return {"next_record_id": 0, "reset_epoch": 0}
+
+    library = SimpleNamespace(dump_fn=lambda ring: None, since_fn=lambda: broken,
+                              next_id_fn=lambda: None, since_why=lambda: "")  # fmt: skip
+    dumper = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"torch")))
+    dumper.use_native(library)
+    assert dumper.reads and dumper.next_id() == 0
+    assert dumper.since(0) is None and not dumper.reads
+    assert dumper.since_note == "the reader failed: RuntimeError: boom"
+    assert dumper.dump() == b"torch"
+
+
 def test_a_reset_ring_turns_the_reader_off() -> None:
     reader = Reader([_fr_entry(i) for i in range(4)])
     dumper = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"")))

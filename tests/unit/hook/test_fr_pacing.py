@@ -115,3 +115,14 @@ def test_an_entry_in_flight_when_overwritten_is_emitted_as_last_seen() -> None:
     fr.process(dump(range(0, 4), not_done=(3,)), 2.0)  # 0..2 emitted, 3 still in flight
     out = fr.process(dump(range(10, 14)), 3.0)
     assert [(p["seq_id"], p["state"]) for _, p in out] == [(4, "scheduled")]
+
+
+def test_a_rebased_probe_forgets_the_ratio_of_the_old_count() -> None:
+    pacer = FrPacer(512, longest_s=2.0, flush_s=0.2)
+    pacer.harvested(0.0, range(100), probe=1000, steps_ended=10)
+    pacer.harvested(1.0, range(100, 150), probe=1200, steps_ended=20)  # 50 entries, 200 counted
+    assert pacer.ratio < 1.0
+    pacer.rebase(150)  # the ring's next record id: it counts entries now
+    assert pacer.ratio == 1.0 and pacer.estimate(250) == 100
+    pacer.rebase(None)
+    assert pacer.estimate(250) == 100
