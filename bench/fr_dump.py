@@ -1,14 +1,15 @@
 """What a Flight Recorder harvest costs the training thread: torch's in-process dump, the same dump
 made by diag's native library without the GIL (``HookConfig.fr_dump_native``, the default where the
-library is built: :mod:`diag.hook.fr_dump`) and torch's control-plane server
+library is built: :mod:`diag.hook.fr_dump`), the library's read of the half of the ring a harvest
+needs (``HookConfig.fr_read_native``, the default where it can) and torch's control-plane server
 (``HookConfig.fr_dump_server``, :mod:`diag.hook.fr_server`).
 
-One gloo process (world size 1) fills the recorder's ring (``--ring`` entries), then, for each
-way of dumping, a second thread harvests every ``--every-ms`` the way the hook thread does
-(``_dump_fr_trace`` or the native dump + the paced unpickling, or the server's JSON + the paced
-decoding, with the same 1 ms slices and pauses of :class:`~diag.hook.gil_share.GilShare`, the
-cyclic collector off) while the main thread stands in for a training thread in two ways, one
-after the other, ``--seconds`` each:
+One gloo process (world size 1) fills the recorder's ring (``--ring`` entries), then, for each way
+of dumping, a second thread harvests every ``--every-ms`` the way the hook thread does
+(``_dump_fr_trace`` or the native dump + the paced unpickling, the native read of the newest half of
+the ring, or the server's JSON + the paced decoding, with the same 1 ms slices and pauses of
+:class:`~diag.hook.gil_share.GilShare`, the cyclic collector off) while the main thread stands in
+for a training thread in two ways, one after the other, ``--seconds`` each:
 
 - *GIL*: a pure-Python loop timing each pass (a few microseconds): a pass that took more than a
   millisecond waited for the GIL that long (the forward pass of a real job is such Python between
@@ -83,11 +84,23 @@ def main() -> None:
         gil.tick()
         load_fr_dump(raw, validate=False, tick=gil.tick)
 
+    reader = library.since_fn() if library is not None else None
+    next_id = library.next_id_fn() if library is not None else None
+
+    def read_half(gil: GilShare) -> None:
+        assert reader is not None and next_id is not None
+        top, _ = next_id()  # the pacer's probe, then the half of the ring a harvest reads
+        reader(max(0, top - args.ring // 2), True)
+
     ways = {"none": None, "in-process dump": in_process}
     if native is not None:
         ways["native, no GIL"] = without_gil
     else:
         print(f"no native dump: {why}")
+    if reader is not None and next_id is not None and reader(0, False) is not None:
+        ways["native read, half"] = read_half
+    elif library is not None:
+        print(f"no native reader: {library.since_why()}")
     if server is not None:
         ways["control-plane server"] = through_server
     for load in ("GIL", "collectives"):
