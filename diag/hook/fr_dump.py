@@ -86,7 +86,9 @@ class FrDumper:
 
     def use_native(self, library: Any, *, read: bool = True) -> None:
         """Dump through diag's native library (an :class:`~diag.hook.opstats.OpStats`): each ring
-        it can dump in this process (its NCCL dump answers None in a CPU build)."""
+        it can dump in this process (its NCCL dump answers None in a CPU build); and, with
+        ``read``, read the generic ring through it where it can (:meth:`since`; trusted once
+        :meth:`verify` passed), else ``since_note`` says why not."""
         for ring in RINGS:
             fn = library.dump_fn(ring)
             if fn is not None and self._torch[ring] is not None and fn(False) is not None:

@@ -6,7 +6,8 @@ install included), in its first cycle and then every ``health_interval_s`` it em
 :class:`~diag.schema.HookHealth`, and it writes what it built to the daemon socket. It harvests
 the Flight Recorder (the generic ring, or NCCL's once a group runs NCCL, dumped without stack
 traces and without the GIL once diag's native library is loaded: :mod:`diag.hook.fr_dump`;
-parsed by the restricted unpickler; with ``fr_dump_server``, as JSON from torch's control-plane
+parsed by the restricted unpickler; the generic ring read from the first entry a harvest needs
+once the library's reader is trusted; with ``fr_dump_server``, as JSON from torch's control-plane
 server: :mod:`diag.hook.fr_server`) when about half its ring buffer is new or
 ``fr_poll_interval_s`` passed (:mod:`diag.hook.fr_pacing`: it looks as often as the job's
 measured collectives need, between its cycles too). On stop it does a final drain, harvest and
@@ -19,7 +20,7 @@ scheduled through the :class:`~diag.hook.profiler.ProfilerWindows` inbox; a malf
 counted as a hook error) and turns finished profiler windows into events
 (:func:`diag.hook.kernels.process`). Until it has it, it looks every ``OPSTATS_LOOK_S`` for diag's
 native library built for this torch (:mod:`diag.hook.opstats`) and hands its operator observer to
-the windows and its dumps to the harvest.
+the windows and its dumps and reader to the harvest.
 
 While the Flight Recorder works, a finished step is held until the first harvest after its end, so
 its ``num_collectives`` counts the FR entries created inside it (DDP's C++ all-reduces included);
