@@ -282,8 +282,14 @@ def test_the_native_reader_reads_torchs_ring_from_any_record_id(world: None, obs
     dist.broadcast(t, 0)
     dist.all_gather([torch.empty(8, 3)], t)
     dist.barrier()
-    time.sleep(0.1)  # every one retired
-    torchs = load_fr_dump(c10d._dump_fr_trace(includeStackTraces=False), validate=False)
+
+    def torchs_dump() -> dict[str, Any]:
+        return load_fr_dump(c10d._dump_fr_trace(includeStackTraces=False), validate=False)
+
+    # every one retired (gloo's worker retires an entry after the call returned): from then on
+    # nothing in the ring changes, and the two views must be equal
+    wait_for(lambda: all(e["retired"] for e in torchs_dump()["entries"]), timeout_s=10)
+    torchs = torchs_dump()
     ours = read(0)
     assert ours["entries"] == torchs["entries"] and len(ours["entries"]) == 512
     assert ours["pg_config"] == torchs["pg_config"] and ours["pg_status"] == torchs["pg_status"]
