@@ -534,7 +534,10 @@ def verdict(summary: Mapping[str, Any] | None) -> str:
     steps = max((int(r.get("steps") or 0) for r in ranks), default=0)
     if not ranks:
         return "verdict: no rank reported a step: nothing to judge"
-    return f"verdict: no problem found in {steps} steps of {len(ranks)} ranks"
+    from diag.cli.render import tables
+
+    stalls = tables.stall_note(summary.get("run") or {})
+    return f"verdict: no problem found in {steps} steps of {len(ranks)} ranks{stalls}"
 
 
 #: Lines of the job's log shown when it failed before any step.

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             ),
             soft_wrap=True,
         )
-    console.print(tables.verdict_line(result.findings, steps, ranks), soft_wrap=True)
+    console.print(tables.verdict_line(result.findings, steps, ranks, run), soft_wrap=True)
     return failed
 
 

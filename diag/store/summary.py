@@ -67,6 +67,13 @@ class RunInfoSummary:
       worker threads had not ended a collective's record yet (``ProfileWindow.unsettled``, schema
       1.16: torch's profiler race, :mod:`diag.hook.c10d_workers`): that record's late end wrote
       into freed memory, which can corrupt the process's heap.
+    - ``num_stall_steps`` and ``stall_share``: a fact, not a finding. The steps after the first
+      :data:`STALL_WARMUP` whose duration, the median over the ranks that ran them, was at least
+      :data:`STALL_FACTOR` times the median such step; and the time they took beyond a median
+      step, as a share of those steps' summed durations. In synchronous training a pause of the
+      whole job (a network retransmission timeout, a shared filesystem) stretches every rank's
+      step alike, so no detector that compares ranks may place it: the verdict then says what
+      it cost (:func:`diag.cli.render.tables.stall_note`) rather than "no problem found" alone.
     """
 
     id: str
@@ -94,6 +101,8 @@ class RunInfoSummary:
     writer_pid: int | None = None
     nccl_untimed_ranks: tuple[int, ...] = ()
     unsettled_ranks: tuple[int, ...] = ()
+    num_stall_steps: int = 0
+    stall_share: float = 0.0
 
 
 _DROP_REASONS = (
@@ -449,7 +458,37 @@ def _run(frames: dict[str, pd.DataFrame], ranks: tuple[RankSummary, ...]) -> Run
         silent_ranks=_silent_ranks(health, frames.get("hook_silent")),
         nccl_untimed_ranks=_nccl_untimed(infos),
         unsettled_ranks=_unsettled(frames.get("profile_window")),
+        **_stalls(frames.get("step")),
     )
+
+
+#: :attr:`RunInfoSummary.num_stall_steps`: a step this many times the median step or longer
+STALL_FACTOR = 5.0
+#: the job's first steps (allocation, autotuning, compilation), never counted as stalls
+STALL_WARMUP = 5
+
+
+def _stalls(steps: pd.DataFrame | None) -> dict[str, Any]:
+    """``num_stall_steps`` and ``stall_share`` of :class:`RunInfoSummary` (one groupby)."""
+    if steps is None or not len(steps):
+        return {}
+    rows = steps[steps["rank"] >= 0]
+    if not len(rows):
+        return {}
+    first = int(rows["step"].min())
+    rows = rows[rows["step"] >= first + STALL_WARMUP]
+    if not len(rows):
+        return {}
+    per_step = rows.groupby("step")["duration_ns"].median().to_numpy(dtype=float)
+    typical = float(np.median(per_step))
+    if typical <= 0:
+        return {}
+    stalls = per_step[per_step >= STALL_FACTOR * typical]
+    total = float(per_step.sum())
+    return {
+        "num_stall_steps": len(stalls),
+        "stall_share": float((stalls - typical).sum() / total) if total > 0 else 0.0,
+    }
 
 
 def _unsettled(windows: pd.DataFrame | None) -> tuple[int, ...]:

@@ -300,15 +300,46 @@ def details(findings: Sequence[Finding], *, limit: int = 3) -> list[Text]:
     return out
 
 
-def verdict_line(findings: Sequence[Finding], num_steps: int, num_ranks: int) -> Text:
-    """The run in one sentence: the top finding, or that none was found in how much."""
+#: the share of the run's step time its stalls must cost before a verdict tells them
+STALL_NOTE_SHARE = 0.10
+
+
+def stall_note(run: Mapping[str, Any]) -> str:
+    """What a verdict without findings adds about the whole job's stalls (``run``: a summary's
+    or a triage's run section, :class:`~diag.store.summary.RunInfoSummary`); "" when they cost
+    under :data:`STALL_NOTE_SHARE` of its step time."""
+    from diag.store.summary import STALL_FACTOR  # pandas: only where a verdict is written
+
+    try:
+        count, share = int(run.get("num_stall_steps") or 0), float(run.get("stall_share") or 0)
+    except (TypeError, ValueError):
+        return ""
+    if count <= 0 or not share >= STALL_NOTE_SHARE:
+        return ""
+    steps = "1 step" if count == 1 else f"{count} steps"
+    return (
+        f"; yet {steps} took {STALL_FACTOR:g}x the median step or longer for the whole job "
+        f"({min(share, 1.0):.0%} of its step time): a pause that no comparison of ranks can "
+        "place (the network, storage, the hosts); diag trace shows when"
+    )
+
+
+def verdict_line(
+    findings: Sequence[Finding],
+    num_steps: int,
+    num_ranks: int,
+    run: Mapping[str, Any] | None = None,
+) -> Text:
+    """The run in one sentence: the top finding, or that none was found in how much (and what
+    the whole job's stalls cost, from ``run``: :func:`~diag.store.summary.stall_note`)."""
     if findings:
         top = findings[0]
         more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
         return plain(f"verdict: {top.severity} {top.cause}: {top.summary}{more}", style="bold")
+    stalls = stall_note(run or {})
     if num_ranks:
-        return plain(f"verdict: no problem found in {num_steps} steps of {num_ranks} ranks")
-    return plain("verdict: no problem found")
+        return plain(f"verdict: no problem found in {num_steps} steps of {num_ranks} ranks{stalls}")
+    return plain(f"verdict: no problem found{stalls}")
 
 
 #: The findings table's columns left out, in this order, when the summary would get fewer than
