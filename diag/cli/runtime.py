@@ -536,8 +536,7 @@ def verdict(summary: Mapping[str, Any] | None) -> str:
         return "verdict: no rank reported a step: nothing to judge"
     from diag.cli.render import tables
 
-    stalls = tables.stall_note(summary.get("run") or {})
-    return f"verdict: no problem found in {steps} steps of {len(ranks)} ranks{stalls}"
+    return tables.verdict_line((), steps, len(ranks), summary.get("run")).plain
 
 
 #: Lines of the job's log shown when it failed before any step.

@@ -59,7 +59,7 @@ class FrDumper:
         #: the native reader of the generic ring (:meth:`since`), once it is loaded and until it
         #: fails; ``verified`` once a read agreed with torch's dump
         self._since: Callable[..., Any] | None = None
-        self._next_id: Callable[[], Any] | None = None  # its probe, where the library has one
+        self._next_id: Callable[[], Any] | None = None  # its probe (the same build has both)
         self.verified = False
         self.since_note = ""  # why the ring is dumped, not read ("" while it is read or unknown)
         self._epoch = 0
@@ -94,12 +94,12 @@ class FrDumper:
             if fn is not None and self._torch[ring] is not None and fn(False) is not None:
                 self._native[ring] = fn
         since = library.since_fn() if read and self._torch["fr"] is not None else None
-        first = since(0, False) if since is not None else None
+        next_id = library.next_id_fn() if since is not None else None
+        first = next_id() if next_id is not None else None
         if first is None:
             self.since_note = (library.since_why() if read else "off") or "no reader here"
             return
-        self._since, self._epoch = since, int(first["reset_epoch"])
-        self._next_id = library.next_id_fn()
+        self._since, self._next_id, self._epoch = since, next_id, int(first[1])
 
     @property
     def reads(self) -> bool:
@@ -118,31 +118,28 @@ class FrDumper:
         except Exception as exc:  # the harvest goes on with a dump
             self.off(f"the reader failed: {type(exc).__name__}: {exc}")
             return None
-        return self._checked(read)
+        return read if self._same_epoch(read and read["reset_epoch"]) else None
 
     def next_id(self) -> int | None:
         """The record id the ring gives its next entry (the pacer's probe: ~10 us); None when
         the reader is off."""
-        if self._since is None:
+        if self._next_id is None:
             return None
         try:
-            if self._next_id is not None:
-                found = self._next_id()
-                read = {"next_record_id": found[0], "reset_epoch": found[1]} if found else None
-            else:
-                read = self._since(0, False)
+            found = self._next_id()
         except Exception as exc:
             self.off(f"the reader failed: {type(exc).__name__}: {exc}")
             return None
-        checked = self._checked(read)
-        return None if checked is None else int(checked["next_record_id"])
+        return int(found[0]) if self._same_epoch(found and found[1]) else None
 
-    def _checked(self, read: dict[str, Any] | None) -> dict[str, Any] | None:
-        if read is None or int(read["reset_epoch"]) != self._epoch:
-            self.off("the Flight Recorder ring was reset" if read else "the reader failed")
-            return None
+    def _same_epoch(self, epoch: Any) -> bool:
+        """Whether an answer (its ring's reset epoch; None: no answer) may be used: the reader
+        is off once the ring was reset (its ids start again) or it answered nothing."""
+        if epoch is None or int(epoch) != self._epoch:
+            self.off("the reader failed" if epoch is None else "the Flight Recorder ring was reset")
+            return False
         self.num_reads += 1
-        return read
+        return True
 
     def verify(self, dump: Mapping[str, Any]) -> bool:
         """Check the reader against ``dump``, torch's dump just made: a read from its first
@@ -179,7 +176,8 @@ class FrDumper:
         """Stop reading (``why``, logged once): the harvests dump the ring again."""
         if self._since is not None:
             log.info("diag hook: Flight Recorder reader off: %s; dumping the ring", why)
-        self._since, self.verified, self.since_note = None, False, why
+        self._since = self._next_id = None
+        self.verified, self.since_note = False, why
 
     def native(self, ring: str | None = None) -> bool:
         """Whether ``ring`` (default: the harvested one) is dumped without the GIL."""

@@ -331,7 +331,7 @@ def verdict_line(
     run: Mapping[str, Any] | None = None,
 ) -> Text:
     """The run in one sentence: the top finding, or that none was found in how much (and what
-    the whole job's stalls cost, from ``run``: :func:`~diag.store.summary.stall_note`)."""
+    the whole job's stalls cost, from ``run``: :func:`stall_note`)."""
     if findings:
         top = findings[0]
         more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""

@@ -144,12 +144,10 @@ def test_the_reader_is_trusted_once_it_agrees_with_torchs_dump() -> None:
 
 def test_a_reader_that_fails_is_off_and_the_ring_dumped() -> None:
     def broken(since: int, entries: bool = True) -> Any:
-        if entries:
-            raise RuntimeError("boom")
-        return {"next_record_id": 0, "reset_epoch": 0}
+        raise RuntimeError("boom")
 
     library = SimpleNamespace(dump_fn=lambda ring: None, since_fn=lambda: broken,
-                              next_id_fn=lambda: None, since_why=lambda: "")  # fmt: skip
+                              next_id_fn=lambda: lambda: (0, 0), since_why=lambda: "")  # fmt: skip
     dumper = FrDumper(SimpleNamespace(_dump_fr_trace=Calls(b"torch")))
     dumper.use_native(library)
     assert dumper.reads and dumper.next_id() == 0
