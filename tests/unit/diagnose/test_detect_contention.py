@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from diag.diagnose.detectors import contention
@@ -348,3 +349,33 @@ def test_a_hog_on_a_rank_a_neighbour_held_up_from_the_start_is_dated_at_the_hog(
     (f,) = contention.detect(Features.from_store(run.write(tmp_path)))
     assert f.ranks == (2,) and f.severity == "critical"
     assert f.onset_step is not None and 50 <= f.onset_step <= 55
+
+
+def test_quota_throttling_counts_each_sample_for_the_part_of_its_interval_in_the_anomaly() -> None:
+    # held-out node.cpu_quota beside a busy loop (seed 2): a 1.73 s anomaly (steps 29-78 of
+    # 35 ms) between samples one second apart; the only sample stamped inside it covered the
+    # second before the quota bit, the one that counted 328 ms of throttling was stamped 74 ms
+    # after the anomaly's end. Read by stamps: 0 ms/s, and the busy loop was blamed.
+    s = 1_000_000_000
+    span = (int(4.187 * s), int(5.917 * s))
+    rows = [  # rank 3 (the culprit) and rank 0, samples stamped at their interval's end
+        (3, 4.989, 0), (3, 5.991, 328_000_000), (3, 6.989, 299_000_000),
+        (0, 4.989, 0), (0, 5.991, 0), (0, 6.989, 0),
+    ]  # fmt: skip
+    proc = pd.DataFrame(
+        {
+            "rank": [r for r, _, _ in rows],
+            "ts_ns": [int(t * s) for _, t, _ in rows],
+            "interval_ns": [s] * len(rows),
+            "cpu_throttled_ns": [n for _, _, n in rows],
+            "cpu_limit_cores": [0.25 if r == 3 else 0.0 for r, _, _ in rows],
+        }
+    )
+    got = contention._throttling(proc, 3, [3], span)
+    assert got is not None and got.peers_ms_per_s == 0 and got.limit_cores == 0.25
+    # 0.80 s of the first sample (0 ms) and 0.93 s of the second (328 ms per s) are inside
+    inside = (4.989 - 4.187, 5.917 - 4.991)
+    assert got.ms_per_s == pytest.approx(328 * inside[1] / sum(inside), rel=1e-3)
+    # a sample whose interval is unknown throttling (the process moved groups) is left out
+    proc.loc[1, "cpu_throttled_ns"] = float("nan")
+    assert contention._throttling(proc, 3, [3], span).ms_per_s == 0  # type: ignore[union-attr]

@@ -85,6 +85,26 @@ def test_what_cannot_be_read_is_unknown_not_zero(tmp_path: Path) -> None:
     assert throttled_since(CpuQuota({"/a": 9}, 0.0), CpuQuota({"/a": 5}, 0.0)) == 0  # a reset
 
 
+def test_a_process_moved_under_a_quota_has_an_unknown_interval_not_its_ancestors_zero(
+    tmp_path: Path,
+) -> None:
+    """A rank moved from ``/job`` into ``/job/limited`` (a quota set on it mid-run): the two
+    readings share ``/job``, which throttled nothing, yet part of the interval ran under the new
+    group's quota from an unknown counter: unknown, then counted from the next interval on."""
+    proc = tmp_path / "proc"
+    root = _v2(tmp_path / "cg", {"job": (0, "max 100000")})
+    _pid(proc, 5, "0::/job\n")
+    reader = CgroupCpu(proc, root)
+    before = reader.read(5)
+    _v2(root, {"job/limited": (40_000, "25000 100000")})
+    _pid(proc, 5, "0::/job/limited\n")
+    moved = reader.read(5)
+    assert moved is not None and moved.limit_cores == pytest.approx(0.25)
+    assert throttled_since(before, moved) is None
+    _v2(root, {"job/limited": (340_000, "25000 100000")})
+    assert throttled_since(moved, reader.read(5)) == 300_000_000
+
+
 def test_this_machines_own_cgroup_reads_or_says_unknown() -> None:
     got = CgroupCpu(Path("/proc")).read(os.getpid())
     if Path("/sys/fs/cgroup/cpu/cpu.stat").exists() or Path("/sys/fs/cgroup/cpu.stat").exists():
