@@ -111,6 +111,13 @@ def read(conn):
                 if kind == "collective" and ev.step < 0:
                     kind = "collective_before"  # the ring's history, harvested at an install
                 seen.append((kind, msg.ByteSize()))
+            for block in batch.columns:  # a harvest's collectives: one block, its bytes shared
+                kind = block.WhichOneof("payload")
+                rows = list(getattr(block, kind).step)
+                each = block.ByteSize() / max(len(rows), 1)
+                for step in rows:
+                    before = kind == "collective" and step < 0
+                    seen.append(("collective_before" if before else kind, each))
         with lock:
             counts[0] += len(data)
             counts[1] += n

@@ -218,8 +218,8 @@ class Daemon:
                         c.on_hang(hang.rank)
                     except Exception as exc:  # a collector's failure must not lose the batch
                         self._collector_error(c.name, f"{type(exc).__name__}: {exc}")
-        if len(protos) != len(events):  # a batch by columns: one proto per event again
-            protos = [codec.event_to_proto(e) for e in events]
+        if len(protos) != len(events):
+            protos, events = _in_seq_order(protos, events)
         with self._lock:
             self.summarizer.peer_reads = codec.reads_summaries(self.client.analyzer_version)
             held, summaries = self.summarizer.take(events, protos)
@@ -555,3 +555,17 @@ class Daemon:
             num_collectives_fetched=summed.num_fetched,
             num_collectives_evicted=summed.num_evicted,
         )
+
+
+def _in_seq_order(
+    protos: list[pb.Event], events: list[schema.Event]
+) -> tuple[list[pb.Event], list[schema.Event]]:
+    """A hook batch with column blocks (a harvest's collectives, :mod:`diag.hook.sender`) as one
+    message per event, in each source's ``seq`` order: the blocks' rows follow the row events
+    (:func:`~diag.transport.codec.events_from_batch`), so a step event made after its
+    collectives comes first. The analyzer keeps an event only above its source's highest
+    ``seq`` in earlier batches: were a cut of the daemon's queue to fall between them, the
+    collectives, in the next batch, would be taken for repeats."""
+    protos = protos + [codec.event_to_proto(e) for e in events[len(protos) :]]
+    order = sorted(range(len(events)), key=lambda i: (events[i].source, events[i].seq))
+    return [protos[i] for i in order], [events[i] for i in order]

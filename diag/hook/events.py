@@ -12,10 +12,11 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from diag import schema
+from diag.transport.codec import EventRows
 
 _SEQ = itertools.count()
 _SEQ_LOCK = threading.Lock()
@@ -82,28 +83,19 @@ class EventFactory:
             self.num_emitted += 1
         return cls(**self.envelope(), seq=seq, step=step, **payload)
 
-    def make_all(
-        self,
-        cls: type[schema.Event],
-        rows: Sequence[tuple[int, Mapping[str, Any]]],
-        tick: Callable[[], None] | None = None,
-    ) -> list[schema.Event]:
-        """:meth:`make` for each ``(step, payload)`` of ``rows``, in order, in one go: their
-        ``seq`` taken together, one ``ts_ns`` (when they were made) for all; ``tick`` called
-        before each (the hook thread's GIL pacing). A harvest's collectives: ~3.4 us an event
-        here instead of ~5.6 one at a time (a lock, a clock and a keyword merge each)."""
-        if not rows:
-            return []
+    def rows(
+        self, cls: type[schema.Event], rows: Sequence[tuple[int, dict[str, Any]]]
+    ) -> EventRows:
+        """:meth:`make` for each ``(step, payload)`` of ``rows``, in order, in one go, not made
+        into objects: their seqs taken together, one ``ts_ns`` (when they were made) for all,
+        sent as one column block (:class:`~diag.transport.codec.EventRows`; a harvest's
+        collectives: ~1.2 us an event to the wire here, against ~7 made one by one (3.6),
+        encoded (2.6) and batched (0.9))."""
         with _SEQ_LOCK:
             seqs = [next(_SEQ) for _ in rows]
             self.num_emitted += len(rows)
         env = self.envelope()
-        out = []
-        for seq, (step, payload) in zip(seqs, rows, strict=True):
-            if tick is not None:
-                tick()
-            out.append(cls(**env, seq=seq, step=step, **payload))
-        return out
+        return EventRows(cls.kind, env, seqs, [r[0] for r in rows], [r[1] for r in rows])
 
     def step_event(
         self, rec: tuple[Any, ...], wall_offset_ns: int, num_coll: int, device: Any = None

@@ -6,11 +6,16 @@ the oldest events and counts them. A write that fails or stalls past ``timeout_s
 connection; the unsent batch goes back to the front of the backlog and is written again on the
 next connection (the analyzer drops repeats by ``(source, seq)``).
 
-Events are encoded here, in the hook thread, batch by batch. An event that cannot be encoded (a
-value its proto field cannot hold: a producer's bug) is dropped and counted; text that is not
+Events are encoded here, in the hook thread, batch by batch. Events of one kind made together
+(:class:`~diag.transport.codec.EventRows`: a harvest's collectives) go as one column block
+(:func:`~diag.transport.codec.rows_to_block`), no dataclass or message per event: ~1.2 us an
+event here against ~7 us made, encoded and batched one by one. An event that cannot be encoded
+(a value its proto field cannot hold: a producer's bug) is dropped and counted; a block that
+cannot be is encoded event by event instead, so only its bad events are lost; text that is not
 valid Unicode never is one (:func:`~diag.transport.codec.escape_text`). A batch whose frame would
-exceed ``max_frame_bytes`` is halved until each part fits; one event too large for a frame on its
-own is dropped and counted. So no event can stop the stream: every later one is still sent.
+exceed ``max_frame_bytes`` is halved until each part fits (a block too, row by row); one event
+too large for a frame on its own is dropped and counted. So no event can stop the stream: every
+later one is still sent. The bound on the backlog counts events, a block's rows each.
 
 What was dropped, by reason (:class:`DropCounts`, reported in ``HookHealth``): ``undelivered``
 (the backlog overflowed while the daemon was unreachable or slow, or was left unsent at exit),
@@ -30,16 +35,19 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from diag.proto import diag_pb2 as pb
 from diag.schema import Event
 from diag.transport import codec
 from diag.transport import framing as frames
+from diag.transport.codec import EventRows
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH_EVENTS = 1000
 MAX_CONTROL_BYTES = 1 << 20  # read at most this much control data per poll
+_Msg: TypeAlias = pb.Event | pb.EventColumns  # an event's message, or a block's
 
 
 @dataclass(slots=True, eq=False)
@@ -78,7 +86,8 @@ class FrameSender:
         self.max_frame_bytes = min(max_frame_bytes, frames.MAX_FRAME_BYTES)
         self._clock = clock
         self._tick = tick or (lambda: None)  # between events encoded (diag.hook.gil_share)
-        self._backlog: deque[Event] = deque()
+        self._backlog: deque[Event | EventRows] = deque()
+        self._num_backlog = 0  # events in the backlog (a block's rows each)
         self._sock: socket.socket | None = None
         self._next_attempt = 0.0
         self.num_sent = 0
@@ -95,7 +104,8 @@ class FrameSender:
 
     @property
     def backlog(self) -> int:
-        return len(self._backlog)
+        """Events waiting to be written (a block's rows each)."""
+        return self._num_backlog
 
     @property
     def connected(self) -> bool:
@@ -104,10 +114,31 @@ class FrameSender:
     def add(self, events: Iterable[Event]) -> None:
         backlog = self._backlog
         for ev in events:
-            if len(backlog) >= self.max_backlog:
-                backlog.popleft()
-                self.dropped.undelivered += 1
             backlog.append(ev)
+            self._num_backlog += 1
+        self._bound()
+
+    def add_rows(self, rows: EventRows) -> None:
+        """Events of one kind made together: sent as one column block."""
+        if len(rows):
+            self._backlog.append(rows)
+            self._num_backlog += len(rows)
+            self._bound()
+
+    def _bound(self) -> None:
+        """Drop the oldest events beyond ``max_backlog`` (counted)."""
+        backlog = self._backlog
+        while self._num_backlog > self.max_backlog:
+            excess = self._num_backlog - self.max_backlog
+            oldest = backlog[0]
+            if isinstance(oldest, EventRows) and len(oldest) > excess:
+                backlog[0] = oldest.split(excess)[1]
+                lost = excess
+            else:
+                backlog.popleft()
+                lost = _size(oldest)
+            self._num_backlog -= lost
+            self.dropped.undelivered += lost
 
     def retry_now(self) -> None:
         """Allow the next :meth:`flush` to try connecting without waiting for the interval."""
@@ -140,60 +171,95 @@ class FrameSender:
     def flush(self) -> None:
         """Write everything in the backlog that the daemon takes now; never raises."""
         if not self.path:
-            self.dropped.undelivered += len(self._backlog)
-            self._backlog.clear()
+            self.drop_backlog()
             return
         if not self._backlog or (self._sock is None and not self._connect()):
             return
         while self._backlog and self._sock is not None:
-            n = min(len(self._backlog), MAX_BATCH_EVENTS)
-            encoded = self._encode([self._backlog.popleft() for _ in range(n)])
+            encoded = self._encode(self._take(MAX_BATCH_EVENTS))
             try:
                 self._write(encoded)
             except Exception as exc:  # a bug of ours: lose this batch (counted), not the thread
-                for ev, _ in encoded:
-                    self._drop("unencodable", ev, f"{type(exc).__name__}: {exc}")
+                for item, _ in encoded:
+                    self._drop("unencodable", item, f"{type(exc).__name__}: {exc}")
                 return
 
-    def _write(self, encoded: list[tuple[Event, pb.Event]]) -> None:
+    def _take(self, most: int) -> list[Event | EventRows]:
+        """The oldest items of the backlog holding at most ``most`` events (a block split)."""
+        out: list[Event | EventRows] = []
+        backlog = self._backlog
+        room = most
+        while backlog and room > 0:
+            item = backlog.popleft()
+            if isinstance(item, EventRows) and len(item) > room:
+                item, rest = item.split(room)
+                backlog.appendleft(rest)
+            out.append(item)
+            room -= _size(item)
+        self._num_backlog -= most - room
+        return out
+
+    def _write(self, encoded: list[tuple[Event | EventRows, _Msg]]) -> None:
         """Send ``encoded`` in as many frames as it takes, removing what was sent; on a failed
         write put the rest back at the front of the backlog and close the connection."""
         while encoded and self._sock is not None:
             payload, k = self._fit(encoded)
-            if k == 0:  # the first event alone is larger than a frame
-                self._drop("oversize", encoded.pop(0)[0], f"{len(payload)} bytes encoded")
+            if k == 0:  # the first item alone is larger than a frame
+                first = encoded[0][0]
+                if isinstance(first, EventRows) and len(first) > 1:  # halve the block
+                    encoded[:1] = self._encode(list(first.split(len(first) // 2)))
+                else:
+                    self._drop("oversize", encoded.pop(0)[0], f"{len(payload)} bytes encoded")
                 continue
             try:
                 self._sock.sendall(frames.encode_frame(payload))
             except OSError as exc:
-                self._backlog.extendleft(ev for ev, _ in reversed(encoded))
+                self._backlog.extendleft(item for item, _ in reversed(encoded))
+                self._num_backlog += sum(_size(item) for item, _ in encoded)
                 encoded.clear()
                 self.close()
                 self._fail(f"write to {self.path} failed: {exc}")
                 return
+            self.num_sent += sum(_size(item) for item, _ in encoded[:k])
             del encoded[:k]
-            self.num_sent += k
 
-    def _encode(self, batch: list[Event]) -> list[tuple[Event, pb.Event]]:
-        """The events of ``batch`` that encode, with their messages; the others dropped."""
-        out = []
+    def _encode(self, batch: list[Event | EventRows]) -> list[tuple[Event | EventRows, _Msg]]:
+        """The items of ``batch`` that encode, with their messages; the others dropped. A block
+        that does not encode as one goes event by event (only its bad events are lost)."""
+        out: list[tuple[Event | EventRows, _Msg]] = []
         tick = self._tick
-        for ev in batch:
+        for item in batch:
             tick()
+            if isinstance(item, EventRows):
+                try:
+                    out.append((item, codec.rows_to_block(item, tick)))
+                    continue
+                except Exception:  # text to escape, a bad value: one by one
+                    try:
+                        events = item.events()
+                    except Exception as exc:  # not even events: the block is lost
+                        self._drop("unencodable", item, f"{type(exc).__name__}: {exc}")
+                        continue
+                out.extend(self._encode(list(events)))
+                continue
             try:
-                out.append((ev, codec.event_to_proto(ev)))
+                out.append((item, codec.event_to_proto(item)))
             except Exception as exc:  # a producer's bug: lose this event, never the stream
-                self._drop("unencodable", ev, f"{type(exc).__name__}: {exc}")
+                self._drop("unencodable", item, f"{type(exc).__name__}: {exc}")
         return out
 
-    def _fit(self, encoded: list[tuple[Event, pb.Event]]) -> tuple[bytes, int]:
+    def _fit(self, encoded: list[tuple[Event | EventRows, _Msg]]) -> tuple[bytes, int]:
         """The serialized batch of the longest first half, quarter, ... of ``encoded`` that fits
-        in a frame, and how many events it holds (0: not even the first one fits)."""
+        in a frame, and how many items it holds (0: not even the first one fits)."""
         k = len(encoded)
         while True:
+            part = encoded[:k]
             batch = codec.protos_to_batch(
-                (msg for _, msg in encoded[:k]), sender=self.sender, sent_ns=time.time_ns()
+                (m for _, m in part if isinstance(m, pb.Event)),
+                sender=self.sender,
+                sent_ns=time.time_ns(),
             )
+            batch.columns.extend(m for _, m in part if isinstance(m, pb.EventColumns))
             payload = batch.SerializeToString()
             if len(payload) <= self.max_frame_bytes:
                 return payload, k
@@ -201,11 +267,14 @@ class FrameSender:
                 return payload, 0
             k //= 2
 
-    def _drop(self, reason: str, ev: Event, detail: str) -> None:
-        """Count one event lost for ``reason`` (a :class:`DropCounts` field); the first of each
-        reason is logged (the hook never prints)."""
-        setattr(self.dropped, reason, getattr(self.dropped, reason) + 1)
-        message = f"dropped a {type(ev).kind} event ({reason}: {detail})"
+    def _drop(self, reason: str, item: Event | EventRows, detail: str) -> None:
+        """Count the events of ``item`` lost for ``reason`` (a :class:`DropCounts` field); the
+        first of each reason is logged (the hook never prints)."""
+        n = _size(item)
+        setattr(self.dropped, reason, getattr(self.dropped, reason) + n)
+        kind = item.kind if isinstance(item, EventRows) else type(item).kind
+        what = f"{n} {kind} events" if n != 1 else f"a {kind} event"
+        message = f"dropped {what} ({reason}: {detail})"
         self.last_error = message.splitlines()[0][:300]
         if reason not in self._warned_drops:
             self._warned_drops.add(reason)
@@ -247,11 +316,17 @@ class FrameSender:
 
     def drop_backlog(self) -> None:
         """Give up on everything unsent (at exit), counting it as dropped."""
-        self.dropped.undelivered += len(self._backlog)
+        self.dropped.undelivered += self._num_backlog
         self._backlog.clear()
+        self._num_backlog = 0
 
     def close(self) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.close()
             self._sock = None
+
+
+def _size(item: Event | EventRows) -> int:
+    """How many events ``item`` holds."""
+    return len(item) if isinstance(item, EventRows) else 1

@@ -579,8 +579,7 @@ class HookThread(threading.Thread):
             return
         self.dumper.follow(True)
         self._server_off(None)  # torch's server dumps the generic ring
-        rows = self.fr.new_ring(self._pg_sizes)
-        self.sender.add(self.ev.make_all(schema.CollectiveEvent, rows, self.gil.tick))
+        self.sender.add_rows(self.ev.rows(schema.CollectiveEvent, self.fr.new_ring(self._pg_sizes)))
         self.pacer = self._new_pacer()
         self._probe = None
         log.info("diag hook: a process group runs NCCL: harvesting its Flight Recorder ring")
@@ -662,7 +661,7 @@ class HookThread(threading.Thread):
             dump, time.monotonic(), final=final, extra_sizes=sizes, tick=self.gil.tick
         )
         rows += [(c.step, c.payload()) for c in self.fr.unmatched_calls(dump_wall_ns, final=final)]
-        self.sender.add(self.ev.make_all(schema.CollectiveEvent, rows, self.gil.tick))
+        self.sender.add_rows(self.ev.rows(schema.CollectiveEvent, rows))  # one column block
         # Entries are emitted one harvest late (FrState), so a step is complete in the counts once
         # it ended before the previous dump.
         self._release_steps(None if final else self._prev_dump_wall_ns, final=final)

@@ -183,17 +183,19 @@ def test_process_offers_a_pause_before_each_entry_it_emits() -> None:
     assert len(ticks) == 5
 
 
-def test_a_harvests_events_made_in_one_go_are_what_make_gives_one_by_one() -> None:
+def test_a_harvests_rows_are_the_events_make_gives_one_by_one_and_encode_as_them() -> None:
     from diag import schema
     from diag.hook.events import EventFactory
+    from diag.proto import diag_pb2 as pb
+    from diag.transport import codec
 
     ev = EventFactory(host="h", rank=3, local_rank=1, job_id="j")
-    rows = [(s, PyCall(s, "all_reduce", 10 * s, 10 * s + 5, 64, "Float", "0", 4, True,
+    rows = [(s, PyCall(s, "all_reduce", 10 * s, 10 * s + 5, 64, "Float", "0", 4, s % 2 == 0,
                        1).payload()) for s in range(5)]  # fmt: skip
-    ticks: list[int] = []
-    made = ev.make_all(schema.CollectiveEvent, rows, lambda: ticks.append(1))
+    block = ev.rows(schema.CollectiveEvent, rows)
+    made = block.events()
     one = [ev.make(schema.CollectiveEvent, step=s, **p) for s, p in rows]
-    assert len(ticks) == 5 and ev.num_emitted == 10
+    assert len(block) == 5 and ev.num_emitted == 10
     seqs = [e.seq for e in made + one]
     assert seqs == sorted(seqs) and len(set(seqs)) == 10
     assert len({e.ts_ns for e in made}) == 1
@@ -201,7 +203,14 @@ def test_a_harvests_events_made_in_one_go_are_what_make_gives_one_by_one() -> No
     assert [dataclasses.replace(e, **strip) for e in made] == [
         dataclasses.replace(e, **strip) for e in one
     ]
-    assert ev.make_all(schema.CollectiveEvent, []) == []
+    # on the wire: the block decodes to the same events (the payloads leave out fields that
+    # have defaults: pg_desc, seq_id), and is the block their messages would make
+    batch = pb.EventBatch(schema_version=schema.SCHEMA_VERSION)
+    batch.columns.append(codec.rows_to_block(block))
+    assert codec.events_from_batch(batch) == made
+    protos = [codec.event_to_proto(e) for e in made]
+    assert codec.protos_to_columns(protos) == list(batch.columns)
+    assert len(ev.rows(schema.CollectiveEvent, [])) == 0
 
 
 def test_a_new_ring_emits_what_was_held_and_forgets_the_old_ids() -> None:

@@ -16,6 +16,7 @@ import pytest
 from diag import schema
 from diag.hook.sender import FrameSender
 from diag.transport import framing
+from diag.transport.codec import EventRows
 from tests.fakes.hook_sink import FrameSink, of_kind
 
 MIB = 1 << 20
@@ -145,3 +146,78 @@ def test_encoding_pauses_between_events_for_the_training_thread(sink: FrameSink)
     sender.close()
     assert len(ticks) == 250
     assert [e.step for e in sink.close()] == list(range(250))
+
+
+def _rows(first_seq: int, n: int, **odd: dict[str, Any]) -> EventRows:
+    """``n`` collectives of one harvest as the hook hands them over (one column block); ``odd``
+    maps a row's index (as a string) to payload fields that replace its own."""
+    env = {"ts_ns": 1, "host": "n0", "rank": 0, "local_rank": 0, "job_id": "", "source": SOURCE}
+    payloads = [
+        {"op": "all_reduce", "pg_name": "0", "pg_size": 4, "seq_id": i, "num_bytes": 64,
+         "enqueue_ns": 100 + i, "start_ns": None if i % 2 else 100 + i, "state": "completed"}
+        | odd.get(str(i), {})
+        for i in range(n)
+    ]  # fmt: skip
+    return EventRows("collective", env, list(range(first_seq, first_seq + n)), [3] * n, payloads)
+
+
+def test_a_block_of_rows_arrives_as_its_events_and_a_bad_row_costs_only_itself(
+    sink: FrameSink,
+) -> None:
+    rows = _rows(0, 6, **{"2": {"pg_name": "pg \ud800"}, "4": {"num_bytes": 2**64}})
+    sender = FrameSender(sink.path, sender=SOURCE, max_backlog=100, reconnect_interval_s=0.01)
+    after = Events()
+    after.seq = 6
+    sender.add_rows(rows)
+    sender.add([after.step(3)])
+    assert sender.backlog == 7
+    sender.flush()
+    sender.close()
+    got = sorted(sink.close(), key=lambda e: e.seq)
+    colls = of_kind(got, schema.CollectiveEvent)
+    # the block did not encode as one (a lone surrogate, a value beyond int64): event by event,
+    # the text escaped and the one bad row lost, counted
+    assert [c.seq for c in colls] == [0, 1, 2, 3, 5]
+    assert colls[2].pg_name == "pg \\ud800" and colls[0].pg_name == "0"
+    assert [c.start_ns for c in colls] == [100, None, 102, None, None]
+    assert [type(e).kind for e in got][-1] == "step"
+    assert (sender.num_sent, sender.dropped.unencodable, sender.num_dropped) == (6, 1, 1)
+    assert "dropped a collective event (unencodable" in sender.last_error
+    # a block that encodes is what its events decode to, optional fields absent where None
+    good = _rows(10, 4)
+    assert [c.start_ns for c in good.events()] == [100, None, 102, None]
+
+
+def test_a_block_larger_than_a_frame_is_halved_and_arrives_whole(sink: FrameSink) -> None:
+    rows = _rows(0, 100)
+    sender = FrameSender(sink.path, sender=SOURCE, max_backlog=1000, reconnect_interval_s=0.01,
+                         max_frame_bytes=2000)  # fmt: skip
+    sender.add_rows(rows)
+    sender.flush()
+    sender.close()
+    got = sink.close()
+    assert sorted(e.seq for e in got) == list(range(100)) and got == rows.events()
+    assert sender.num_sent == 100 and sender.num_dropped == 0 and sender.backlog == 0
+
+
+def test_the_backlog_bound_counts_a_blocks_rows_and_drops_the_oldest(tmp_path: Path) -> None:
+    short = Path(tempfile.mkdtemp(prefix="dh"))
+    sender = FrameSender(
+        str(short / "d.sock"), sender=SOURCE, max_backlog=10, reconnect_interval_s=0.0
+    )
+    ev = Events()
+    ev.seq = 8
+    sender.add_rows(_rows(0, 8))
+    sender.add([ev.step(i) for i in range(5)])  # 13 events for 10 places: rows 0-2 go
+    sender.flush()  # nothing listens
+    assert sender.backlog == 10 and sender.dropped.undelivered == 3
+    sink = FrameSink(short / "d.sock")
+    sink.start()
+    try:
+        sender.flush()
+        sender.close()
+    finally:
+        got = sink.close()
+        shutil.rmtree(short, ignore_errors=True)
+    assert sorted(e.seq for e in got) == list(range(3, 13))
+    assert sender.num_sent == 10 and sender.backlog == 0
