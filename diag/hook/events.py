@@ -97,39 +97,6 @@ class EventFactory:
         env = self.envelope()
         return EventRows(cls.kind, env, seqs, [r[0] for r in rows], [r[1] for r in rows])
 
-    def step_event(
-        self, rec: tuple[Any, ...], wall_offset_ns: int, num_coll: int, device: Any = None
-    ) -> schema.Event:
-        """A :class:`~diag.schema.StepEvent` from a tracker ``("step", ...)`` record, with the
-        step's device times where the hook has them (a :class:`~diag.hook.device_timer.
-        DeviceStep`)."""
-        (_, step, start, end, data, fwd, bwd, opt, ckpt, other, wait, loss, n_bw, _n_py) = rec[:14]
-        runq, runq_data = rec[14:16]
-        duration = end - start
-        return self.make(
-            schema.StepEvent,
-            step=step,
-            start_ns=start + wall_offset_ns,
-            end_ns=end + wall_offset_ns,
-            duration_ns=duration,
-            data_wait_ns=data,
-            forward_ns=fwd,
-            backward_ns=bwd,
-            optimizer_ns=opt,
-            checkpoint_ns=ckpt,
-            other_ns=other,
-            compute_ns=duration - wait - data - ckpt,
-            collective_wait_ns=wait,
-            loss=loss_value(loss),
-            num_backward=n_bw,
-            num_collectives=num_coll,
-            cpu_wait_ns=runq,
-            cpu_wait_data_ns=runq_data,
-            device_duration_ns=None if device is None else device.duration_ns,
-            device_compute_ns=None if device is None else device.compute_ns,
-            device_wait_ns=None if device is None else device.wait_ns,
-        )
-
     def checkpoint_event(self, rec: tuple[Any, ...], wall_offset_ns: int) -> schema.Event:
         """A :class:`~diag.schema.CheckpointEvent` from a ``("ckpt", ...)`` record."""
         (_, step, op, api, path, t0, t1, ok, size) = rec
@@ -150,6 +117,39 @@ class EventFactory:
             duration_ns=t1 - t0,
             ok=ok,
         )
+
+
+def step_payload(
+    rec: tuple[Any, ...], wall_offset_ns: int, num_coll: int, device: Any = None
+) -> dict[str, Any]:
+    """The :class:`~diag.schema.StepEvent` payload (no envelope, no step) of a tracker
+    ``("step", ...)`` record, with the step's device times where the hook has them (a
+    :class:`~diag.hook.device_timer.DeviceStep`); the hook thread sends the steps one harvest
+    releases as one block of them (:meth:`EventFactory.rows`)."""
+    (_, _step, start, end, data, fwd, bwd, opt, ckpt, other, wait, loss, n_bw, _n_py) = rec[:14]
+    runq, runq_data = rec[14:16]
+    duration = end - start
+    return {
+        "start_ns": start + wall_offset_ns,
+        "end_ns": end + wall_offset_ns,
+        "duration_ns": duration,
+        "data_wait_ns": data,
+        "forward_ns": fwd,
+        "backward_ns": bwd,
+        "optimizer_ns": opt,
+        "checkpoint_ns": ckpt,
+        "other_ns": other,
+        "compute_ns": duration - wait - data - ckpt,
+        "collective_wait_ns": wait,
+        "loss": loss_value(loss),
+        "num_backward": n_bw,
+        "num_collectives": num_coll,
+        "cpu_wait_ns": runq,
+        "cpu_wait_data_ns": runq_data,
+        "device_duration_ns": None if device is None else device.duration_ns,
+        "device_compute_ns": None if device is None else device.compute_ns,
+        "device_wait_ns": None if device is None else device.wait_ns,
+    }
 
 
 def _dir_size(path: str) -> int:

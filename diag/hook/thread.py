@@ -58,7 +58,7 @@ from diag.flight_recorder import load_fr_dump, load_fr_json
 from diag.hook import kernels as hook_kernels
 from diag.hook import opstats as hook_opstats
 from diag.hook.device_timer import DeviceStep, DeviceTimer
-from diag.hook.events import EventFactory, fr_dtype_name
+from diag.hook.events import EventFactory, fr_dtype_name, step_payload
 from diag.hook.fr_dump import FrDumper
 from diag.hook.fr_pacing import FrPacer, probe_total
 from diag.hook.fr_server import FrServer
@@ -512,12 +512,13 @@ class HookThread(threading.Thread):
         off = self.state.wall_offset_ns
         device = self._poll_device()
         now = time.perf_counter_ns()
+        rows: list[tuple[int, dict[str, Any]]] = []
         while self._pending_steps:
             rec = self._pending_steps[0]
             if before_wall_ns is not None and rec[3] + off >= before_wall_ns:
-                return
+                break
             self.gil.tick()
-            timed = self._device_steps.pop(rec[1], None)
+            timed = self._device_steps.get(rec[1])
             if (
                 timed is None
                 and device is not None
@@ -525,10 +526,12 @@ class HookThread(threading.Thread):
                 and device.num_pending
                 and now - rec[3] < DEVICE_WAIT_NS
             ):
-                return  # its device times are on their way
+                break  # its device times are on their way
+            self._device_steps.pop(rec[1], None)
             self._pending_steps.popleft()
             num_coll = self.fr.counts.pop(rec[1], 0) if self.fr_ok else rec[13]
-            self._emit(self.ev.step_event(rec, off, num_coll, timed))
+            rows.append((rec[1], step_payload(rec, off, num_coll, timed)))
+        self.sender.add_rows(self.ev.rows(schema.StepEvent, rows))  # one column block
 
     def _poll_device(self) -> DeviceTimer | None:
         """Read back the device times that are complete (never waits for the device)."""
