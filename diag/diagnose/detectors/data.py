@@ -19,7 +19,11 @@ stage may load data that the others do not, and a heavier stage computes longer 
 3. *Imbalance that moves* (``data-moving``; only ``info`` when a host's CPUs are saturated, since
    ranks descheduled in turn look the same): per step, each rank's compute over its work class's
    median (itself included); the step is imbalanced when the largest such ratio is
-   ``>= min_ratio``, in ``>= min_imbalanced_frac`` of steps, yet no rank is the slowest in more
+   ``>= min_ratio`` and that rank's compute is also ahead of its class's median by the floor,
+   ``max(moving_min_excess_ms, min_excess_frac x job step)`` (a busy host's scheduling noise, a
+   few tenths of a millisecond on one rank, is not an uneven batch: beside a busy loop it made
+   one rank the "slowest" in 10 of 25 steps before the onset of a moving imbalance, enough to
+   read as a node), in ``>= min_imbalanced_frac`` of steps, yet no rank is the slowest in more
    than ``max_top_share`` of those steps, or else none is the slowest of its work class (of
    ``k`` ranks) more than chance allows: ``(share - 1/k) / (1 - 1/k)`` within
    ``max_member_share`` and ``moving_sigmas`` standard errors of a uniform draw's share (0.68
@@ -74,6 +78,7 @@ class DataConfig:
     share_threshold: float = 0.15  # all ranks: data share of the step
     min_share_growth: float = 0.05  # all ranks: share above the early baseline
     min_ratio: float = 1.1  # moving: per-step max / median compute
+    moving_min_excess_ms: float = 1.0  # moving: ... and max - median at least this (and the frac)
     min_imbalanced_frac: float = 0.5  # moving: fraction of steps that are imbalanced
     max_top_share: float = 0.4  # moving: a host's or replica's share as the slowest, over chance
     max_member_share: float = 0.2  # moving: a rank's share as its class's slowest, over chance
@@ -308,7 +313,9 @@ def _moving(
     median = class_median(compute, classes)
     rel = compute / median
     ratio = rel.max(axis=1)
-    imbalanced = ratio >= cfg.min_ratio
+    ahead = (compute - median).max(axis=1)
+    floor = np.maximum(cfg.moving_min_excess_ms, cfg.min_excess_frac * job_step)
+    imbalanced = (ratio >= cfg.min_ratio) & (ahead >= floor)
     frac = float(imbalanced.mean())
     if frac < cfg.min_imbalanced_frac:
         return []
@@ -324,7 +331,7 @@ def _moving(
     if unit_share > cfg.max_top_share:  # a host or a replica that is always the slowest
         return []
     named = sorted(counts, key=lambda r: (-counts[r], r))[: cfg.num_named]
-    lost = ((compute - median).max(axis=1) / job_step)[imbalanced]
+    lost = (ahead / job_step)[imbalanced]
     slowdown = float(lost.median())
     gap = float(ratio[imbalanced].median()) - 1.0
     # On a host whose CPUs are saturated, ranks descheduled in turn look exactly like uneven
