@@ -123,6 +123,12 @@ def test_a_failed_write_keeps_the_batch_for_the_next_connection(tmp_path: Path) 
     sender.add([ev.step(0), ev.ckpt(os.fsdecode(b"\xfe.pt"))])
     sender.flush()
     assert sender.backlog == 2 and sender.num_dropped == 0
+    got = _flush_once_listened(sender, short)
+    assert [e.seq for e in got] == [0, 1] and sender.num_dropped == 0
+
+
+def _flush_once_listened(sender: FrameSender, short: Path) -> list[schema.Event]:
+    """Start the daemon's sink at the sender's path, flush, close: what arrived."""
     sink = FrameSink(short / "d.sock")
     sink.start()
     try:
@@ -131,7 +137,7 @@ def test_a_failed_write_keeps_the_batch_for_the_next_connection(tmp_path: Path) 
     finally:
         got = sink.close()
         shutil.rmtree(short, ignore_errors=True)
-    assert [e.seq for e in got] == [0, 1] and sender.num_dropped == 0
+    return got
 
 
 def test_encoding_pauses_between_events_for_the_training_thread(sink: FrameSink) -> None:
@@ -211,13 +217,6 @@ def test_the_backlog_bound_counts_a_blocks_rows_and_drops_the_oldest(tmp_path: P
     sender.add([ev.step(i) for i in range(5)])  # 13 events for 10 places: rows 0-2 go
     sender.flush()  # nothing listens
     assert sender.backlog == 10 and sender.dropped.undelivered == 3
-    sink = FrameSink(short / "d.sock")
-    sink.start()
-    try:
-        sender.flush()
-        sender.close()
-    finally:
-        got = sink.close()
-        shutil.rmtree(short, ignore_errors=True)
+    got = _flush_once_listened(sender, short)
     assert sorted(e.seq for e in got) == list(range(3, 13))
     assert sender.num_sent == 10 and sender.backlog == 0
