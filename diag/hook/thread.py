@@ -518,7 +518,7 @@ class HookThread(threading.Thread):
             if before_wall_ns is not None and rec[3] + off >= before_wall_ns:
                 break
             self.gil.tick()
-            timed = self._device_steps.get(rec[1])
+            timed = self._device_steps.pop(rec[1], None)
             if (
                 timed is None
                 and device is not None
@@ -527,7 +527,6 @@ class HookThread(threading.Thread):
                 and now - rec[3] < DEVICE_WAIT_NS
             ):
                 break  # its device times are on their way
-            self._device_steps.pop(rec[1], None)
             self._pending_steps.popleft()
             num_coll = self.fr.counts.pop(rec[1], 0) if self.fr_ok else rec[13]
             rows.append((rec[1], step_payload(rec, off, num_coll, timed)))

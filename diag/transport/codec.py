@@ -401,25 +401,20 @@ class EventRows:
 
 
 def rows_to_block(rows: EventRows, tick: Callable[[], None] | None = None) -> pb.EventColumns:
-    """``rows`` as one column block, the same block :func:`columns_to_blocks` makes of their
-    events (decoded, it gives them back: :func:`events_from_batch`), without a dataclass or a
-    message per event: one list per field, each copied into its repeated field in one C call
-    (``tick``, if given, between fields). Raises ``KeyError`` for a payload without a field
-    that has no default, ``TypeError``/``ValueError`` for a value its field cannot hold and
-    ``UnicodeEncodeError`` for text that is not valid Unicode: the caller then encodes the
-    events one by one (:func:`event_to_proto` escapes such text)."""
+    """``rows`` as one column block: their columns, one list per field (``tick``, if given,
+    between fields), written by :func:`columns_to_blocks`, so the block its events would make
+    (decoded, it gives them back: :func:`events_from_batch`), without a dataclass or a message
+    per event. Raises ``KeyError`` for a payload without a field that has no default,
+    ``TypeError``/``ValueError`` for a value its field cannot hold and ``UnicodeEncodeError``
+    for text that is not valid Unicode: the caller then encodes the events one by one
+    (:func:`event_to_proto` escapes such text)."""
     kind, n = rows.kind, len(rows)
-    block = pb.EventColumns(num_rows=n)
-    msg = getattr(block, kind)
     env = rows.env
+    columns: dict[str, list[Any]] = {}
     for name in schema.ENVELOPE_FIELDS:
-        if name == "seq":
-            msg.seq.extend(rows.seqs)
-        elif name == "step":
-            msg.step.extend(rows.steps)
-        else:
-            getattr(msg, name).extend([env[name]] * n)
-    optional = _OPTIONAL[kind]
+        columns[name] = (
+            rows.seqs if name == "seq" else rows.steps if name == "step" else [env[name]] * n
+        )
     defaults = _NEWER_FIELDS[kind]
     payloads = rows.payloads
     for name in _PAYLOAD[kind]:
@@ -427,15 +422,11 @@ def rows_to_block(rows: EventRows, tick: Callable[[], None] | None = None) -> pb
             tick()
         if name in defaults:
             default = defaults[name]
-            values = [p.get(name, default) for p in payloads]
+            columns[name] = [p.get(name, default) for p in payloads]
         else:
-            values = [p[name] for p in payloads]
-        if name in optional and None in values:
-            getattr(msg, name + ABSENT_SUFFIX).extend([v is None for v in values])
-            zero = _ZERO[kind][name]
-            values = [zero if v is None else v for v in values]
-        getattr(msg, name).extend(values)
-    return block
+            columns[name] = [p[name] for p in payloads]
+    blocks = columns_to_blocks({kind: columns})
+    return blocks[0] if blocks else pb.EventColumns(num_rows=0)
 
 
 def reads_columns(version: str) -> bool:
