@@ -4,6 +4,7 @@ pattern, not random)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from diag import schema
@@ -32,13 +33,15 @@ def link_run(
     slow_rank: int | None = None,
     timed: bool = True,
     early: tuple[int, float] | None = None,
+    cpu_wait_ms: Callable[[int, int], float] | None = None,
 ) -> RunStore:
     """4 ranks on 2 hosts, groups dp0={0,2}, dp1={1,3}; 2 all-reduces of 64 MiB per group per
     step taking 10 ms each. ``slow_group``: its transfers ``slow_factor`` x from ``slow_from``.
     ``slow_rank``: its compute 1.5x from ``slow_from`` (it enqueues late, its peers wait).
     ``timed=False``: no durations (gloo-like), only ``collective_wait_ns`` in the steps.
     ``early=(step, factor)``: the slow group's transfers already ``factor`` x from ``step`` to
-    ``slow_from`` (noise on a busy host just before the fault)."""
+    ``slow_from`` (noise on a busy host just before the fault). ``cpu_wait_ms(step, rank)``: the
+    rank's wait for a CPU in the step (``cpu_wait_ns``; none recorded without it)."""
     store = RunStore.create(tmp)
     src = {r: Source(HOSTS[r], r, pid=100 + r) for r in HOSTS}
     events: list[schema.Event] = []
@@ -74,7 +77,11 @@ def link_run(
                             duration_ns=int(dur * MS) if timed else None,
                         )
                     )
-        events += [src[r].step(step, compute_ms=compute[r], wait_ms=wait[r]) for r in HOSTS]
+        for r in HOSTS:
+            ev = src[r].step(step, compute_ms=compute[r], wait_ms=wait[r])
+            if cpu_wait_ms is not None:
+                ev = replace(ev, cpu_wait_ns=int(cpu_wait_ms(step, r) * MS))
+            events.append(ev)
     store.append(events)
     store.flush()
     return store

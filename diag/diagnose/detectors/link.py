@@ -51,6 +51,14 @@ Over the slow steps:
   ``max_skew_ratio`` of that skew. A skew its ranks' own work does not explain is left to the
   collectives: ranks leave a slow ring all-reduce at different times, so they also arrive at the
   next one at different times.
+- no rank of the group was kept from a CPU to explain it: per step, the most ``cpu_wait_ns`` of
+  the group's ranks; its median over the slow steps, less its median over the
+  ``baseline_steps`` steps before them (a host busy all along is not a change), is below
+  ``max_compute_share`` of the median excess transfer per step. A collective needs its ranks'
+  CPUs too (gloo's copies and reductions, a loopback's sockets): a rank a busy neighbour
+  deschedules makes its group's collectives slow, which its contention finding explains (seen
+  beside a busy loop: a two-rank group inside one host 19.7x slower per byte while one of its
+  ranks waited 15-64 ms a step for a CPU, named a slow link).
 
 From node summaries (schema 1.17: at fleet scale a daemon ships one ``CollectiveSummary`` per
 rank, step and group instead of the raw rows, and the raw rows again for a window the analyzer
@@ -147,6 +155,7 @@ def detect(
     nbytes = by_step["bytes"].sum().unstack("pg").sort_index()
     cost = _smooth(by_step["transfer"].sum().unstack("pg").sort_index() / nbytes, cfg.smooth_steps)
     balance = _own_work_balance(steps)
+    cpu_wait = _cpu_wait(steps)
     step_ns = steps.groupby("step")["duration_ns"].median() if len(steps) else pd.Series()
     slow: dict[str, dict] = {}
     for g in cost.columns:
@@ -155,7 +164,9 @@ def detect(
             for p in cost.columns
             if p != g and _kind(p, ranks_of, span) == _kind(g, ranks_of, span)
         ]
-        res = _slow_group(g, cost, nbytes[g], peers, coll, balance, step_ns, cfg)
+        res = _slow_group(
+            g, cost, nbytes[g], peers, coll, balance, step_ns, cfg, cpu_wait, ranks_of[g]
+        )
         # Inside one host the proxy cannot tell the interconnect from CPU contention.
         if res is not None and not (res["proxy"] and len(span[g]) < 2):
             slow[g] = res
@@ -511,6 +522,34 @@ def _own_work_balance(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"ratio": ratio, "excess_ns": agg["max"] - agg["median"]})
 
 
+def _cpu_wait(steps: pd.DataFrame) -> pd.DataFrame | None:
+    """step x rank: the rank's training thread's wait for a CPU in the step (ns; 0 where not
+    recorded); ``None`` without the column."""
+    if steps.empty or "cpu_wait_ns" not in steps:
+        return None
+    s = steps[steps["rank"] >= 0]
+    waits = s["cpu_wait_ns"].astype(float).fillna(0).clip(lower=0)
+    return waits.groupby([s["step"], s["rank"]]).max().unstack("rank").fillna(0.0)
+
+
+def _cpu_wait_grew(
+    cpu_wait: pd.DataFrame | None, ranks: tuple[int, ...], before: pd.Index, slow: pd.Index
+) -> float:
+    """How much longer the group's most-waiting rank waited for a CPU per step in the ``slow``
+    steps than in the steps ``before`` them (medians; ns); 0 without the waits."""
+    if cpu_wait is None or not len(slow):
+        return 0.0
+    cols = [r for r in ranks if r in cpu_wait.columns]
+    if not cols:
+        return 0.0
+    most = cpu_wait[cols].max(axis=1)
+    during = most.reindex(slow).dropna()
+    if not len(during):
+        return 0.0
+    ref = most.reindex(before).dropna()
+    return float(during.median()) - (float(ref.median()) if len(ref) else 0.0)
+
+
 def _kind(g: str, ranks_of: dict, span: dict) -> tuple[int, int]:
     return (len(ranks_of[g]), len(span[g]))
 
@@ -622,6 +661,8 @@ def _slow_group(
     balance: pd.DataFrame,
     step_ns: pd.Series,
     cfg: LinkConfig,
+    cpu_wait: pd.DataFrame | None = None,
+    ranks: tuple[int, ...] = (),
 ) -> dict | None:
     """The group's slow period and its numbers, or ``None`` when it is not a link suspect."""
     series = cost[g].dropna()
@@ -651,6 +692,11 @@ def _slow_group(
         skewed and late >= cfg.max_skew_ratio * med_skew
     ):
         return None
+    before = series.index[max(0, start - cfg.baseline_steps) : start]
+    if _cpu_wait_grew(cpu_wait, ranks, before, slow_steps) >= cfg.max_compute_share * float(
+        per_step.median()
+    ):
+        return None  # its ranks waited for a CPU: contention (detectors.contention), not a link
     slowdown = None
     if len(step_ns.reindex(per_step.index).dropna()):
         slowdown = float(min(1.0, (per_step / step_ns.reindex(per_step.index)).median()))

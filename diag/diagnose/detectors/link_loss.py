@@ -98,9 +98,20 @@ def _pairs(tcp: pd.DataFrame, cfg: LinkLossConfig) -> list[_Pair]:
     where = hosts_by_ip(tcp)
     df = tcp.assign(dst=tcp["remote_ip"].astype(str).map(where))
     df = df[df["dst"].notna() & (df["dst"] != df["host"])]
+    # One sample per host pair and read: the daemon reads every rank's connections at once and
+    # stamps its rows alike, so the pair's bytes at one time are their sum. Judged rank by rank,
+    # a rank whose connections to the host carried only 30 KB in a second would call its two
+    # lost segments a lossy sample, and the pair's onset would fall long before its loss began
+    # (seen beside a busy loop: 48 bytes retransmitted by a light connection at the job's start
+    # put the onset at step 4 of a loss from step 30, leaving no steps to compare before it).
+    df = (
+        df.groupby(["host", "dst", "ts_ns"], sort=True)
+        .agg(bytes_acked=("bytes_acked", "sum"), bytes_retrans=("bytes_retrans", "sum"),
+             interval_ns=("interval_ns", "max"))
+        .reset_index()
+    )  # fmt: skip
     out = []
     for (src, dst), g in df.groupby(["host", "dst"], sort=True):
-        g = g.sort_values("ts_ns", kind="stable")
         span = _onset(g, cfg)
         out.append(
             _Pair(str(src), str(dst), int(g["bytes_acked"].sum()),

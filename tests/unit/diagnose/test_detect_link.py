@@ -127,3 +127,28 @@ def test_own_work_is_compute_and_data_less_the_run_queue_delay_met_in_each() -> 
     assert balance.loc[5, "excess_ns"] == 0.0
     before = link._own_work_balance(steps.drop(columns="cpu_wait_data_ns"))
     assert before.loc[5, "excess_ns"] == 7.5e6  # max 25 against a median of (10 + 25) / 2
+
+
+def test_a_group_whose_rank_waited_for_a_cpu_from_the_onset_is_not_a_link(tmp_path):
+    """dp0's transfers 3x from step 30 (40 ms more a step) while its rank 2 waited 40 ms a step
+    for a CPU from then on: a busy neighbour descheduling a rank slows its group's collectives
+    (seen beside a busy loop: a pipeline stage's two-rank group inside one host named a slow
+    link). A host busy all along, or a wait outside the group, is no such change."""
+
+    def starved(step: int, rank: int) -> float:
+        return 40.0 if rank == 2 and step >= 30 else 0.5
+
+    store = link_run(tmp_path / "a", slow_group="dp0", slow_from=30, cpu_wait_ms=starved)
+    assert link.detect_from_store(store, CFG) == []
+
+    def busy(step: int, rank: int) -> float:
+        return 40.0 + (step % 3)
+
+    store = link_run(tmp_path / "b", slow_group="dp0", slow_from=30, cpu_wait_ms=busy)
+    assert [f.link.group for f in link.detect_from_store(store, CFG) if f.link] == ["dp0"]
+
+    def elsewhere(step: int, rank: int) -> float:
+        return 40.0 if rank == 1 and step >= 30 else 0.5
+
+    store = link_run(tmp_path / "c", slow_group="dp0", slow_from=30, cpu_wait_ms=elsewhere)
+    assert [f.link.group for f in link.detect_from_store(store, CFG) if f.link] == ["dp0"]

@@ -90,3 +90,19 @@ def test_loss_that_begins_mid_run_is_not_diluted_by_the_clean_part_before() -> N
     # the same loss from step 180: too little after it for the job to show it
     late = _tcp(steps, {("node-c", "node-d")}, _onset_ns(steps, 190), loss=0.003)
     assert detect(late, steps, HOSTS_OF) == []
+
+
+def test_a_hosts_ranks_are_one_sample_of_the_pair_so_a_light_connection_sets_no_onset() -> None:
+    """Two ranks a host, read at once (their rows share the time): one rank's connections to the
+    next host carry the ring's bytes, the other's ~30 KB a second. Two segments that the light
+    one retransmitted at the job's start (0.14% of its bytes; 0.01% of the pair's) are no
+    onset: held beside a busy loop, one such sample put a loss from step 30 at step 4 and left
+    nothing to compare before it (no finding at a 40% cost)."""
+    steps = _steps()
+    heavy = _tcp(steps, {("node-c", "node-d")}, _onset_ns(steps, 100)).assign(rank=0)
+    light = heavy.assign(rank=1, bytes_acked=33_000)  # losing 0.5% too from the onset on
+    light["bytes_retrans"] = (light["bytes_retrans"] > 0) * 165
+    light.loc[light["ts_ns"] == light["ts_ns"].min(), "bytes_retrans"] = 48
+    (f,) = detect(pd.concat([heavy, light], ignore_index=True), steps, HOSTS_OF)
+    assert f.cause == "link" and f.hosts == ("node-c", "node-d")
+    assert f.onset_step is not None and abs(f.onset_step - 100) <= 4
