@@ -379,3 +379,20 @@ def test_quota_throttling_counts_each_sample_for_the_part_of_its_interval_in_the
     # a sample whose interval is unknown throttling (the process moved groups) is left out
     proc.loc[1, "cpu_throttled_ns"] = float("nan")
     assert contention._throttling(proc, 3, [3], span).ms_per_s == 0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rank_late_by_its_cpu_wait_is_held_against_how_much_more_its_peers_wait(
+    tmp_path: Path, seed: int
+) -> None:
+    """Rank 2 waits 10 ms a step more for a CPU from step 50 (a quota: no process to see) among
+    ranks a busy host holds up 8 ms in a third of their steps. Before, the step's slowest rank
+    was whichever the host held up, and it waited least; now rank 2 is, and waits least: its
+    peers' wait grows by less than the 10 ms (their slowest was already late) and its own
+    shrinks. Judged on the peers' growth alone, half the excess was out of reach in most runs
+    (seen beside a busy loop: a rank under a quota 10.6 ms/step late, its peers' wait up 4.0 ms,
+    its own down 1.5 ms, no finding); on how much more they wait than it does, it is named."""
+    run = ContentionRun(limited=(2,), limited_from=50, limited_ms=10.0, seed=seed)
+    (f,) = contention.detect(Features.from_store(run.write(tmp_path)))
+    assert f.ranks == (2,) and f.cause == "node"
+    assert f.onset_step is not None and abs(f.onset_step - 50) <= 6
