@@ -33,12 +33,13 @@ the anomaly:
   job of 20 ms steps contended for 50 steps is not). ``detected_step`` is therefore the first
   step at which all of this held over the anomaly so far (three windows in at the earliest: a
   live triage before it would not have named the rank), not its first flagged window;
-- its peers wait for it: their median collective wait less its own grows (onset: after -
-  before; from the start: theirs - its own) by at least ``min_wait_explained`` x the mean
-  excess. Less its own: a late rank's own wait shrinks as its peers' grows, and a rise every
-  rank shares (a busy host, a slower link) is no wait for it (seen beside a busy loop: a rank
-  under a CPU quota 10.6 ms/step late, its peers' wait up 4.0 ms and its own down 1.5 ms in
-  the medians, left out against the 5.3 ms the peers' alone had to reach);
+- its peers wait for it: their median collective wait grows (onset: after - before, or the
+  growth of theirs less its own, whichever is larger; from the start: theirs - its own) by at
+  least ``min_wait_explained`` x the mean excess. Less its own: a late rank's own wait shrinks
+  as its peers' grows (seen beside a busy loop: a rank under a CPU quota 10.6 ms/step late, its
+  peers' wait up 4.0 ms and its own down 1.5 ms in the medians, left out against the 5.3 ms the
+  peers' growth alone had to reach); whichever is larger: a quota also slows the rank's own
+  collectives, so its own wait can grow too (seen quiet: peers' +10.3 ms, its own +4.5 ms);
 - its demand does not explain it (:func:`_beyond_demand`): on a host the job oversubscribes, a
   rank that computes longer (a slower kernel, more work) is runnable longer and waits for a CPU
   longer in proportion. Its delay beyond its own compute times its peers' delay per millisecond
@@ -689,10 +690,16 @@ def _contended(
         before_step = float(step.iloc[:onset_pos].median())
         growth = (after_step - before_step) / after_step if after_step > 0 else 0.0
         slowdown = min(growth, gap_ms / after_step) if after_step > 0 else 0.0
-        # how much more its peers wait than it does, after against before: a late rank's peers
-        # wait for it while its own wait shrinks; a rise every rank shares cancels
+        # Their wait's growth, or how much more they wait than it does, after against before,
+        # whichever is larger: a late rank's own wait shrinks as its peers' grows (it arrives
+        # last), so the difference shows a lateness that a busy host's noise in the peers'
+        # waits hides; a rank slowed in its collectives too (a quota throttles its gloo
+        # threads as well) waits longer itself, and its peers' growth shows it.
         ahead = peers_wait - wait[rank]
-        grown = float(ahead.iloc[anomaly].median()) - float(ahead.iloc[:onset_pos].median())
+        grown = max(
+            wait_after - wait_before,
+            float(ahead.iloc[anomaly].median()) - float(ahead.iloc[:onset_pos].median()),
+        )
     d = x[anomaly][~np.isnan(x[anomaly])]
     floor = max(cfg.min_excess_ms, cfg.min_excess_frac * float(step.iloc[anomaly].mean()))
     if len(d) < cfg.min_blocks * cfg.window:

@@ -155,7 +155,6 @@ def detect(
     nbytes = by_step["bytes"].sum().unstack("pg").sort_index()
     cost = _smooth(by_step["transfer"].sum().unstack("pg").sort_index() / nbytes, cfg.smooth_steps)
     balance = _own_work_balance(steps)
-    cpu_wait = _cpu_wait(steps)
     step_ns = steps.groupby("step")["duration_ns"].median() if len(steps) else pd.Series()
     slow: dict[str, dict] = {}
     for g in cost.columns:
@@ -165,7 +164,7 @@ def detect(
             if p != g and _kind(p, ranks_of, span) == _kind(g, ranks_of, span)
         ]
         res = _slow_group(
-            g, cost, nbytes[g], peers, coll, balance, step_ns, cfg, cpu_wait, ranks_of[g]
+            g, cost, nbytes[g], peers, coll, balance, step_ns, cfg, steps, ranks_of[g]
         )
         # Inside one host the proxy cannot tell the interconnect from CPU contention.
         if res is not None and not (res["proxy"] and len(span[g]) < 2):
@@ -522,27 +521,18 @@ def _own_work_balance(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"ratio": ratio, "excess_ns": agg["max"] - agg["median"]})
 
 
-def _cpu_wait(steps: pd.DataFrame) -> pd.DataFrame | None:
-    """step x rank: the rank's training thread's wait for a CPU in the step (ns; 0 where not
-    recorded); ``None`` without the column."""
-    if steps.empty or "cpu_wait_ns" not in steps:
-        return None
-    s = steps[steps["rank"] >= 0]
-    waits = s["cpu_wait_ns"].astype(float).fillna(0).clip(lower=0)
-    return waits.groupby([s["step"], s["rank"]]).max().unstack("rank").fillna(0.0)
-
-
 def _cpu_wait_grew(
-    cpu_wait: pd.DataFrame | None, ranks: tuple[int, ...], before: pd.Index, slow: pd.Index
+    steps: pd.DataFrame | None, ranks: tuple[int, ...], before: pd.Index, slow: pd.Index
 ) -> float:
-    """How much longer the group's most-waiting rank waited for a CPU per step in the ``slow``
-    steps than in the steps ``before`` them (medians; ns); 0 without the waits."""
-    if cpu_wait is None or not len(slow):
+    """How much longer the group's most-waiting rank waited for a CPU per step (``cpu_wait_ns``)
+    in the ``slow`` steps than in the steps ``before`` them (medians; ns); 0 without the waits.
+    Read for a slow group only, from its ranks' rows."""
+    if steps is None or steps.empty or "cpu_wait_ns" not in steps or not len(slow):
         return 0.0
-    cols = [r for r in ranks if r in cpu_wait.columns]
-    if not cols:
+    s = steps[steps["rank"].isin(ranks)]
+    if s.empty:
         return 0.0
-    most = cpu_wait[cols].max(axis=1)
+    most = s["cpu_wait_ns"].astype(float).fillna(0).clip(lower=0).groupby(s["step"]).max()
     during = most.reindex(slow).dropna()
     if not len(during):
         return 0.0
@@ -661,7 +651,7 @@ def _slow_group(
     balance: pd.DataFrame,
     step_ns: pd.Series,
     cfg: LinkConfig,
-    cpu_wait: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
     ranks: tuple[int, ...] = (),
 ) -> dict | None:
     """The group's slow period and its numbers, or ``None`` when it is not a link suspect."""
@@ -693,7 +683,7 @@ def _slow_group(
     ):
         return None
     before = series.index[max(0, start - cfg.baseline_steps) : start]
-    if _cpu_wait_grew(cpu_wait, ranks, before, slow_steps) >= cfg.max_compute_share * float(
+    if _cpu_wait_grew(steps, ranks, before, slow_steps) >= cfg.max_compute_share * float(
         per_step.median()
     ):
         return None  # its ranks waited for a CPU: contention (detectors.contention), not a link

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -396,3 +397,26 @@ def test_a_rank_late_by_its_cpu_wait_is_held_against_how_much_more_its_peers_wai
     (f,) = contention.detect(Features.from_store(run.write(tmp_path)))
     assert f.ranks == (2,) and f.cause == "node"
     assert f.onset_step is not None and abs(f.onset_step - 50) <= 6
+
+
+def test_a_rank_slowed_in_its_collectives_too_is_held_against_its_peers_growing_wait() -> None:
+    """A quota throttles the rank's collectives as well: from step 30 rank 1 waits 7.5 ms a step
+    more for a CPU, its peers' collective wait grows 6 ms and its own 4 ms. How much more they
+    wait than it does grew only 2 ms, but their wait grew by more than half its delay: named
+    (seen quiet: the peers +10.3 ms, its own +4.5 ms, for 7.5 ms of delay)."""
+    cfg = contention.ContentionConfig()
+    idx = pd.Index(range(5, 80), name="step")
+    late = idx >= 30
+    wobble = np.array([0.1 * ((s * 7) % 5) for s in idx])
+    cpu = pd.DataFrame({r: 0.5 + wobble for r in range(4)}, index=idx)
+    cpu.loc[late, 1] += 7.5
+    excess = cpu.sub(cpu[[0, 2, 3]].median(axis=1), axis=0)
+    floor = np.maximum(cfg.min_excess_ms, cfg.min_excess_frac * 45.0)
+    above = excess.ge(floor)
+    wait = pd.DataFrame({r: 10.0 + wobble for r in range(4)}, index=idx)
+    wait.loc[late, [0, 2, 3]] += 6.0
+    wait.loc[late, 1] += 4.0
+    step = pd.Series(np.where(late, 50.0, 40.0), index=idx)
+    flagged = above.to_numpy()
+    r = contention._contended(1, cpu, excess, above, wait, step, flagged, cfg, onset_at=25)
+    assert r is not None and r.rank == 1 and r.onset == 30
