@@ -522,12 +522,12 @@ def _own_work_balance(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cpu_wait_grew(
-    steps: pd.DataFrame | None, ranks: tuple[int, ...], before: pd.Index, slow: pd.Index
+    steps: pd.DataFrame, ranks: tuple[int, ...], before: pd.Index, slow: pd.Index
 ) -> float:
     """How much longer the group's most-waiting rank waited for a CPU per step (``cpu_wait_ns``)
     in the ``slow`` steps than in the steps ``before`` them (medians; ns); 0 without the waits.
     Read for a slow group only, from its ranks' rows."""
-    if steps is None or steps.empty or "cpu_wait_ns" not in steps or not len(slow):
+    if steps.empty or "cpu_wait_ns" not in steps or not len(slow):
         return 0.0
     s = steps[steps["rank"].isin(ranks)]
     if s.empty:
@@ -651,8 +651,8 @@ def _slow_group(
     balance: pd.DataFrame,
     step_ns: pd.Series,
     cfg: LinkConfig,
-    steps: pd.DataFrame | None = None,
-    ranks: tuple[int, ...] = (),
+    steps: pd.DataFrame,
+    ranks: tuple[int, ...],
 ) -> dict | None:
     """The group's slow period and its numbers, or ``None`` when it is not a link suspect."""
     series = cost[g].dropna()

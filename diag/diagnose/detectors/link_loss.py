@@ -42,6 +42,7 @@ import pandas as pd
 
 from diag.diagnose.detectors.link_hosts import hosts_by_ip
 from diag.diagnose.detectors.node_slow import severity
+from diag.diagnose.features import mean_change_point
 from diag.findings import Evidence, Finding, LinkRef
 
 
@@ -228,10 +229,12 @@ def _onset_index(per_step: pd.DataFrame, p: _Pair, cfg: LinkLossConfig) -> int:
     """The onset step's index: the connections' samples are a second apart, so among the steps
     that started in the interval where the loss began, the split of the step durations into a
     before and an after of least summed squared deviation from their means
-    (:func:`_stall_split`), or the first step of the interval before that split that took
-    ``stall_ratio`` times the median step before it or longer (a lone stall ahead of the
-    split's run of them: a retransmission timeout is 200 ms; a busy host's noise doubled a
-    30 ms step); the first step after the interval began when none started in it."""
+    (:func:`~diag.diagnose.features.mean_change_point`: the stalls are the change, which the
+    robust split the other detectors use leaves out as spikes), or the first step of the
+    interval before that split that took ``stall_ratio`` times the median step before it or
+    longer (a lone stall ahead of the split's run of them: a retransmission timeout is 200 ms;
+    a busy host's noise doubled a 30 ms step); the first step after the interval began when
+    none started in it."""
     assert p.onset_ns is not None and p.onset_end_ns is not None
     starts = per_step["start_ns"].to_numpy()
     inside = [i for i in range(len(starts)) if p.onset_ns <= starts[i] <= p.onset_end_ns]
@@ -240,7 +243,7 @@ def _onset_index(per_step: pd.DataFrame, p: _Pair, cfg: LinkLossConfig) -> int:
         x = per_step["dur"].to_numpy(dtype=float)
         lo = max(cfg.skip_steps, inside[0] - cfg.baseline_steps)
         hi = min(len(x), inside[-1] + cfg.baseline_steps)
-        t = _stall_split(x, inside, lo, hi)
+        t = mean_change_point(x, inside, start=lo, stop=hi)
         if t is None:
             return inside[0]
         # an earlier stall of the interval, alone before the split's run of them: the onset
@@ -249,36 +252,6 @@ def _onset_index(per_step: pd.DataFrame, p: _Pair, cfg: LinkLossConfig) -> int:
         return first[0] if first else t
     later = [i for i in range(len(starts)) if starts[i] >= p.onset_ns]
     return later[0] if later else len(starts)
-
-
-def _stall_split(x: np.ndarray, candidates: list[int], lo: int, hi: int) -> int | None:
-    """The split ``t`` among ``candidates`` of ``x[lo:hi]`` into two segments of least summed
-    squared deviation from their means, with a higher mean after; ``None`` when none has.
-
-    Least squares, not the robust split the other detectors date a steady change with
-    (:func:`~diag.diagnose.features.change_point`): a lossy link costs the job its time in a
-    few stalls (a retransmission timeout: 100-200 ms on a 25 ms step), which a robust split
-    takes for spikes and leaves out, so it dated the onset by the small drift of the other steps
-    (seen: step 14 for a loss from step 30 whose first stall was step 32). The stalls are the
-    change here; the squares weigh them."""
-    seg = x[lo:hi]
-    if len(seg) < 2:
-        return None
-    c1 = np.concatenate([[0.0], np.cumsum(seg)])
-    c2 = np.concatenate([[0.0], np.cumsum(seg * seg)])
-    n = len(seg)
-    best, best_cost = None, np.inf
-    for t in candidates:
-        k = t - lo
-        if not 0 < k < n:
-            continue
-        m1, m2 = c1[k] / k, (c1[n] - c1[k]) / (n - k)
-        if m2 <= m1:
-            continue
-        cost = (c2[k] - k * m1 * m1) + (c2[n] - c2[k] - (n - k) * m2 * m2)
-        if cost < best_cost:
-            best, best_cost = t, cost
-    return best
 
 
 def _steps(step_events: pd.DataFrame) -> pd.DataFrame:
