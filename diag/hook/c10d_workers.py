@@ -18,13 +18,20 @@ How. Linux says, for each thread of this process, where it is blocked:
 ``/proc/self/task/<tid>/syscall`` has the system call, its arguments, and the user stack pointer
 and program counter. An idle gloo worker waits on its process group's condition variable in
 ``runLoop``, always the same futex wait at the same stack pointer and program counter: its
-*home*, where it spends most of its life. A worker still finishing a collective is running,
-runnable, or blocked somewhere else (the GIL for a Python future callback, a lock).
-:class:`CollectiveWorkers` learns each worker's home from samples (:meth:`observe`: the hook
-thread takes one per cycle, every window start another) as the place seen most often, and
-:meth:`settle` waits -- sleeping, so the GIL is free -- until every worker is at home. Until a
-worker's home is known it counts as settled once it is blocked in a futex wait and the scheduler
-did not run it across one pause (``schedstat``'s count of runs unchanged).
+*home*. A worker still finishing a collective is running, runnable, or blocked somewhere else
+(the GIL for a Python future callback, a lock, a peer's data). :class:`CollectiveWorkers` learns
+each worker's home from samples (:meth:`observe`: the hook thread takes one per cycle, every
+window start another) as the *shallowest* futex wait seen (the highest stack pointer) among the
+places seen at least :data:`MIN_HOME_SAMPLES` times and in :data:`HOME_SHARE` of the samples:
+every wait inside a collective is nested below ``runLoop``'s frame, so deeper. (Not the place
+seen most often: a rank that waits for a slow peer spends much of its step in the collective's
+receive wait, a condition variable too, ~35 % of a 4-rank test job's samples with one rank 30 ms
+late, and beside a busy loop it can lead; the home then was that wait, the idle worker read as
+away at every stop, and the stop ran out its bound with a worker counted unsettled.) A place
+shallower than the home is in ``runLoop`` too (its lock) and counts as home. :meth:`settle`
+waits -- sleeping, so the GIL is free -- until every worker is at home. Until a worker's home is
+known it counts as settled once it is blocked in a futex wait and the scheduler did not run it
+across one pause (``schedstat``'s count of runs unchanged).
 
 The wait is bounded by ``timeout_s``. A worker that stays away that long is usually in a
 collective still in flight (waiting on the network); a record it began in the window will end
@@ -40,7 +47,7 @@ hook thread's CPU at a ~50 ms step). So they are taken every cycle only until ev
 was seen :data:`SURE_SAMPLES` times, then every :data:`SURE_EVERY`-th cycle (a home does not
 move; a new process group's workers are found at the next sample, and every window start takes
 one of its own): :meth:`CollectiveWorkers.idle_sample`. A worker whose home never becomes sure
-(it ended first, or it is seen as often elsewhere) keeps the samples at every cycle.
+(it ended first, or it is hardly ever idle) keeps the samples at every cycle.
 """
 
 from __future__ import annotations
@@ -60,7 +67,8 @@ WORKER_NAMES = frozenset({"pt_gloo_runloop"})
 #: the futex system call's number, by machine (``platform.machine()``)
 FUTEX_NR = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98,
             "ppc64le": 221, "ppc64": 221, "s390x": 238}  # fmt: skip
-MIN_HOME_SAMPLES = 2  # a home is the most frequent place once seen this often ...
+MIN_HOME_SAMPLES = 2  # a home is the shallowest futex wait seen this often ...
+HOME_SHARE = 0.02  # ... and in this share of the worker's samples (not a one-off lock wait) ...
 MAX_PLACES = 32  # ... among at most this many distinct places remembered per worker
 #: the hook thread's idle samples (:meth:`CollectiveWorkers.idle_sample`): every call until each
 #: worker's home was seen this often, then every ``SURE_EVERY``-th call
@@ -229,13 +237,11 @@ class CollectiveWorkers:
 
     def _homes_sure(self) -> bool:
         with self._lock:
-            for tid, worker in self._names.items():
-                if not worker:
-                    continue
-                top = self._places.get(tid, Counter()).most_common(2)
-                if not top or top[0][1] < SURE_SAMPLES:
-                    return False
-                if len(top) > 1 and 2 * top[1][1] > top[0][1]:  # not clearly the most frequent
+            tids = [tid for tid, worker in self._names.items() if worker]
+        for tid in tids:
+            home = self.home(tid)
+            with self._lock:
+                if home is None or self._places.get(tid, Counter())[home] < SURE_SAMPLES:
                     return False
         return True
 
@@ -253,16 +259,23 @@ class CollectiveWorkers:
                 del self._places[tid]
 
     def home(self, tid: int) -> Place | None:
-        """The place ``tid`` was seen most often (None until seen there ``MIN_HOME_SAMPLES``
-        times, or while two places tie)."""
+        """Where ``tid`` waits when idle: the shallowest (highest stack pointer) futex wait seen at
+        least ``MIN_HOME_SAMPLES`` times and in ``HOME_SHARE`` of its samples; None until one
+        was (any blocked place stands for a futex wait where its number is not known)."""
         with self._lock:
             seen = self._places.get(tid)
             if not seen:
                 return None
-            top = seen.most_common(2)
-        if top[0][1] < MIN_HOME_SAMPLES or (len(top) > 1 and top[1][1] == top[0][1]):
-            return None
-        return top[0][0]
+            least = max(MIN_HOME_SAMPLES, HOME_SHARE * sum(seen.values()))
+            waits = [p for p, n in seen.items() if n >= least and self._waits(p)]
+        return max(waits, key=lambda p: (p.sp, p.pc), default=None)
+
+    def _waits(self, where: Place) -> bool:
+        return where.nr == self.futex_nr if self.futex_nr is not None else where.nr >= 0
+
+    def _at_home(self, where: Place, home: Place) -> bool:
+        """At ``home``, or in a wait shallower than it (``runLoop`` itself: its lock)."""
+        return where == home or (self._waits(where) and where.sp > home.sp)
 
     # ---------------------------------------------------------------- the wait
     def settle(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> Settle:
@@ -285,7 +298,7 @@ class CollectiveWorkers:
                 if where is None:  # ended
                     continue
                 home = self.home(tid)
-                if home is not None and where == home:
+                if home is not None and self._at_home(where, home):
                     continue
                 runs = self._runs(tid)
                 if home is None and where.nr == self.futex_nr and last.get(tid) == (where, runs):
