@@ -237,11 +237,12 @@ class CollectiveWorkers:
 
     def _homes_sure(self) -> bool:
         with self._lock:
-            tids = [tid for tid, worker in self._names.items() if worker]
-        for tid in tids:
-            home = self.home(tid)
-            with self._lock:
-                if home is None or self._places.get(tid, Counter())[home] < SURE_SAMPLES:
+            for tid, worker in self._names.items():
+                if not worker:
+                    continue
+                seen = self._places.get(tid, Counter())
+                home = self._home_of(seen)
+                if home is None or seen[home] < SURE_SAMPLES:
                     return False
         return True
 
@@ -263,11 +264,11 @@ class CollectiveWorkers:
         least ``MIN_HOME_SAMPLES`` times and in ``HOME_SHARE`` of its samples; None until one
         was (any blocked place stands for a futex wait where its number is not known)."""
         with self._lock:
-            seen = self._places.get(tid)
-            if not seen:
-                return None
-            least = max(MIN_HOME_SAMPLES, HOME_SHARE * sum(seen.values()))
-            waits = [p for p, n in seen.items() if n >= least and self._waits(p)]
+            return self._home_of(self._places.get(tid, Counter()))
+
+    def _home_of(self, seen: Counter[Place]) -> Place | None:
+        least = max(MIN_HOME_SAMPLES, HOME_SHARE * sum(seen.values()))
+        waits = [p for p, n in seen.items() if n >= least and self._waits(p)]
         return max(waits, key=lambda p: (p.sp, p.pc), default=None)
 
     def _waits(self, where: Place) -> bool:
@@ -290,6 +291,7 @@ class CollectiveWorkers:
         deadline = t0 + int(timeout_s * 1e9)
         last: dict[int, tuple[Place, int | None]] = {}  # tid -> (place, runs) at the last poll
         tids = self.workers()
+        homes = {tid: self.home(tid) for tid in tids}  # once: the polls below are on the clock
         while True:
             now = self.clock()
             away = 0
@@ -297,7 +299,7 @@ class CollectiveWorkers:
                 where = self.place(tid)
                 if where is None:  # ended
                     continue
-                home = self.home(tid)
+                home = homes[tid]
                 if home is not None and self._at_home(where, home):
                     continue
                 runs = self._runs(tid)
