@@ -125,14 +125,17 @@ def _serve_once(reply: bytes) -> tuple[str, threading.Thread]:
     srv.listen(1)
 
     def run() -> None:
-        conn, _ = srv.accept()
-        with conn:
-            got = b""
-            while b"\r\n\r\n" not in got:
-                got += conn.recv(4096)
-            assert got.startswith(b"POST /handler/fr_trace_json ")
-            conn.sendall(reply)
-        srv.close()
+        try:
+            conn, _ = srv.accept()
+            with conn:
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += conn.recv(4096)
+                assert got.startswith(b"POST /handler/fr_trace_json ")
+                conn.sendall(reply)
+        finally:
+            srv.close()
+            Path(path).unlink(missing_ok=True)  # a socket file outlives its socket
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
