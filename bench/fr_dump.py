@@ -27,8 +27,10 @@ another core, which a 2-core VM barely has).
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import os
+import shutil
 import statistics
 import tempfile
 import threading
@@ -52,6 +54,7 @@ def main() -> None:
     from diag.hook.opstats import load as load_native
 
     tmp = tempfile.mkdtemp(prefix="diag-bench-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its sockets and store
     dist.init_process_group("gloo", store=dist.FileStore(os.path.join(tmp, "s"), 1),
                             rank=0, world_size=1)  # fmt: skip
     token = torch.zeros(1)

@@ -21,8 +21,10 @@ Exit status 1 when a check failed or there is no CUDA device (one line says whic
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -96,6 +98,7 @@ def main() -> int:
     from torch.nn.parallel import DistributedDataParallel
 
     tmp = tempfile.mkdtemp(prefix="dgw")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its sockets and store
     sink = FrameSink(Path(tmp) / "sink")
     sink.start()
     base = HookConfig(daemon_sock=str(Path(tmp) / "sink"), profile_first_step=10,

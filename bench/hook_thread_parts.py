@@ -22,8 +22,10 @@ execution units are shared, and that is the cost the job pays. Measured numbers 
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -113,6 +115,7 @@ def main() -> None:
                     help="HookConfig fields of the hook measured")  # fmt: skip
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dhp")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its sockets and store
     sock = os.path.join(tmp, "sink")
     sink = FrameSink(sock)
     cfg = HookConfig(daemon_sock=sock, profile_every_steps=args.every, **_fields(args.set))

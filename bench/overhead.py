@@ -67,9 +67,11 @@ of a VM whose speed drifts between them.
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -488,6 +490,7 @@ def main() -> None:
     _VS.extend(args.vs)
 
     tmp = tempfile.mkdtemp(prefix="diag-bench-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its sockets and store
     sink = FrameSink(os.path.join(tmp, "daemon.sock"))
     sink.start()
     cfg = HookConfig(daemon_sock=os.path.join(tmp, "daemon.sock"), **_fields(args.set))

@@ -11,6 +11,8 @@ processes may want, which is what this measures on a loaded 2-core VM.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,6 +78,7 @@ def metrics_tier(
     from diag.hook import core as hook
 
     tmp = Path(tempfile.mkdtemp(prefix="diag-bench-metrics-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its sockets and store
     on_d, off_d = Daemon(tmp, "metrics", True), Daemon(tmp, "plain", False)
     scraper = Scraper(on_d.url, scrape_s)
     scraper.start()

@@ -32,7 +32,9 @@ Flight Recorder's own cost per collective, in two child processes
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -91,6 +93,7 @@ def fr_child(calls: int, rounds: int) -> None:
     import torch.distributed as dist
 
     tmp = tempfile.mkdtemp(prefix="diag-bench-fr-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its sockets and store
     dist.init_process_group(
         "gloo", store=dist.FileStore(os.path.join(tmp, "store"), 1), rank=0, world_size=1
     )
@@ -122,6 +125,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="diag-bench-parts-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its sockets and store
     dist.init_process_group(
         "gloo", store=dist.FileStore(os.path.join(tmp, "store"), 1), rank=0, world_size=1
     )
