@@ -36,6 +36,15 @@ packets, so bursts are dropped and TCP retransmits (a lossy link) instead of wai
 queue (``tbf``'s 2 s); sized and corrected like the rate. (``netem`` latency or loss would be
 other natures still, but needs the ``sch_netem`` kernel module, absent on these machines.)
 
+The tuning mechanism ``link.flap`` slows it by a third nature: the limited veth goes down for
+:data:`FLAP_DOWN_S` at a time (a flapping port or cable), every ``period`` seconds, both ways at
+once: what was in flight is lost and TCP waits out a retransmission timeout (>= 200 ms), so the
+job stalls at each flap. Each flap is taken to cost :data:`FLAP_COST_S` of the job's time, so
+losing the share ``s`` of the wall time asks for ``period = FLAP_COST_S / s`` (at least
+:data:`FLAP_MIN_PERIOD_S`); after
+:data:`SETTLE_STEPS` steps and :data:`FLAP_SETTLE_PERIODS` periods the period is corrected once,
+as the rate is (the extra time measured against the target, within [1/2, 2]x).
+
 The returned case names the link's hosts and the step the limit was in place from (the onset
 asked for, or later when the job was already past it). On two nodes the hosts are both nodes
 (``node-a``, ``node-b``: the one link between them is slow, whichever end is limited); on more,
@@ -54,6 +63,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -95,6 +105,15 @@ SETTLE_STEPS = 6
 DEADBAND = 0.25
 #: the lossy mechanism's queue (packets): beyond it, packets are dropped.
 LOSSY_QUEUE_PACKETS = 16
+#: the flapping mechanism: how long the link is down each time (under TCP's least retransmission
+#: timeout, 200 ms, so one retransmission gets through), what one flap is taken to cost the job
+#: (the outage, then the timeout's wait), the shortest period (flaps closer than a few costs
+#: catch the retransmissions of the one before: each timeout doubles, a measured 7-15 s stall at
+#: a 0.4 s period), and how many periods the steps measured for the correction must span
+FLAP_DOWN_S = 0.15
+FLAP_COST_S = 0.35
+FLAP_MIN_PERIOD_S = 4 * FLAP_COST_S
+FLAP_SETTLE_PERIODS = 4
 
 _STEP_LINE = re.compile(rb"^rank (\d+) step (\d+) ")
 
@@ -112,7 +131,9 @@ class Shaping:
     rate_steps: tuple[int, ...]  # the step from which each rate (or delay) held
     burst_bytes: int
     latency_ms: int
-    shaper: str = "tbf"  # "tbf", or "htb" with a short drop-tail queue (the lossy mechanism)
+    shaper: str = "tbf"  # "tbf", "htb" with a short drop-tail queue (lossy), "flap" (down/up)
+    flap_periods_s: tuple[float, ...] = ()  # flap: the period at the onset, then the corrected
+    flap_down_s: float = 0.0  # flap: how long the link was down each time
     after_step_s: float | None = None  # mean step time at the final rate (measured)
     achieved_severity: float | None = None  # 1 - base / after
     num_nodes: int = 2  # nodes the job ran on (world_size / num_nodes ranks each)
@@ -134,6 +155,25 @@ def corrected_rate(rate: float, extra_s: float, measured_s: float) -> float:
         return rate
     scale = 2.0 if measured_s <= 0 else min(2.0, max(0.5, extra_s / measured_s))
     return rate / scale
+
+
+def flap_period(severity: float) -> float:
+    """Seconds between flaps so that flaps costing :data:`FLAP_COST_S` each take the share
+    ``severity`` of the job's time, at least :data:`FLAP_MIN_PERIOD_S` (so at most about a
+    quarter of it: a harsher flap is an outage, not a slow link)."""
+    if not 0.0 < severity < 1.0:
+        raise ValueError(f"severity {severity} is not in (0, 1)")
+    return max(FLAP_MIN_PERIOD_S, FLAP_COST_S / severity)
+
+
+def corrected_period(period: float, extra_s: float, measured_s: float) -> float:
+    """The flap period after one correction: unchanged within the dead band, else scaled by
+    ``measured / target`` extra time (more flaps where they cost less than asked), within
+    [1/2, 2]x, never under :data:`FLAP_MIN_PERIOD_S`."""
+    if abs(measured_s - extra_s) <= DEADBAND * extra_s:
+        return period
+    scale = 0.5 if measured_s <= 0 else min(2.0, max(0.5, measured_s / extra_s))
+    return max(FLAP_MIN_PERIOD_S, period * scale)
 
 
 def burst_for(bytes_per_step: float) -> int:
@@ -341,13 +381,14 @@ def _watch(
     (when, file): the file is made once ``when(newest step done)`` is true."""
     assert case.onset_step is not None
     steps = _Steps([logdir / f"{n.hostname}.out" for n in nodes.nodes], slow.veth)
-    limiter: _Limiter | None = None
+    limiter: _Limiter | _Flapper | None = None
+    kind = _Flapper if case.mechanism == "link.flap" else _Limiter
     try:
         while time.monotonic() < deadline:
             codes = [p.poll() for p in procs.values()]
             last = steps.poll()
             if limiter is None and last >= case.onset_step - 1:
-                limiter = _Limiter.start(case, slow, steps)
+                limiter = kind.start(case, slow, steps)
             elif limiter is not None:
                 limiter.maybe_correct(steps)
             if ender is not None and not ender[1].exists() and ender[0](last):
@@ -361,6 +402,8 @@ def _watch(
             raise DiagError(f"{case.name}: the {len(nodes.nodes)}-node job did not finish in time")
         steps.poll()
     finally:
+        if limiter is not None:
+            limiter.stop()
         steps.close()
         steps.write(logdir / "steps.tsv")
     return None if limiter is None else limiter.result(steps)
@@ -404,6 +447,9 @@ class _Limiter:
             self._apply("change")
         self.changed.append(steps.poll() + 1)
 
+    def stop(self) -> None:
+        """Nothing runs beside the qdisc (it goes with the network)."""
+
     def _apply(self, action: str) -> None:
         rate, dev = f"{int(self.rates[-1] * 8)}bit", self.node.veth
         if not self.lossy:
@@ -443,6 +489,95 @@ class _Limiter:
             after_step_s=after,
             achieved_severity=None if after is None else 1.0 - self.base / after,
         )
+
+
+class _Flapper:
+    """The flapping link (``link.flap``): the veth down :data:`FLAP_DOWN_S` every period, from
+    a thread of its own; the period sized at the onset, corrected once (see the module doc)."""
+
+    def __init__(self, node: Node, severity: float, base: float, nbytes: float) -> None:
+        self.node = node
+        self.base = base
+        self.nbytes = nbytes
+        self.extra = base * severity / (1.0 - severity)
+        self.periods = [flap_period(severity)]
+        self.changed: list[int] = []  # the step in progress when each period was set
+        self._changed_at = time.monotonic()
+        self._stop = threading.Event()
+        self._error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="link-flap", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, case: Case, node: Node, steps: _Steps) -> _Flapper:
+        assert case.onset_step is not None
+        last = case.onset_step - 1
+        base, nbytes = steps.mean(max(SKIP_STEPS + 1, last - CALIBRATE_STEPS + 1), last)
+        flapper = cls(node, case.severity, base, nbytes)
+        flapper.changed.append(steps.poll() + 1)
+        return flapper
+
+    def maybe_correct(self, steps: _Steps) -> None:
+        """Once the steps done at the first period span :data:`SETTLE_STEPS` steps and
+        :data:`FLAP_SETTLE_PERIODS` periods (so their mean holds that many flaps), correct it
+        (once)."""
+        if self._error is not None:
+            raise DiagError(self._error)
+        since = self.changed[-1]
+        if len(self.changed) > 1 or steps.last < since + SETTLE_STEPS:
+            return
+        span = steps.seen[steps.last][0] - self._changed_at
+        if span < FLAP_SETTLE_PERIODS * self.periods[-1]:
+            return
+        after, _ = steps.mean(since + 1, steps.last)
+        self.periods.append(corrected_period(self.periods[-1], self.extra, after - self.base))
+        self.changed.append(steps.poll() + 1)
+
+    def _run(self) -> None:
+        dev = self.node.veth
+        while not self._stop.wait(self.periods[-1] - FLAP_DOWN_S):
+            try:
+                _ip_link(dev, "down")
+                self._stop.wait(FLAP_DOWN_S)
+                _ip_link(dev, "up")
+            except DiagError as exc:
+                self._error = str(exc)
+                return
+
+    def stop(self) -> None:
+        """End the flapping with the link up."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with contextlib.suppress(DiagError):
+            _ip_link(self.node.veth, "up")
+
+    def result(self, steps: _Steps) -> Shaping:
+        """What was applied, and the step time measured at the final period."""
+        first = self.changed[-1] + 1
+        after = steps.mean(first, steps.last)[0] if steps.last >= first else None
+        return Shaping(
+            veth=self.node.veth,
+            node=self.node.hostname,
+            onset_step=self.changed[0],
+            base_step_s=self.base,
+            bytes_per_step=self.nbytes,
+            rates_bytes_per_s=(),
+            rate_steps=tuple(self.changed),
+            burst_bytes=0,
+            latency_ms=0,
+            shaper="flap",
+            flap_periods_s=tuple(self.periods),
+            flap_down_s=FLAP_DOWN_S,
+            after_step_s=after,
+            achieved_severity=None if after is None else 1.0 - self.base / after,
+        )
+
+
+def _ip_link(dev: str, state: str) -> None:
+    cmd = ["ip", "link", "set", "dev", dev, state]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+    if res.returncode != 0:
+        raise DiagError(f"`{' '.join(cmd)}` failed: {res.stderr.strip()}")
 
 
 def _diag(*args: str) -> list[str]:

@@ -364,6 +364,9 @@ MECHANISMS: dict[str, Mechanism] = {
         # link
         Mechanism(name="link.tbf_one_node", cause="link", split=TUNE,
                   nature="tc tbf rate limit on one node's veth of a two-node job"),
+        Mechanism(name="link.flap", cause="link", split=TUNE,
+                  nature="the slow host's link down 150 ms at a time (a flapping port): stalls, "
+                  "retransmissions both ways"),
         Mechanism(name="link.lossy_htb", cause="link", split=HELDOUT,
                   nature="an htb rate limit with a 16-packet drop-tail queue: drops, retransmits"),
     )
