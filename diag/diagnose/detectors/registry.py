@@ -24,6 +24,7 @@ from diag.diagnose.detectors import (
     link_hosts,
     link_loss,
     link_probe,
+    link_stall,
     node,
 )
 from diag.diagnose.features import Features
@@ -36,7 +37,9 @@ from diag.store.memory import release_free_memory
 def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
     """Slow collective groups, each narrowed to the host (or host pair) whose connections
     queue or lose (:mod:`~diag.diagnose.detectors.link_hosts`); without one, a lossy link from
-    the connections' retransmissions (:mod:`~diag.diagnose.detectors.link_loss`); then narrowed
+    the connections' retransmissions (:mod:`~diag.diagnose.detectors.link_loss`), else a link
+    that stopped carrying data while the job stalled (:mod:`~diag.diagnose.detectors.link_stall`);
+    then narrowed
     to what the closed loop's point-to-point probes named
     (:mod:`~diag.diagnose.detectors.link_probe`)."""
     found = link.detect(
@@ -51,6 +54,8 @@ def _link(features: Features, cfg: link.LinkConfig | None) -> list[Finding]:
     found = [link_hosts.refine(f, features.tcp, features.step_events, hosts) for f in found]
     if not found:
         found = link_loss.detect(features.tcp, features.step_events, hosts)
+    if not found:
+        found = link_stall.detect(features.tcp, features.step_events, hosts)
     return [
         link_probe.refine(f, features.probes, features.tcp, features.step_events, hosts)
         for f in found
