@@ -26,7 +26,8 @@ A finding when the explained stalls cost at least ``min_slowdown`` of the job's 
 first of them on (their excess over the median step, against the steps' summed time): cause
 ``link``, its hosts those of the stalled pairs (their common host when there are several and all
 touch it, else every host they join; on a two-host job the one link between them), the onset the
-first explained stall. Only where no other link finding covers the run (:mod:`.link` finds a
+first explained stall, the step it was detected in the one in progress when the daemon read the
+sample that showed it. Only where no other link finding covers the run (:mod:`.link` finds a
 steady slowdown, :mod:`.link_loss` a lossy one).
 """
 
@@ -64,6 +65,7 @@ class _Stall:
     start_ns: int
     end_ns: int
     excess_ns: float  # its duration beyond the median step
+    seen_ns: int  # when the first sample that shows it on a pair was read
     pairs: tuple[tuple[str, str, float, float], ...]  # (src, dst, rate then, own rate) stalled
 
 
@@ -150,7 +152,7 @@ def detect(
     stalls: list[_Stall] = []
     for i, (a, b) in zip(stalled_idx, windows, strict=True):
         span = _overlap(s0, s1, a, b)
-        found = []
+        found, seen = [], []
         for k, rate in own_rate.items():
             for j in by_pair[k]:
                 ov = float(span[j])
@@ -161,9 +163,10 @@ def detect(
                 then = acked[j] / net_us[j]
                 if then <= cfg.collapse * rate:
                     found.append((k[0], k[1], then, rate))
+                    seen.append(int(s1[j]))
                     break
         if found:
-            stalls.append(_Stall(int(per_step["step"].iloc[i]), a, b, dur[i] - median,
+            stalls.append(_Stall(int(per_step["step"].iloc[i]), a, b, dur[i] - median, min(seen),
                                  tuple(sorted(found))))  # fmt: skip
     if not stalls:
         return []
@@ -174,6 +177,9 @@ def detect(
     slowdown = excess / total if total > 0 else 0.0
     if slowdown < cfg.min_slowdown:
         return []
+    # detected in the step in progress when the daemon read the sample that shows the first stall
+    seen_at = int(np.searchsorted(starts, first.seen_ns, side="right")) - 1
+    detected = int(per_step["step"].iloc[max(at, min(seen_at, len(starts) - 1))])
     pairs = sorted({(p[0], p[1]) for s in stalls for p in s.pairs})
     hosts, where = _where(pairs)
     ranks = tuple(sorted(r for r, h in hosts_of.items() if h in hosts))
@@ -207,7 +213,7 @@ def detect(
             hosts=hosts,
             link=LinkRef(ranks=ranks, hosts=hosts, group=""),
             onset_step=first.step,
-            detected_step=first.step,
+            detected_step=detected,
             slowdown=slowdown,
             confidence=min(0.9, 0.5 + 0.1 * math.log2(1 + len(stalls))),
             summary=(

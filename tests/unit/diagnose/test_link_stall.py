@@ -109,3 +109,12 @@ def test_no_tcp_samples_or_no_steps_is_no_finding() -> None:
     steps = _steps(STALLS)
     assert detect(pd.DataFrame(), steps, HOSTS_OF) == []
     assert detect(_tcp(steps, {("node-b", "node-c")}, list(STALLS)), pd.DataFrame(), HOSTS_OF) == []
+
+
+def test_detected_when_the_sample_that_shows_the_stall_was_read() -> None:
+    steps = _steps(STALLS)
+    (f,) = detect(_tcp(steps, {("node-b", "node-c")}, list(STALLS)), steps, HOSTS_OF)
+    stall_end = _window(steps, 60)[1]
+    read_at = T0 + S * -(-(stall_end - T0) // S)  # the first read (one a second) after it ended
+    in_progress = steps[steps["start_ns"] <= read_at]["step"].max()
+    assert f.onset_step == 60 and f.detected_step == in_progress > 60
