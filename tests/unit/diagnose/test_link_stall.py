@@ -35,7 +35,8 @@ def _window(steps: pd.DataFrame, step: int) -> tuple[int, int]:
 
 
 def _tcp(steps: pd.DataFrame, stalled: set[tuple[str, str]], stall_steps: list[int], *,
-         how: str = "network", pairs: list[tuple[str, str]] = RING) -> pd.DataFrame:  # fmt: skip
+         how: str = "network", pairs: list[tuple[str, str]] = RING,
+         stall_bytes: int = 1_000) -> pd.DataFrame:  # fmt: skip
     """One sample a second per pair: 50 MB acked over 0.3 s of network-limited busy time; a
     ``stalled`` pair's sample that overlaps a stall: nothing acked, busy throughout the stall
     (``how``: "network" -- network-limited, "rwnd" -- the receiver's window held it back,
@@ -50,7 +51,7 @@ def _tcp(steps: pd.DataFrame, stalled: set[tuple[str, str]], stall_steps: list[i
             if (src, dst) in stalled and hit:
                 a, b = hit[0]
                 held_us = (min(b, ts) - max(a, ts - S)) // 1000
-                acked = 1_000
+                acked = stall_bytes
                 busy = 0 if how == "idle" else held_us * 2  # two connections held data
                 rwnd = busy if how == "rwnd" else 0
             rows.append({
@@ -118,3 +119,14 @@ def test_detected_when_the_sample_that_shows_the_stall_was_read() -> None:
     read_at = T0 + S * -(-(stall_end - T0) // S)  # the first read (one a second) after it ended
     in_progress = steps[steps["start_ns"] <= read_at]["step"].max()
     assert f.onset_step == 60 and f.detected_step == in_progress > 60
+
+
+def test_a_sample_that_holds_the_catch_up_after_the_stall_still_shows_it() -> None:
+    """A daemon sample is a second long: the one that holds a stall also holds the data sent
+    once the link is back. 12 % of the pair's own rate over it is a stall; 40 % is not."""
+    steps = _steps(STALLS)
+    held = {("node-b", "node-c")}
+    # the stalled samples' busy time is ~2x the overlap; the pair's own rate 50 MB / 0.3 s
+    (f,) = detect(_tcp(steps, held, list(STALLS), stall_bytes=36_000_000), steps, HOSTS_OF)
+    assert f.hosts == ("node-b", "node-c")
+    assert detect(_tcp(steps, held, list(STALLS), stall_bytes=80_000_000), steps, HOSTS_OF) == []
