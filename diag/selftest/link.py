@@ -68,7 +68,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from diag.errors import DiagError
 from diag.findings import Finding
@@ -473,22 +473,11 @@ class _Limiter:
 
     def result(self, steps: _Steps) -> Shaping:
         """What was applied, and the step time measured at the final rate."""
-        first = self.changed[-1] + 1
-        after = steps.mean(first, steps.last)[0] if steps.last >= first else None
-        return Shaping(
-            veth=self.node.veth,
-            node=self.node.hostname,
-            onset_step=self.changed[0],
-            base_step_s=self.base,
-            bytes_per_step=self.nbytes,
-            rates_bytes_per_s=tuple(self.rates),
-            shaper="htb" if self.lossy else "tbf",
-            rate_steps=tuple(self.changed),
-            burst_bytes=self.burst,
-            latency_ms=TBF_LATENCY_MS,
-            after_step_s=after,
-            achieved_severity=None if after is None else 1.0 - self.base / after,
-        )
+        return _shaping(
+            self.node, self.changed, self.base, self.nbytes, steps,
+            rates_bytes_per_s=tuple(self.rates), shaper="htb" if self.lossy else "tbf",
+            burst_bytes=self.burst, latency_ms=TBF_LATENCY_MS,
+        )  # fmt: skip
 
 
 class _Flapper:
@@ -553,24 +542,31 @@ class _Flapper:
 
     def result(self, steps: _Steps) -> Shaping:
         """What was applied, and the step time measured at the final period."""
-        first = self.changed[-1] + 1
-        after = steps.mean(first, steps.last)[0] if steps.last >= first else None
-        return Shaping(
-            veth=self.node.veth,
-            node=self.node.hostname,
-            onset_step=self.changed[0],
-            base_step_s=self.base,
-            bytes_per_step=self.nbytes,
-            rates_bytes_per_s=(),
-            rate_steps=tuple(self.changed),
-            burst_bytes=0,
-            latency_ms=0,
-            shaper="flap",
-            flap_periods_s=tuple(self.periods),
-            flap_down_s=FLAP_DOWN_S,
-            after_step_s=after,
-            achieved_severity=None if after is None else 1.0 - self.base / after,
-        )
+        return _shaping(
+            self.node, self.changed, self.base, self.nbytes, steps,
+            rates_bytes_per_s=(), shaper="flap", burst_bytes=0, latency_ms=0,
+            flap_periods_s=tuple(self.periods), flap_down_s=FLAP_DOWN_S,
+        )  # fmt: skip
+
+
+def _shaping(
+    node: Node, changed: list[int], base: float, nbytes: float, steps: _Steps, **how: Any
+) -> Shaping:
+    """What a link fault applied (``how``: its shaper's fields), the steps it changed at, and
+    the step time measured from the last change on."""
+    first = changed[-1] + 1
+    after = steps.mean(first, steps.last)[0] if steps.last >= first else None
+    return Shaping(
+        veth=node.veth,
+        node=node.hostname,
+        onset_step=changed[0],
+        base_step_s=base,
+        bytes_per_step=nbytes,
+        rate_steps=tuple(changed),
+        after_step_s=after,
+        achieved_severity=None if after is None else 1.0 - base / after,
+        **how,
+    )
 
 
 def _ip_link(dev: str, state: str) -> None:

@@ -164,7 +164,7 @@ def detect(
     if not lossy:
         return []
     first = min(lossy, key=lambda p: (p.onset_ns, p.src, p.dst))
-    per_step = _steps(step_events)
+    per_step = job_steps(step_events)
     if per_step.empty:
         return []
     at = _onset_index(per_step, first, cfg)
@@ -254,8 +254,8 @@ def _onset_index(per_step: pd.DataFrame, p: _Pair, cfg: LinkLossConfig) -> int:
     return later[0] if later else len(starts)
 
 
-def _steps(step_events: pd.DataFrame) -> pd.DataFrame:
-    """Per step: when its first rank started and the median duration over the ranks."""
+def job_steps(step_events: pd.DataFrame) -> pd.DataFrame:
+    """Per step: when its first rank started and the median duration over the ranks (``dur``)."""
     if not {"step", "start_ns", "end_ns"} <= set(step_events.columns):
         return pd.DataFrame()
     df = step_events.assign(dur=step_events["end_ns"] - step_events["start_ns"])

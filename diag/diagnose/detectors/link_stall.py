@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from diag.diagnose.detectors.link_hosts import hosts_by_ip
+from diag.diagnose.detectors.link_loss import job_steps
 from diag.diagnose.detectors.node_slow import severity
 from diag.findings import Evidence, Finding, LinkRef
 
@@ -92,19 +93,6 @@ def _samples(tcp: pd.DataFrame) -> pd.DataFrame:
     )  # fmt: skip
 
 
-def _steps(step_events: pd.DataFrame) -> pd.DataFrame:
-    """Per step: its earliest start over the ranks and its median duration."""
-    if step_events.empty or not {"step", "start_ns", "end_ns"} <= set(step_events.columns):
-        return pd.DataFrame()
-    df = step_events.assign(dur=step_events["end_ns"] - step_events["start_ns"])
-    df = df[df["dur"] > 0]
-    return (
-        df.groupby("step", sort=True)
-        .agg(start_ns=("start_ns", "min"), dur=("dur", "median"))
-        .reset_index()
-    )
-
-
 def _overlap(a0: np.ndarray, a1: np.ndarray, b0: int, b1: int) -> np.ndarray:
     return np.clip(np.minimum(a1, b1) - np.maximum(a0, b0), 0, None)
 
@@ -117,7 +105,7 @@ def detect(
 ) -> list[Finding]:
     """At most one stalled-link finding (module docstring)."""
     cfg = cfg or LinkStallConfig()
-    per_step = _steps(step_events)
+    per_step = job_steps(step_events)
     if len(per_step) <= cfg.skip_steps + 2:
         return []
     dur = per_step["dur"].to_numpy(dtype=float)
