@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from diag.diagnose.detectors.link_hosts import hosts_by_ip
+from diag.diagnose.detectors.link_hosts import pair_reads
 from diag.diagnose.detectors.node_slow import severity
 from diag.diagnose.features import mean_change_point
 from diag.findings import Evidence, Finding, LinkRef
@@ -93,24 +93,9 @@ class _Pair:
 
 
 def _pairs(tcp: pd.DataFrame, cfg: LinkLossConfig) -> list[_Pair]:
-    need = {"host", "remote_ip", "ts_ns", "bytes_acked", "bytes_retrans", "interval_ns"}
-    if tcp.empty or not need <= set(tcp.columns):
+    df = pair_reads(tcp, ("bytes_acked", "bytes_retrans"))
+    if df.empty:
         return []
-    where = hosts_by_ip(tcp)
-    df = tcp.assign(dst=tcp["remote_ip"].astype(str).map(where))
-    df = df[df["dst"].notna() & (df["dst"] != df["host"])]
-    # One sample per host pair and read: the daemon reads every rank's connections at once and
-    # stamps its rows alike, so the pair's bytes at one time are their sum. Judged rank by rank,
-    # a rank whose connections to the host carried only 30 KB in a second would call its two
-    # lost segments a lossy sample, and the pair's onset would fall long before its loss began
-    # (seen beside a busy loop: 48 bytes retransmitted by a light connection at the job's start
-    # put the onset at step 4 of a loss from step 30, leaving no steps to compare before it).
-    df = (
-        df.groupby(["host", "dst", "ts_ns"], sort=True)
-        .agg(bytes_acked=("bytes_acked", "sum"), bytes_retrans=("bytes_retrans", "sum"),
-             interval_ns=("interval_ns", "max"))
-        .reset_index()
-    )  # fmt: skip
     out = []
     for (src, dst), g in df.groupby(["host", "dst"], sort=True):
         span = _onset(g, cfg)

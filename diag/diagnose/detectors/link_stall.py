@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from diag.diagnose.detectors.link_hosts import hosts_by_ip
+from diag.diagnose.detectors.link_hosts import pair_reads
 from diag.diagnose.detectors.link_loss import job_steps
 from diag.diagnose.detectors.node_slow import severity
 from diag.findings import Evidence, Finding, LinkRef
@@ -66,31 +66,19 @@ class LinkStallConfig:
 @dataclass(frozen=True, slots=True)
 class _Stall:
     step: int
-    start_ns: int
-    end_ns: int
     excess_ns: float  # its duration beyond the median step
     seen_ns: int  # when the first sample that shows it on a pair was read
     pairs: tuple[tuple[str, str, float, float], ...]  # (src, dst, rate then, own rate) stalled
 
 
 def _samples(tcp: pd.DataFrame) -> pd.DataFrame:
-    """Per directed host pair and daemon read: bytes acked, network-limited busy us, interval."""
-    need = {"host", "remote_ip", "ts_ns", "bytes_acked", "busy_us", "interval_ns"}
-    if tcp.empty or not need <= set(tcp.columns):
+    """Per directed host pair and daemon read (:func:`~.link_hosts.pair_reads`): bytes acked
+    and the network-limited busy time (``net_us``: busy less window- and buffer-limited)."""
+    if tcp.empty or "busy_us" not in tcp.columns:
         return pd.DataFrame()
-    where = hosts_by_ip(tcp)
-    df = tcp.assign(dst=tcp["remote_ip"].astype(str).map(where))
-    df = df[df["dst"].notna() & (df["dst"] != df["host"])]
-    if df.empty:
-        return pd.DataFrame()
-    limited = sum(df[c] for c in ("rwnd_limited_us", "sndbuf_limited_us") if c in df.columns)
-    df = df.assign(net_us=(df["busy_us"] - limited).clip(lower=0))
-    return (
-        df.groupby(["host", "dst", "ts_ns"], sort=True)
-        .agg(acked=("bytes_acked", "sum"), net_us=("net_us", "sum"),
-             interval_ns=("interval_ns", "max"))
-        .reset_index()
-    )  # fmt: skip
+    limited = sum(tcp[c] for c in ("rwnd_limited_us", "sndbuf_limited_us") if c in tcp.columns)
+    net = tcp.assign(net_us=(tcp["busy_us"] - limited).clip(lower=0))
+    return pair_reads(net, ("bytes_acked", "net_us"))
 
 
 def _overlap(a0: np.ndarray, a1: np.ndarray, b0: int, b1: int) -> np.ndarray:
@@ -124,7 +112,7 @@ def detect(
     in_stall = np.zeros(len(samples), dtype=bool)
     for a, b in windows:
         in_stall |= _overlap(s0, s1, a, b) > 0
-    acked = samples["acked"].to_numpy(dtype=float)
+    acked = samples["bytes_acked"].to_numpy(dtype=float)
     net_us = samples["net_us"].to_numpy(dtype=float)
     keys = list(zip(samples["host"].astype(str), samples["dst"].astype(str), strict=True))
     by_pair: dict[tuple[str, str], list[int]] = {}
@@ -157,7 +145,7 @@ def detect(
                     seen.append(int(s1[j]))
                     break
         if found:
-            stalls.append(_Stall(int(per_step["step"].iloc[i]), a, b, dur[i] - median, min(seen),
+            stalls.append(_Stall(int(per_step["step"].iloc[i]), dur[i] - median, min(seen),
                                  tuple(sorted(found))))  # fmt: skip
     if not stalls:
         return []
