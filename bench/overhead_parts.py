@@ -9,8 +9,10 @@ on, in one process, world size 1 on gloo:
 - ``optimizer``: ``opt.step()`` of a one-layer model (the global step pre/post hooks: step
   accounting, the end of a step and the start of the next);
 - ``backward``: ``loss.backward()`` of a one-layer model (the ``torch.autograd.backward``
-  wrapper, the loss read, the prehook on the root node that queues the "local gradients done"
-  callback, the run-queue reads around the gradient sync);
+  wrapper, the loss read, the "local gradients done" mark on the root node, the run-queue reads
+  around the gradient sync); the mark is diag's native one where that library is built (the
+  hook thread, not started here, would load it: loaded here as it does), else the Python
+  pre-hook and callback;
 - ``all_reduce``: a Python-level ``dist.all_reduce`` of one float (the collective wrapper,
   including torch's Flight Recorder entry, which the hook enables);
 - ``dataloader``: ``next()`` on a DataLoader iterator (the data-wait region);
@@ -48,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diag.config import HookConfig
 from diag.hook import core as hook
+from diag.hook import opstats as hook_opstats
 from diag.hook import thread as hook_thread
 
 
@@ -156,10 +159,15 @@ def main() -> None:
     results: dict[tuple[str, str], float] = {}
     counts: dict[str, Counter[str]] = {}
     unwrapped = torch.autograd.backward
+    # the hook thread loads diag's native library (the backward's mark in C++) where it is built;
+    # not started here, so loaded as it would
+    native, why = hook_opstats.load(cfg.opstats_lib)
     for rep in range(2):  # off/on twice, each least kept: a drift between the arms cancels
         for arm in ("off", "on", "no_bw") if rep % 2 == 0 else ("no_bw", "on", "off"):
             if arm != "off":
-                hook.install(cfg)
+                installed = hook.install(cfg)
+                if native is not None:
+                    installed.use_native(native)
             if arm == "no_bw":  # the hook's own wrapper taken off again (uninstall restores it)
                 torch.autograd.backward = unwrapped
             names = ["step"] if arm == "no_bw" else list(parts)
@@ -172,9 +180,15 @@ def main() -> None:
             if arm != "off":
                 hook.uninstall()
     numerics = "on" if args.numerics else "off"
+    mark = (
+        "in C++ (diag's native library)"
+        if native is not None and native.grads_mark() is not None
+        else f"in Python ({why or 'the native library has none'})"
+    )
     print(
         f"the hook's cost on the training thread, per call (least of {args.rounds} rounds of "
         f"{args.calls}; hook thread not started; numerics {numerics}; torch {torch.__version__})"
+        f"; the backward's gradients-done mark {mark}"
     )
     for name in parts:
         off, on = results[(name, "off")], results[(name, "on")]

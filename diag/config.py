@@ -88,6 +88,11 @@ class HookConfig:
     # durations, ~0.3 us per call, no raw trace) where it is built for this torch, instead of
     # Kineto (~2-3 us per call, most of it at the stop); off = Kineto always
     profile_aggregate: bool = True
+    # the backward's "local gradients done" mark (where its gradient sync's wait starts) in C++
+    # once diag's native library is loaded (diag.hook.opstats), not a Python pre-hook and
+    # callback: ~20 us less a backward on the training thread; a step timed on the device
+    # (device_timing on a CUDA job) keeps the Python mark, which records the device's event too
+    grads_done_native: bool = True
     opstats_lib: str = ""  # the observer's library ("" = diag's cache for this torch)
     # a window's stop first waits up to this long for gloo's worker threads to end the records of
     # the collectives it saw (diag.hook.c10d_workers: torch frees them at the stop, a late end

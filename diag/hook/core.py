@@ -53,11 +53,12 @@ from diag.hook.numerics_events import NumericsEvents
 from diag.hook.optimizers import StepCycle
 from diag.hook.phases import BACKWARD, OPTIMIZER, StepTracker
 from diag.hook.profiler import ProfilerWindows
-from diag.hook.sched import runqueue_clock
+from diag.hook.sched import clock_fd, runqueue_clock
 from diag.hook.stacks import ExceptHooks, ExceptionInfo
 from diag.hook.state import ErrorLog, HookState, measure_wall_offset_ns
 
 if TYPE_CHECKING:
+    from diag.hook.opstats import GradsMark, OpStats
     from diag.hook.thread import HookThread
 
 EXIT_TIMEOUT_S = 2.0  # the most the final flush may add to process exit
@@ -119,6 +120,9 @@ class Hook:
         )
         self.cycle = StepCycle()
         self._bw_depth = 0
+        #: the backward's "local gradients done" mark in C++ (diag.hook.opstats), once the hook
+        #: thread loaded diag's native library (:meth:`use_native`); the Python pre-hook till then
+        self._grads: GradsMark | None = None
         #: CUDA-event timing of each step (diag.hook.device_timer), once the job uses CUDA
         self.device: DeviceTimer | None = None
         self._device_checked = not cfg.device_timing
@@ -159,6 +163,7 @@ class Hook:
             ),
             groups=groups,
             patch_late=self.patch_dcp,
+            use_native=self.use_native,
         )
 
     @property
@@ -281,6 +286,16 @@ class Hook:
         if self.active:
             hook_patches.patch_dcp(self, self._patcher)
 
+    def use_native(self, lib: OpStats) -> None:
+        """diag's native library is loaded (the hook thread): the backward's mark moves to C++
+        (``grads_done_native``; only on the perf_counter clock the library's callback reads)."""
+        if not self.cfg.grads_done_native or self.clock is not time.perf_counter_ns:
+            return
+        mark = lib.grads_mark()
+        if mark is not None:
+            mark.runq_fd(clock_fd(self.tracker.runqueue))
+            self._grads = mark
+
     # ------------------------------------------------------ training thread
     def error(self, exc: BaseException) -> None:
         """Count one of diag's own failures on the job side; log the first of each kind."""
@@ -383,10 +398,16 @@ class Hook:
         """The training thread waited in ``Work.wait()`` outside any wrapped collective (an
         ``irecv``/``isend`` or ``async_op=True`` collective waited on): collective wait."""
         if self.tracker.started:
-            self.tracker.add_wait(t1 - t0)
+            self.tracker.add_wait(t1 - t0, t1)
 
     def before_backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Open the backward region, note the loss, arm the "local gradients done" callback."""
+        """Open the backward region, note the loss, arm the "local gradients done" mark: an
+        autograd engine final callback queued when the graph's root node runs, so it runs when
+        the graph's last node has (the local gradients are computed) and before the callbacks
+        the backward queued later (DDP's wait for its gradient sync). In C++ where diag's native
+        library is loaded and the step is timed on the host only (:meth:`use_native`), else a
+        Python pre-hook and callback (~20 us more a backward; the device timer's mark needs
+        Python)."""
         if self._bw_depth:  # reentrant backward (e.g. reentrant activation checkpointing)
             return None
         torch = self.torch
@@ -398,25 +419,35 @@ class Hook:
         if isinstance(tensors, torch.Tensor):
             roots: tuple[Any, ...] = (tensors,)
             if tensors.numel() == 1:
-                t = tensors.detach()
-                loss = float(t) if t.device.type == "cpu" else t.clone()
+                # item() on the CPU (~10 us less here than float() of a detached tensor); a
+                # device's loss is copied, read by the hook thread (no sync on this thread)
+                loss = tensors.item() if tensors.is_cpu else tensors.detach().clone()
         elif isinstance(tensors, (list, tuple)):
             roots = tuple(t for t in tensors if isinstance(t, torch.Tensor))
         else:
             roots = ()
         if self.numerics is not None:
             self.numerics_call(self.numerics.on_loss, loss, tracker.step)
-        # [grads-done perf ns, py collective ns then, queued, run-queue delay then (-1: unknown)]
-        cell = [0, 0, 0, -1]
+        if not self.profiler.device_work and roots and roots[0].is_cuda:
+            self.profiler.device_work = True  # the job computes on its GPU, not only holds one
+        tracker.open_backward_waits()
+        grads = self._grads
+        if grads is not None and self.device is None and len(roots) == 1:
+            try:
+                if grads.arm(roots[0]):
+                    return grads, None, loss
+            except Exception as exc:  # never again: the Python mark from now on
+                self._grads = None
+                self.error(exc)
+        # [mark perf ns, run-queue delay then (-1: unknown), queued]
+        cell = [0, -1, 0]
         engine = torch.autograd.Variable._execution_engine
-
         read_runq = tracker.runqueue
 
         def grads_done() -> None:
             cell[0] = clock()
-            cell[1] = tracker.py_coll_ns
             if read_runq is not None:
-                cell[3] = read_runq()
+                cell[1] = read_runq()
             if self.device is not None:
                 self._device_mark(DEVICE_GRADS)
 
@@ -428,26 +459,30 @@ class Hook:
             except Exception as exc:
                 self.error(exc)
 
-        handles = []
-        for t in roots:
-            if t.grad_fn is not None:
-                handles.append(t.grad_fn.register_prehook(prehook))
-        if not self.profiler.device_work and roots and roots[0].is_cuda:
-            self.profiler.device_work = True  # the job computes on its GPU, not only holds one
+        handles = [t.grad_fn.register_prehook(prehook) for t in roots if t.grad_fn is not None]
         return cell, handles, loss
 
     def after_backward(self, token: Any) -> None:
-        cell, handles, loss = token
+        marked, handles, loss = token
         now = self.clock()
         self._bw_depth = 0
-        for handle in handles:
-            handle.remove()
+        if handles is None:  # the native mark: (ns, run-queue ns) or None
+            mark = marked.done()
+        else:
+            for handle in handles:
+                handle.remove()
+            mark = (marked[0], marked[1]) if marked[0] else None
         tracker = self.tracker
         sync_ns = 0
-        if cell[0]:
-            sync_ns = (now - cell[0]) - (tracker.py_coll_ns - cell[1])
-            if tracker.runqueue is not None and cell[3] >= 0:
-                tracker.runq_in_wait += max(0, tracker.runqueue() - cell[3])
+        if mark is not None:
+            mark_ns, runq = mark
+            # the wait for the gradient sync: after the mark, less the Python-level waits there
+            # (counted as collective wait already)
+            sync_ns = (now - mark_ns) - tracker.backward_waits_after(mark_ns)
+            if tracker.runqueue is not None and runq >= 0:
+                tracker.runq_in_wait += max(0, tracker.runqueue() - runq)
+        else:
+            tracker.backward_waits_after(now)
         tracker.exit(BACKWARD, now)
         tracker.add_backward(loss, sync_ns)
 
@@ -458,7 +493,7 @@ class Hook:
         step = tracker.step if tracker.started else -1
         tid = threading.get_ident()
         if tracker.started and tid == self.train_tid:
-            tracker.add_collective(t1 - t0, sync)
+            tracker.add_collective(t1 - t0, sync, t1)
         self.state.emit(("coll", step, op, t0, t1, nbytes, dtype, group, sync, ok, tid))
 
     def on_exception(self, info: ExceptionInfo) -> None:

@@ -142,6 +142,23 @@ def _private(path: Path) -> str:
     return ""
 
 
+@dataclass(frozen=True, slots=True)
+class GradsMark:
+    """The backward's "local gradients done" mark in C++ (``opstats.cpp``, ``grads``): a pre-hook
+    on the root's autograd node that queues an engine final callback recording the monotonic
+    clock and the training thread's run-queue delay, without calling into Python.
+
+    ``arm(tensor) -> bool`` on the training thread before its backward (False: the tensor has no
+    autograd node, no mark will come); ``done() -> (perf_counter ns, run-queue ns or -1) | None``
+    after it (None: the backward ended before the mark, e.g. it raised); ``runq_fd(fd)`` the
+    descriptor of the training thread's ``schedstat`` (:func:`diag.hook.sched.clock_fd`), -1 for
+    none."""
+
+    arm: Any
+    done: Any
+    runq_fd: Any
+
+
 class OpStats:
     """A loaded observer library: :meth:`start` / :meth:`stop` on the training thread."""
 
@@ -183,6 +200,17 @@ class OpStats:
         if fn is None:
             return "this build of diag's native library has no Flight Recorder reader"
         return str(fn())
+
+    def grads_mark(self) -> GradsMark | None:
+        """The backward's native "local gradients done" mark (:class:`GradsMark`); None where
+        this library has none (built from an older source, or torch's autograd headers
+        missing)."""
+        arm = getattr(self._m, "grads_arm", None)
+        done = getattr(self._m, "grads_done", None)
+        fd = getattr(self._m, "grads_runq_fd", None)
+        if arm is None or done is None or fd is None:
+            return None
+        return GradsMark(arm=arm, done=done, runq_fd=fd)
 
     def stop(self) -> OpTotals:
         rows, dropped = self._m.stop()

@@ -81,6 +81,7 @@ class StepTracker:
         self.started = False
         self._start = 0
         self._stack: list[list[int]] = []  # [phase, t0, child_ns, run-queue clock at t0 or -1]
+        self._bw_waits: list[tuple[int, int]] | None = None  # in a backward: (end, duration)
         self._reset(0)
 
     def _reset(self, now: int) -> None:
@@ -172,15 +173,34 @@ class StepTracker:
             self._loss = loss
         self._grad_sync_ns += max(0, grad_sync_ns)
 
-    def add_collective(self, duration_ns: int, sync: bool) -> None:
-        """Record one Python-level collective call of this step (sync ones count as wait)."""
+    def add_collective(self, duration_ns: int, sync: bool, end_ns: int = 0) -> None:
+        """Record one Python-level collective call of this step (sync ones count as wait),
+        ``end_ns`` when it returned (for :meth:`backward_waits_after`)."""
         self._num_coll += 1
         if sync:
             self.py_coll_ns += duration_ns
+            if self._bw_waits is not None:
+                self._bw_waits.append((end_ns, duration_ns))
 
-    def add_wait(self, duration_ns: int) -> None:
+    def add_wait(self, duration_ns: int, end_ns: int = 0) -> None:
         """Record a ``Work.wait()`` on an asynchronous collective or p2p op (collective wait)."""
         self.py_coll_ns += duration_ns
+        if self._bw_waits is not None:
+            self._bw_waits.append((end_ns, duration_ns))
+
+    def open_backward_waits(self) -> None:
+        """A backward starts: note the Python-level waits in it (end, duration) until
+        :meth:`backward_waits_after`."""
+        self._bw_waits = []
+
+    def backward_waits_after(self, mark_ns: int) -> int:
+        """The time of the backward's Python-level waits after ``mark_ns`` (its "local gradients
+        done" mark: what its final callbacks waited on a collective in, e.g. FSDP's
+        reduce-scatter, counted as collective wait already), and stop noting them."""
+        waits, self._bw_waits = self._bw_waits, None
+        if not waits:
+            return 0
+        return sum(min(dur, end - mark_ns) for end, dur in waits if end > mark_ns)
 
     def end_step(self, now: int) -> None:
         """The step ended (its closing optimizer finished ``step()``): emit it, start the next."""

@@ -8,7 +8,8 @@ thread waits for a core, not because its device is slow; the hook records this d
 :func:`runqueue_clock` returns a clock for the calling thread (an fd kept open and re-read with
 ``pread``: about 3 us) or ``None`` where the file is missing or unreadable; given another
 thread's ``/proc/self/task/TID/schedstat``, the clock of that thread (``diag attach`` installs
-the hook from a thread of its own).
+the hook from a thread of its own). :func:`clock_fd` gives a clock's descriptor to diag's native
+library, which reads it at the backward's "local gradients done" mark (``opstats.cpp``).
 """
 
 from __future__ import annotations
@@ -42,4 +43,11 @@ def runqueue_clock(path: str = SCHEDSTAT) -> Callable[[], int] | None:
     if not read_ok:
         os.close(fd)
         return None
+    read.fd = fd  # type: ignore[attr-defined]  # for clock_fd: kept open as long as the clock
     return read
+
+
+def clock_fd(clock: Callable[[], int] | None) -> int:
+    """The descriptor a :func:`runqueue_clock` clock reads, -1 for none (or another clock)."""
+    fd = getattr(clock, "fd", -1)
+    return fd if isinstance(fd, int) else -1

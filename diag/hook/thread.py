@@ -141,6 +141,7 @@ class HookThread(threading.Thread):
         numerics: NumericsEvents | None,
         groups: ProcessGroups,
         patch_late: Callable[[], None],
+        use_native: Callable[[hook_opstats.OpStats], None] = lambda lib: None,
     ) -> None:
         super().__init__(name="diag-hook", daemon=True)
         self.state = state
@@ -152,6 +153,7 @@ class HookThread(threading.Thread):
         self.numerics = numerics
         self.groups = groups
         self._patch_late = patch_late
+        self._use_native = use_native  # diag's native library loaded: the job side's share
         self._error = state.thread_errors.record
         self.gil = GilShare(self.cfg.gil_share, self.cfg.gil_slice_s)
         self.sender = FrameSender(
@@ -401,6 +403,7 @@ class HookThread(threading.Thread):
             self.profiler.opstats = found
         if self.cfg.fr_dump_native:
             self.dumper.use_native(found, read=self.cfg.fr_read_native)
+        self._guarded(lambda: self._use_native(found))
 
     def _profile_windows(self) -> None:
         profiler = self.profiler
