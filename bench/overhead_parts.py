@@ -17,7 +17,9 @@ on, in one process, world size 1 on gloo:
   including torch's Flight Recorder entry, which the hook enables);
 - ``dataloader``: ``next()`` on a DataLoader iterator (the data-wait region);
 - ``step``: all of them in one training step, as a job runs them;
-- ``step, no backward wrapper``: the same with ``torch.autograd.backward`` left unwrapped.
+- ``step, no backward wrapper``: the same with ``torch.autograd.backward`` left unwrapped;
+- ``backward, Python mark`` and ``step, Python mark``: with the Python pre-hook and callback
+  for the mark instead of the native one (where the native one is there to compare).
 
 The hook thread is not started (``HookThread.start`` replaced here), so the figures are the
 training thread's own code and torch's hook mechanisms, not its competition with the hook
@@ -162,15 +164,16 @@ def main() -> None:
     # the hook thread loads diag's native library (the backward's mark in C++) where it is built;
     # not started here, so loaded as it would
     native, why = hook_opstats.load(cfg.opstats_lib)
+    arms = ["off", "on", "no_bw"] + (["py_mark"] if native and native.grads_mark() else [])
     for rep in range(2):  # off/on twice, each least kept: a drift between the arms cancels
-        for arm in ("off", "on", "no_bw") if rep % 2 == 0 else ("no_bw", "on", "off"):
+        for arm in arms if rep % 2 == 0 else arms[::-1]:
             if arm != "off":
                 installed = hook.install(cfg)
-                if native is not None:
+                if native is not None and arm != "py_mark":
                     installed.use_native(native)
             if arm == "no_bw":  # the hook's own wrapper taken off again (uninstall restores it)
                 torch.autograd.backward = unwrapped
-            names = ["step"] if arm == "no_bw" else list(parts)
+            names = {"no_bw": ["step"], "py_mark": ["backward", "step"]}.get(arm, list(parts))
             for name in names:
                 us = least_us(parts[name], args.calls, args.rounds)
                 key = (name, arm)
@@ -196,6 +199,11 @@ def main() -> None:
     off, on = results[("step", "off")], results[("step", "no_bw")]
     print(f"  {'step, no backward wrapper':28s} off {off:8.2f} us   on {on:8.2f} us   "
           f"hook {on - off:+7.2f} us")  # fmt: skip
+    if "py_mark" in arms:
+        for name in ("backward", "step"):
+            off, on = results[(name, "off")], results[(name, "py_mark")]
+            print(f"  {name + ', Python mark':28s} off {off:8.2f} us   on {on:8.2f} us   "
+                  f"hook {on - off:+7.2f} us")  # fmt: skip
     summed = sum(results[(n, "on")] - results[(n, "off")] for n in parts if n != "step")
     print(f"  the parts alone sum to {summed:+.2f} us; the step together "
           f"{results[('step', 'on')] - results[('step', 'off')]:+.2f} us")  # fmt: skip
