@@ -36,6 +36,7 @@ import atexit
 import contextlib
 import importlib
 import os
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -431,6 +432,8 @@ class Hook:
         if not self.profiler.device_work and roots and roots[0].is_cuda:
             self.profiler.device_work = True  # the job computes on its GPU, not only holds one
         tracker.open_backward_waits()
+        if _compiled_autograd():  # no mark: it would fail the job's backward (see there)
+            return [0, -1, 0], [], loss
         grads = self._grads
         if grads is not None and self.device is None and len(roots) == 1:
             try:
@@ -511,6 +514,16 @@ class Hook:
                 if os.path.isfile(path):
                     size = os.path.getsize(path)
         self.state.emit(("ckpt", step, op, api, path, t0, t1, ok, size))
+
+
+def _compiled_autograd() -> bool:
+    """True while torch's compiled autograd is on (``torch._dynamo.config.compiled_autograd``
+    inside a compiled function, or its ``_enable`` context). It raises in the job's backward on a
+    C++ hook on a node ("compiled_args nyi") and on ``queue_callback`` from a Python one unless
+    compiled with ``fullgraph=True`` (both seen on torch 2.13): a backward there gets no
+    "local gradients done" mark (its gradient sync's wait is counted as compute)."""
+    ca = sys.modules.get("torch._dynamo.compiled_autograd")
+    return ca is not None and bool(getattr(ca, "compiled_autograd_enabled", False))
 
 
 def install(config: HookConfig | None = None) -> Hook:

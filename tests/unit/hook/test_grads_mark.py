@@ -153,3 +153,28 @@ def test_the_gradient_sync_wait_is_measured_with_either_mark(
         assert s.collective_wait_ns >= SYNC_S * 1e9, s
         assert s.compute_ns == s.duration_ns - s.collective_wait_ns - s.data_wait_ns, s
         assert s.num_backward == 1
+
+
+def test_a_backward_under_compiled_autograd_runs_without_a_mark(
+    sink: FrameSink, observer: Any
+) -> None:
+    """torch's compiled autograd raises in the job's backward on a C++ hook on a node and on a
+    Python hook's ``queue_callback``: there the hook places no mark, and the job runs on."""
+    from torch._dynamo import compiled_autograd
+
+    h = hook.install(HookConfig(daemon_sock=sink.path, **FAST))
+    h.use_native(observer)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 4)
+    with compiled_autograd._enable(torch.compile(backend="eager")):
+        for _ in range(3):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+    hook.uninstall()
+    events = sink.close()
+    assert h.num_errors == 0, h.last_error
+    steps = of_kind(events, schema.StepEvent)
+    assert [s.step for s in steps] == [0, 1, 2]
+    assert all(s.num_backward == 1 for s in steps)
