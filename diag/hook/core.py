@@ -413,16 +413,19 @@ class Hook:
             return None
         torch = self.torch
         tracker, clock = self.tracker, self.clock
-        tracker.enter(BACKWARD, clock())
-        self._bw_depth = 1
+        now = clock()
         tensors = args[0] if args else kwargs.get("tensors")
         loss = None
         if isinstance(tensors, torch.Tensor):
             roots: tuple[Any, ...] = (tensors,)
             if tensors.numel() == 1:
                 # item() on the CPU (~10 us less here than float() of a detached tensor); a
-                # device's loss is copied, read by the hook thread (no sync on this thread)
-                loss = tensors.item() if tensors.is_cpu else tensors.detach().clone()
+                # device's loss is copied, read by the hook thread (no sync on this thread);
+                # a loss that cannot be read (a subclass may refuse) costs the loss, not the mark
+                try:
+                    loss = tensors.item() if tensors.is_cpu else tensors.detach().clone()
+                except Exception as exc:
+                    self.error(exc)
         elif isinstance(tensors, (list, tuple)):
             roots = tuple(t for t in tensors if isinstance(t, torch.Tensor))
         else:
@@ -431,7 +434,16 @@ class Hook:
             self.numerics_call(self.numerics.on_loss, loss, tracker.step)
         if not self.profiler.device_work and roots and roots[0].is_cuda:
             self.profiler.device_work = True  # the job computes on its GPU, not only holds one
+        token = self._mark_backward(roots, loss)
+        # the region opens last: whatever raised above (counted by the wrapper) left none open
+        tracker.enter(BACKWARD, now)
         tracker.open_backward_waits()
+        self._bw_depth = 1
+        return token
+
+    def _mark_backward(self, roots: tuple[Any, ...], loss: Any) -> Any:
+        """Arm the "local gradients done" mark on the backward's roots: the token
+        :meth:`after_backward` reads it from."""
         if _compiled_autograd():  # no mark: it would fail the job's backward (see there)
             return [0, -1, 0], [], loss
         grads = self._grads
@@ -444,8 +456,8 @@ class Hook:
                 self.error(exc)
         # [mark perf ns, run-queue delay then (-1: unknown), queued]
         cell = [0, -1, 0]
-        engine = torch.autograd.Variable._execution_engine
-        read_runq = tracker.runqueue
+        engine = self.torch.autograd.Variable._execution_engine
+        clock, read_runq = self.clock, self.tracker.runqueue
 
         def grads_done() -> None:
             cell[0] = clock()

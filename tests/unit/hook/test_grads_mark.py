@@ -178,3 +178,29 @@ def test_a_backward_under_compiled_autograd_runs_without_a_mark(
     steps = of_kind(events, schema.StepEvent)
     assert [s.step for s in steps] == [0, 1, 2]
     assert all(s.num_backward == 1 for s in steps)
+
+
+class _NoItem(torch.Tensor):
+    """A tensor subclass that refuses ``item()`` (as a sharded loss may)."""
+
+    def item(self) -> Any:
+        raise RuntimeError("no item here")
+
+
+def test_a_loss_that_cannot_be_read_leaves_every_backward_tracked(sink: FrameSink) -> None:
+    """The backward region is open when the loss is read: a read that raises is diag's error,
+    counted, and the region still closes, so the next steps are tracked as before."""
+    h = hook.install(HookConfig(daemon_sock=sink.path, **FAST))
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).sum().as_subclass(_NoItem).backward()
+        opt.step()
+    hook.uninstall()
+    events = sink.close()
+    assert h.num_errors == 3 and "no item here" in h.last_error
+    steps = of_kind(events, schema.StepEvent)
+    assert [s.step for s in steps] == [0, 1, 2]
+    assert all(s.num_backward == 1 and s.loss is None for s in steps)
