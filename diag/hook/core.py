@@ -488,16 +488,12 @@ class Hook:
                 handle.remove()
             mark = (marked[0], marked[1]) if marked[0] else None
         tracker = self.tracker
-        sync_ns = 0
-        if mark is not None:
-            mark_ns, runq = mark
-            # the wait for the gradient sync: after the mark, less the Python-level waits there
-            # (counted as collective wait already)
-            sync_ns = (now - mark_ns) - tracker.backward_waits_after(mark_ns)
-            if tracker.runqueue is not None and runq >= 0:
-                tracker.runq_in_wait += max(0, tracker.runqueue() - runq)
-        else:
-            tracker.backward_waits_after(now)
+        mark_ns, runq = mark if mark is not None else (now, -1)
+        # the wait for the gradient sync: after the mark, less the Python-level waits there
+        # (counted as collective wait already); none without a mark
+        sync_ns = (now - mark_ns) - tracker.backward_waits_after(mark_ns)
+        if tracker.runqueue is not None and runq >= 0:
+            tracker.runq_in_wait += max(0, tracker.runqueue() - runq)
         tracker.exit(BACKWARD, now)
         tracker.add_backward(loss, sync_ns)
 

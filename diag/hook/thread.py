@@ -141,7 +141,7 @@ class HookThread(threading.Thread):
         numerics: NumericsEvents | None,
         groups: ProcessGroups,
         patch_late: Callable[[], None],
-        use_native: Callable[[hook_opstats.OpStats], None] = lambda lib: None,
+        use_native: Callable[[hook_opstats.OpStats], None],
     ) -> None:
         super().__init__(name="diag-hook", daemon=True)
         self.state = state
